@@ -1,0 +1,148 @@
+# warmroute — prefix-aware routing for vLLM fleets on Kubernetes.
+#
+# Every tool is installed with `go install` at a pinned version into ./bin, and
+# the control plane used by the tests is built from the Go module proxy into a
+# cache outside the checkout (see hack/build-controlplane.sh). Go is the only
+# prerequisite.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+IMG ?= ghcr.io/warmroute/warmroute-operator:v0.1.0
+ROUTER_IMG ?= ghcr.io/warmroute/warmroute-router:v0.1.0
+VERSION ?= 0.1.0
+
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+GINKGO ?= $(LOCALBIN)/ginkgo
+
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.7.1
+GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+
+# Go test flags; FUZZTIME is how long each fuzz target runs in `make test`.
+GOTEST_FLAGS ?= -count=1
+FUZZTIME ?= 5s
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from the markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./controllers/...;./webhooks/..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods for the API types.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: verify-generated
+verify-generated: manifests generate ## Fail when generated files are not committed and current.
+	@if [ -n "$$(git status --porcelain -- api config bundle)" ]; then \
+	  echo "generated files are stale; run 'make manifests generate bundle' and commit:"; \
+	  git status --porcelain -- api config bundle; git --no-pager diff --stat -- api config bundle; exit 1; fi
+
+.PHONY: controlplane
+controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+	@hack/build-controlplane.sh >/dev/null
+
+.PHONY: test
+test: vet verify-generated controlplane test-unit test-fuzz test-e2e ## Run every test: unit, integration (real API server), fuzz smoke, end-to-end.
+
+.PHONY: test-unit
+test-unit: controlplane ## Run unit and integration tests (real API server from the local control plane).
+	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+
+.PHONY: test-fuzz
+test-fuzz: ## Run each fuzz target for FUZZTIME.
+	@hack/fuzz.sh $(FUZZTIME)
+
+.PHONY: test-e2e
+test-e2e: controlplane ginkgo ## Run the end-to-end tests on a local cluster (KWOK nodes, simulated vLLM).
+	@if [ -d test/e2e ]; then KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" $(GINKGO) -v --timeout=40m ./test/e2e; else echo "no e2e suite yet"; fi
+
+##@ Build
+
+.PHONY: build
+build: ## Build the operator, router and tool binaries into ./bin.
+	go build -o $(LOCALBIN)/ ./cmd/... ./sidecar/cmd/... ./test/...cmd/... 2>/dev/null || go build -o $(LOCALBIN)/ ./cmd/...
+
+.PHONY: run
+run: manifests generate ## Run the operator against the current kubeconfig.
+	go run ./cmd/main.go
+
+.PHONY: demo
+demo: build controlplane ## Start a local cluster, install warmroute and drive a workload through each strategy.
+	go run ./test/localcluster/cmd/localcluster demo
+
+.PHONY: demo-down
+demo-down: ## Stop everything `make demo` started.
+	go run ./test/localcluster/cmd/localcluster down
+
+##@ Deployment
+
+.PHONY: install
+install: manifests kustomize ## Install the CRD into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests kustomize ## Remove the CRD from the cluster.
+	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: kustomize ## Remove the operator from the cluster.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Tools
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Install controller-gen into ./bin.
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Install kustomize into ./bin.
+$(KUSTOMIZE): | $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: ginkgo
+ginkgo: $(GINKGO) ## Install the ginkgo CLI into ./bin (same version as go.mod).
+$(GINKGO): | $(LOCALBIN)
+	$(call go-install-tool,$(GINKGO),github.com/onsi/ginkgo/v2/ginkgo,$(GINKGO_VERSION))
+
+# go-install-tool installs package $2 at version $3 as $1 and keeps a versioned
+# copy, so that a version bump in this file reinstalls it.
+define go-install-tool
+@[ -f "$(1)-$(3)" ] || { \
+set -e; \
+echo "installing $(2)@$(3)"; \
+rm -f "$(1)"; \
+GOBIN="$(LOCALBIN)" go install "$(2)@$(3)"; \
+mv "$(1)" "$(1)-$(3)"; \
+}; \
+ln -sf "$$(basename "$(1)-$(3)")" "$(1)"
+endef

@@ -1,0 +1,230 @@
+// Package v1alpha1 is the routing document: the whole configuration of a
+// warmroute router, written by the operator into the routing ConfigMap and
+// read by every router replica (and the LoRA agent in each vLLM pod).
+//
+// It is the only contract between the controller and the router, so it is
+// versioned, decoded strictly and validated before use: a router that cannot
+// understand a document keeps serving with the last one it could.
+package v1alpha1
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+)
+
+const (
+	// APIVersion and Kind identify the document; a router refuses any other.
+	APIVersion = "routing.warmroute.dev/v1alpha1"
+	Kind       = "RoutingConfig"
+
+	// ConfigMapKey is the key of the document in the routing ConfigMap.
+	ConfigMapKey = "routing.json"
+
+	// Bounds shared with the LLMEndpoint API (spec.routing.prefixAware).
+	MinPrefixLength          = 1024
+	MaxPrefixLength          = 65536
+	DefaultPrefixLength      = 4096
+	MinConcurrencyThreshold  = 1
+	MaxConcurrencyThreshold  = 1024
+	DefaultConcurrencyThresh = 10
+)
+
+// Strategy is how the router picks an instance for a request.
+type Strategy string
+
+const (
+	StrategyRandom                   Strategy = "RANDOM"
+	StrategyLeastOutstandingRequests Strategy = "LEAST_OUTSTANDING_REQUESTS"
+	StrategyPrefixAware              Strategy = "PREFIX_AWARE"
+)
+
+// Valid reports whether s is one of the known strategies.
+func (s Strategy) Valid() bool {
+	switch s {
+	case StrategyRandom, StrategyLeastOutstandingRequests, StrategyPrefixAware:
+		return true
+	}
+	return false
+}
+
+// Document is the routing configuration of one LLMEndpoint.
+type Document struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Endpoint is "namespace/name" of the LLMEndpoint, for logs and metrics.
+	Endpoint string `json:"endpoint"`
+	// Generation is the LLMEndpoint's metadata.generation this was built from.
+	Generation int64 `json:"generation"`
+	// Model is the served model name clients send as "model".
+	Model string `json:"model"`
+	// Strategy is the routing strategy.
+	Strategy Strategy `json:"strategy"`
+	// PrefixAware tunes the PREFIX_AWARE strategy (and the load guard).
+	PrefixAware PrefixAware `json:"prefixAware"`
+	// HashSeed seeds every hash, so that all router replicas agree.
+	HashSeed uint64 `json:"hashSeed"`
+	// Instances are the ready, non-terminating vLLM instances, ordered by ID.
+	Instances []Instance `json:"instances"`
+	// Adapters are the LoRA adapters and the instances that hold them.
+	Adapters []Adapter `json:"adapters,omitempty"`
+}
+
+// PrefixAware holds the prefix-aware routing parameters.
+type PrefixAware struct {
+	// PrefixLength is how much of a request forms its routing key: bytes of
+	// the raw body on /invocations, characters of message text on the
+	// OpenAI API.
+	PrefixLength int `json:"prefixLength"`
+	// ConcurrencyThreshold is the most in-flight requests the preferred
+	// instance may have before a request overflows to another instance.
+	ConcurrencyThreshold int `json:"concurrencyThreshold"`
+}
+
+// Instance is one vLLM server.
+type Instance struct {
+	// ID is stable for the instance's life (the pod name).
+	ID string `json:"id"`
+	// Address is host:port of its HTTP server.
+	Address string `json:"address"`
+	// Weight scales its share of keys; 0 means 1.
+	Weight int `json:"weight,omitempty"`
+}
+
+// Adapter is a LoRA adapter served on a subset of the instances.
+type Adapter struct {
+	// Name is what clients send as "model".
+	Name string `json:"name"`
+	// URI is where the adapter's weights come from.
+	URI string `json:"uri,omitempty"`
+	// Desired are the IDs of the instances that should hold the adapter
+	// (its placement); the LoRA agent on each instance loads what names it.
+	Desired []string `json:"desired,omitempty"`
+	// Ready are the IDs of the instances where the adapter is loaded; the
+	// router sends the adapter's requests only to these.
+	Ready []string `json:"ready,omitempty"`
+}
+
+// Decode parses and validates a document, refusing unknown fields so that a
+// typo or a newer schema is noticed instead of silently ignored.
+func Decode(data []byte) (*Document, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var d Document
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("decode routing document: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode routing document: trailing data after the document")
+	}
+	d.Default()
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Encode renders the document deterministically (same content, same bytes),
+// which lets the operator skip writes when nothing changed.
+func (d *Document) Encode() ([]byte, error) {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode routing document: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Default fills zero values with the API's defaults.
+func (d *Document) Default() {
+	if d.Strategy == "" {
+		d.Strategy = StrategyPrefixAware
+	}
+	if d.PrefixAware.PrefixLength == 0 {
+		d.PrefixAware.PrefixLength = DefaultPrefixLength
+	}
+	if d.PrefixAware.ConcurrencyThreshold == 0 {
+		d.PrefixAware.ConcurrencyThreshold = DefaultConcurrencyThresh
+	}
+}
+
+// Validate checks the document, naming the offending field.
+func (d *Document) Validate() error {
+	var errs []error
+	if d.APIVersion != APIVersion {
+		errs = append(errs, fmt.Errorf("apiVersion: %q, want %q", d.APIVersion, APIVersion))
+	}
+	if d.Kind != Kind {
+		errs = append(errs, fmt.Errorf("kind: %q, want %q", d.Kind, Kind))
+	}
+	if !d.Strategy.Valid() {
+		errs = append(errs, fmt.Errorf("strategy: %q is not one of RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE", d.Strategy))
+	}
+	if p := d.PrefixAware.PrefixLength; p < MinPrefixLength || p > MaxPrefixLength {
+		errs = append(errs, fmt.Errorf("prefixAware.prefixLength: %d is outside %d..%d", p, MinPrefixLength, MaxPrefixLength))
+	}
+	if c := d.PrefixAware.ConcurrencyThreshold; c < MinConcurrencyThreshold || c > MaxConcurrencyThreshold {
+		errs = append(errs, fmt.Errorf("prefixAware.concurrencyThreshold: %d is outside %d..%d", c, MinConcurrencyThreshold, MaxConcurrencyThreshold))
+	}
+	ids := make(map[string]bool, len(d.Instances))
+	for i, in := range d.Instances {
+		switch {
+		case in.ID == "":
+			errs = append(errs, fmt.Errorf("instances[%d].id: must not be empty", i))
+		case ids[in.ID]:
+			errs = append(errs, fmt.Errorf("instances[%d].id: duplicate %q", i, in.ID))
+		}
+		ids[in.ID] = true
+		if err := validAddress(in.Address); err != nil {
+			errs = append(errs, fmt.Errorf("instances[%d].address: %w", i, err))
+		}
+		if in.Weight < 0 {
+			errs = append(errs, fmt.Errorf("instances[%d].weight: %d must not be negative", i, in.Weight))
+		}
+	}
+	names := make(map[string]bool, len(d.Adapters))
+	for i, a := range d.Adapters {
+		switch {
+		case a.Name == "":
+			errs = append(errs, fmt.Errorf("adapters[%d].name: must not be empty", i))
+		case a.Name == d.Model:
+			errs = append(errs, fmt.Errorf("adapters[%d].name: %q is the base model's name", i, a.Name))
+		case names[a.Name]:
+			errs = append(errs, fmt.Errorf("adapters[%d].name: duplicate %q", i, a.Name))
+		}
+		names[a.Name] = true
+		for j, id := range a.Ready {
+			if !ids[id] {
+				errs = append(errs, fmt.Errorf("adapters[%d].ready[%d]: %q is not an instance", i, j, id))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid routing document: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func validAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q has no valid port", addr)
+	}
+	return nil
+}
+
+// InstanceWeight is the instance's weight with the default applied.
+func (in Instance) InstanceWeight() int {
+	if in.Weight <= 0 {
+		return 1
+	}
+	return in.Weight
+}

@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package controlplane only pins the commands that hack/build-controlplane.sh
+// builds, so that `go mod tidy` keeps their dependencies.
+package controlplane
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
