@@ -1,0 +1,460 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The bounds and defaults below repeat constants of the routing document
+// (api/routing/v1alpha1) because kubebuilder markers must be literals;
+// TestCRDBoundsMatchRoutingDocument keeps the generated CRD and those
+// constants in step.
+
+// LLMEndpoint is one model served by a fleet of vLLM instances (prefix
+// caching always on) behind a prefix-aware router. The operator creates the
+// vLLM Deployment, the router Deployment, the Services and the routing
+// ConfigMap, and keeps them true to the spec.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=llme,categories=warmroute
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`,description="vLLM instances that are ready and receive traffic"
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,description="Desired vLLM instances"
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.routing.strategy`,description="Routing strategy"
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,description="In-cluster URL clients call"
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 55",message="metadata.name must be at most 55 characters: it prefixes the names of the objects the operator creates"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): it names the endpoint's Service"
+// +kubebuilder:validation:XValidation:rule="!self.metadata.name.endsWith('-vllm')",message="metadata.name must not end in '-vllm': that suffix names the instances' headless Service"
+type LLMEndpoint struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired endpoint.
+	// +required
+	Spec LLMEndpointSpec `json:"spec"`
+
+	// status is what the operator observed, rebuilt from the cluster on every
+	// reconcile.
+	// +optional
+	Status LLMEndpointStatus `json:"status,omitempty"`
+}
+
+// LLMEndpointSpec is the desired state of an LLMEndpoint.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.loraAdapters) || self.loraAdapters.all(a, a.name != self.model.name)",message="spec.loraAdapters[].name must differ from spec.model.name: clients select an adapter by sending its name as the model",fieldPath=".loraAdapters"
+type LLMEndpointSpec struct {
+	// replicas is the number of vLLM instances. Prefix-aware routing needs at
+	// least two to matter; with one the endpoint reports Degraded. It is the
+	// scale subresource's spec.replicas, so `kubectl scale` and a
+	// HorizontalPodAutoscaler can drive it. Defaults to 2.
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=512
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// model is the base model every instance serves and how vLLM runs it.
+	// +required
+	Model ModelSpec `json:"model"`
+
+	// routing is how the router spreads requests over the instances.
+	// +kubebuilder:default={}
+	// +optional
+	Routing RoutingSpec `json:"routing,omitempty"`
+
+	// loraAdapters are LoRA adapters served on top of the base model; clients
+	// select one by sending its name as the model. Each is placed on
+	// `replicas` instances and loaded there at runtime, so adding or removing
+	// an adapter restarts no instance.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	// +optional
+	LoRAAdapters []LoRAAdapter `json:"loraAdapters,omitempty"`
+
+	// router is the prefix-aware router in front of the instances.
+	// +kubebuilder:default={}
+	// +optional
+	Router RouterSpec `json:"router,omitempty"`
+}
+
+// ModelSpec describes the base model and the vLLM server that serves it.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.tensorParallelSize) || self.tensorParallelSize <= (has(self.gpus) ? self.gpus : 1)",message="spec.model.tensorParallelSize must not exceed spec.model.gpus: each tensor-parallel rank needs its own GPU",fieldPath=".tensorParallelSize"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxLoraRank) || has(self.maxLoras)",message="spec.model.maxLoraRank needs spec.model.maxLoras (which enables LoRA)",fieldPath=".maxLoraRank"
+type ModelSpec struct {
+	// name is the served model name: what clients send as "model".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9_.:/]*$`
+	// +required
+	Name string `json:"name"`
+
+	// uri is where the weights come from: a Hugging Face repository id
+	// ("org/model", optionally "hf://org/model"), "pvc://claim/path" for a
+	// PersistentVolumeClaim in the endpoint's namespace (mounted read-only),
+	// or an absolute path inside the image.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?$') || self.matches('^(hf://)?[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$')",message="spec.model.uri must be a Hugging Face id (org/model or hf://org/model), pvc://claim/path, or an absolute path in the image"
+	// +required
+	URI string `json:"uri"`
+
+	// image is the vLLM server image. Defaults to the operator's pinned vLLM
+	// image (flag --vllm-image).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// gpus is the number of GPUs per instance (the nvidia.com/gpu limit).
+	// 0 runs on CPU. Defaults to 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	GPUs *int32 `json:"gpus,omitempty"`
+
+	// tensorParallelSize is vLLM's --tensor-parallel-size. Defaults to gpus
+	// (1 on CPU).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	TensorParallelSize *int32 `json:"tensorParallelSize,omitempty"`
+
+	// maxModelLen is vLLM's --max-model-len, the context length in tokens.
+	// Defaults to the model's own.
+	// +kubebuilder:validation:Minimum=128
+	// +kubebuilder:validation:Maximum=10485760
+	// +optional
+	MaxModelLen *int32 `json:"maxModelLen,omitempty"`
+
+	// maxLoras is vLLM's --max-loras, how many LoRA adapters an instance
+	// keeps in GPU memory at once. Setting it enables LoRA with runtime
+	// adapter loading even before spec.loraAdapters lists any, so that the
+	// first adapter restarts no instance. When unset and adapters are
+	// listed, LoRA is enabled with vLLM's default.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	MaxLoras *int32 `json:"maxLoras,omitempty"`
+
+	// maxLoraRank is vLLM's --max-lora-rank, the highest adapter rank the
+	// instances accept.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=512
+	// +optional
+	MaxLoraRank *int32 `json:"maxLoraRank,omitempty"`
+
+	// args are extra vLLM flags, appended after the ones the operator sets.
+	// Flags the operator owns (--host, --port, --served-model-name,
+	// --tensor-parallel-size, --max-model-len) and disabling prefix caching
+	// are refused.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^(--host|--port|--served-model-name|--tensor-parallel-size|-tp|--max-model-len)(=.*)?$'))",message="spec.model.args must not set --host, --port, --served-model-name, --tensor-parallel-size or --max-model-len: the operator sets them from the spec"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--no-enable-prefix-caching(=.*)?$') && !a.matches('^--enable-prefix-caching=.*$'))",message="spec.model.args must not disable prefix caching: warmroute always enables it"
+	// +listType=atomic
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// env are extra environment variables for the vLLM container; one with
+	// the name of a variable the operator sets replaces it.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// resources are the vLLM container's CPU and memory requests and limits.
+	// The nvidia.com/gpu limit comes from gpus and overrides any set here.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// hfTokenSecretRef names a Secret key holding a Hugging Face token, given
+	// to vLLM as HF_TOKEN to download gated models.
+	// +optional
+	HFTokenSecretRef *SecretKeyRef `json:"hfTokenSecretRef,omitempty"`
+
+	// nodeSelector constrains the instances to nodes with these labels.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations let the instances run on tainted (typically GPU) nodes.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// terminationGracePeriodSeconds is how long a leaving instance may
+	// finish the requests it has: it leaves the routing configuration as soon
+	// as it is terminating and is stopped after this. Defaults to 180.
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+}
+
+// SecretKeyRef selects a key of a Secret in the LLMEndpoint's namespace.
+type SecretKeyRef struct {
+	// name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+
+	// key is the key within the Secret. Defaults to "token".
+	// +kubebuilder:default=token
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// RoutingStrategy is how the router picks an instance for a request. The
+// names follow Amazon SageMaker's RoutingStrategy.
+// +kubebuilder:validation:Enum=RANDOM;LEAST_OUTSTANDING_REQUESTS;PREFIX_AWARE
+type RoutingStrategy string
+
+const (
+	// RoutingStrategyRandom sends each request to a uniformly random instance.
+	RoutingStrategyRandom RoutingStrategy = "RANDOM"
+	// RoutingStrategyLeastOutstandingRequests sends each request to the
+	// instance with the fewest requests in flight.
+	RoutingStrategyLeastOutstandingRequests RoutingStrategy = "LEAST_OUTSTANDING_REQUESTS"
+	// RoutingStrategyPrefixAware sends requests that share a prompt prefix to
+	// the same instance, where vLLM's prefix cache already holds it.
+	RoutingStrategyPrefixAware RoutingStrategy = "PREFIX_AWARE"
+)
+
+// RoutingSpec configures the router.
+type RoutingSpec struct {
+	// strategy is RANDOM, LEAST_OUTSTANDING_REQUESTS or PREFIX_AWARE.
+	// Defaults to PREFIX_AWARE.
+	// +kubebuilder:default=PREFIX_AWARE
+	// +optional
+	Strategy RoutingStrategy `json:"strategy,omitempty"`
+
+	// prefixAware tunes the PREFIX_AWARE strategy and the overload guard.
+	// +kubebuilder:default={}
+	// +optional
+	PrefixAware PrefixAwareSpec `json:"prefixAware,omitempty"`
+}
+
+// PrefixAwareSpec tunes prefix-aware routing.
+type PrefixAwareSpec struct {
+	// prefixLength is how much of a request forms its routing key: bytes of
+	// the raw body, or characters of message text on the OpenAI API. Longer
+	// keys separate requests that share a short prefix; shorter keys group
+	// more requests. 1024 to 65536, defaults to 4096.
+	// +kubebuilder:default=4096
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
+
+	// concurrencyThreshold is the most requests in flight the preferred
+	// instance may have before a request overflows to the next instance in
+	// its order. 1 to 1024; the operator uses 10 when unset.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	ConcurrencyThreshold *int32 `json:"concurrencyThreshold,omitempty"`
+}
+
+// LoRAAdapter is a LoRA adapter served on a subset of the instances.
+type LoRAAdapter struct {
+	// name is what clients send as "model" to use the adapter.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9_.:/]*$`
+	// +required
+	Name string `json:"name"`
+
+	// uri is where the adapter's weights come from: a Hugging Face id,
+	// pvc://claim/path, or an absolute path inside the image.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?$') || self.matches('^(hf://)?[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$')",message="spec.loraAdapters[].uri must be a Hugging Face id (org/adapter or hf://org/adapter), pvc://claim/path, or an absolute path in the image"
+	// +required
+	URI string `json:"uri"`
+
+	// replicas is how many instances should hold the adapter; it is capped
+	// at the number of instances. Defaults to 1.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=512
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+}
+
+// RouterSpec configures the router Deployment and the client-facing Service.
+type RouterSpec struct {
+	// replicas is the number of router instances; they share the routing
+	// configuration and agree on placement. The operator uses 2 when unset.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// image is the router image. Defaults to the operator's router image
+	// (flag --router-image).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// resources are the router container's requests and limits. Defaults to
+	// requests of 100m CPU and 128Mi memory.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// serviceType is the type of the client-facing Service: ClusterIP,
+	// NodePort or LoadBalancer. Defaults to ClusterIP.
+	// +kubebuilder:default=ClusterIP
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +optional
+	ServiceType corev1.ServiceType `json:"serviceType,omitempty"`
+
+	// port is the client-facing Service's port. Defaults to 80.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port *int32 `json:"port,omitempty"`
+}
+
+// Condition types of an LLMEndpoint.
+const (
+	// ConditionAvailable is True when the router is up and at least one
+	// instance is ready to serve.
+	ConditionAvailable = "Available"
+	// ConditionProgressing is True while instances or routers are being
+	// created, rolled out or scaled.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when the endpoint serves below what its spec
+	// asks for, or the operator cannot make it so.
+	ConditionDegraded = "Degraded"
+)
+
+// Condition reasons of an LLMEndpoint.
+const (
+	ReasonInstancesReady    = "InstancesReady"
+	ReasonNoReadyInstances  = "NoReadyInstances"
+	ReasonRouterUnavailable = "RouterUnavailable"
+	ReasonScaledToZero      = "ScaledToZero"
+	ReasonRollingOut        = "RollingOut"
+	ReasonScaling           = "Scaling"
+	ReasonRolloutComplete   = "RolloutComplete"
+	ReasonReconcileFailed   = "ReconcileFailed"
+	ReasonSingleInstance    = "SingleInstance"
+	ReasonInstancesUnready  = "InstancesUnready"
+	ReasonAsExpected        = "AsExpected"
+)
+
+// LLMEndpointStatus is the observed state of an LLMEndpoint.
+type LLMEndpointStatus struct {
+	// conditions are Available, Progressing and Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of vLLM instances that exist and are not
+	// terminating (the scale subresource's status.replicas).
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// readyReplicas is the number of instances in the routing configuration:
+	// ready and not terminating.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// selector is the label selector of the vLLM pods, in string form (the
+	// scale subresource's status.selector, which a HorizontalPodAutoscaler
+	// uses to find the pods' metrics).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// endpoint is the in-cluster URL clients call, e.g.
+	// http://support-bot.default.svc (OpenAI-compatible API under /v1).
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// routingConfigHash is a hash of the routing document the routers are
+	// given; it changes whenever the routing configuration does.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	RoutingConfigHash string `json:"routingConfigHash,omitempty"`
+
+	// instances are the vLLM instances that are not terminating, ordered by
+	// id; the ready ones are those the routers send traffic to.
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=1024
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
+}
+
+// InstanceStatus is one vLLM instance as the routers see it.
+type InstanceStatus struct {
+	// id is the instance's stable identity, its pod name.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	ID string `json:"id"`
+
+	// address is host:port of the instance's HTTP server; empty until the
+	// pod has an IP.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Address string `json:"address,omitempty"`
+
+	// ready is whether the instance is in the routing configuration.
+	// +required
+	Ready bool `json:"ready"`
+}
+
+// +kubebuilder:object:root=true
+
+// LLMEndpointList is a list of LLMEndpoints.
+type LLMEndpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the LLMEndpoints.
+	Items []LLMEndpoint `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&LLMEndpoint{}, &LLMEndpointList{})
+}
