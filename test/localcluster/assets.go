@@ -1,0 +1,52 @@
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// BinDir finds the control-plane binaries: $KUBEBUILDER_ASSETS when set, else
+// the cache that hack/build-controlplane.sh fills (building it the first
+// time, which takes ~20 minutes). Tests call it so that a bare `go test`
+// works as well as `make test`.
+func BinDir() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, "hack", "build-controlplane.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/build-controlplane.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// RepoRoot is the checkout this package lives in (found from the working
+// directory upwards), for tests that need config/ or hack/.
+func RepoRoot() (string, error) { return repoRoot() }
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "build-controlplane.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("localcluster: not inside the warmroute checkout")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,393 @@
+// Package localcluster starts a working Kubernetes cluster on this machine
+// from binaries built by hack/build-controlplane.sh: etcd and kube-apiserver
+// (through controller-runtime's envtest), kube-controller-manager,
+// kube-scheduler, and KWOK playing the kubelet for fake GPU nodes.
+//
+// Pods get IPs inside a loopback range (127.1.0.0/16 by default), so a test
+// can bind a real server on each pod's own address and send it traffic.
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// GPUResource is the extended resource the fake nodes advertise.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// fakeNodeAnnotation marks the nodes KWOK manages (and only those).
+const fakeNodeAnnotation = "kwok.x-k8s.io/node"
+
+// Options says what to start. The zero value starts only etcd and the API
+// server, like envtest; set the booleans for a cluster that runs pods.
+type Options struct {
+	// BinDir holds the binaries; default $KUBEBUILDER_ASSETS.
+	BinDir string
+	// WorkDir receives the kubeconfig, logs and state; default a new temp dir
+	// (removed by Stop).
+	WorkDir string
+	// CRDDirectoryPaths are installed before Start returns.
+	CRDDirectoryPaths []string
+	// Nodes is the number of fake GPU nodes (default 2) and GPUsPerNode the
+	// nvidia.com/gpu capacity of each (default 8).
+	Nodes       int
+	GPUsPerNode int
+	// PodCIDR is where pod IPs come from; keep it in 127.0.0.0/8 so that pod
+	// addresses are reachable on this machine. Default 127.1.0.1/16.
+	PodCIDR string
+	// ControllerManager runs kube-controller-manager (Deployments,
+	// ReplicaSets, garbage collection, HorizontalPodAutoscalers).
+	ControllerManager bool
+	// Scheduler runs kube-scheduler.
+	Scheduler bool
+	// KWOK runs KWOK and creates the fake nodes.
+	KWOK bool
+}
+
+// Full is the option set for a cluster that runs Deployments end to end.
+func Full() Options {
+	return Options{ControllerManager: true, Scheduler: true, KWOK: true}
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	// Config is an admin client config for the API server.
+	Config *rest.Config
+	// KubeconfigPath is an admin kubeconfig file that kubectl accepts.
+	KubeconfigPath string
+	// WorkDir holds the kubeconfig, a log per process and state.json.
+	WorkDir string
+
+	env          *envtest.Environment
+	procs        []*process
+	envPIDs      []int
+	ownedWorkDir bool
+}
+
+// State is what `localcluster down` needs to stop a cluster another process
+// started; it is written to WorkDir/state.json.
+type State struct {
+	OwnerPID   int    `json:"ownerPID"`
+	Kubeconfig string `json:"kubeconfig"`
+	PIDs       []int  `json:"pids"`
+}
+
+// Start brings a cluster up and waits until it is usable: the API server
+// answers and, with KWOK, every fake node is Ready.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	opts.defaults()
+	if opts.BinDir == "" {
+		return nil, errors.New("localcluster: no binaries: set Options.BinDir or KUBEBUILDER_ASSETS (run hack/build-controlplane.sh)")
+	}
+	c = &Cluster{}
+	if opts.WorkDir == "" {
+		if opts.WorkDir, err = os.MkdirTemp("", "warmroute-cluster-"); err != nil {
+			return nil, err
+		}
+		c.ownedWorkDir = true
+	} else if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	c.WorkDir = opts.WorkDir
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory: opts.BinDir,
+		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
+		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
+	}
+	before := childPIDs()
+	if c.Config, err = c.env.Start(); err != nil {
+		return nil, fmt.Errorf("start etcd and kube-apiserver: %w", err)
+	}
+	c.envPIDs = newChildPIDs(before)
+
+	admin, err := c.env.AddUser(envtest.User{Name: "warmroute-admin", Groups: []string{"system:masters"}}, c.Config)
+	if err != nil {
+		return nil, fmt.Errorf("create admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("render kubeconfig: %w", err)
+	}
+	c.KubeconfigPath = filepath.Join(c.WorkDir, "kubeconfig")
+	if err := os.WriteFile(c.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	c.Config = admin.Config()
+
+	if opts.ControllerManager {
+		if err := c.run("kube-controller-manager", opts.BinDir, controllerManagerArgs(c.KubeconfigPath)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Scheduler {
+		if err := c.run("kube-scheduler", opts.BinDir, schedulerArgs(c.KubeconfigPath)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.KWOK {
+		if err := c.run("kwok", opts.BinDir, kwokArgs(c.KubeconfigPath, opts)); err != nil {
+			return nil, err
+		}
+		if err := c.createNodes(ctx, opts); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.writeState(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (o *Options) defaults() {
+	if o.BinDir == "" {
+		o.BinDir = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	if o.GPUsPerNode == 0 {
+		o.GPUsPerNode = 8
+	}
+	if o.PodCIDR == "" {
+		o.PodCIDR = "127.1.0.1/16"
+	}
+}
+
+func controllerManagerArgs(kubeconfig string) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		// No token controller: envtest's API server admits pods without
+		// service account tokens. No node IPAM: KWOK assigns pod IPs itself.
+		"--controllers=*,-serviceaccount-token,-nodeipam",
+		"--leader-elect=false",
+		// Port 0 disables the serving endpoint so that several clusters (one
+		// per test package) can run at once.
+		"--secure-port=0",
+		"--horizontal-pod-autoscaler-sync-period=2s",
+		"--concurrent-deployment-syncs=10",
+		"--concurrent-replicaset-syncs=10",
+	}
+}
+
+func schedulerArgs(kubeconfig string) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+	}
+}
+
+func kwokArgs(kubeconfig string, o Options) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--config=" + filepath.Join(o.BinDir, "kwok-stages.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + fakeNodeAnnotation + "=fake",
+		"--node-ip=127.0.0.1",
+		"--cidr=" + o.PodCIDR,
+		"--server-address=127.0.0.1:0",
+	}
+}
+
+func (c *Cluster) run(name, binDir string, args []string) error {
+	p, err := startProcess(name, filepath.Join(binDir, name), args, c.WorkDir)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	// A bad flag or a missing binary shows up within a moment; say so then
+	// instead of timing out later on pods that never run.
+	time.Sleep(300 * time.Millisecond)
+	if ok, werr := p.exited(); ok {
+		return fmt.Errorf("%s exited at start (%v); see %s", name, werr, filepath.Join(c.WorkDir, name+".log"))
+	}
+	return nil
+}
+
+// NodeName is the name of the i-th fake node.
+func NodeName(i int) string { return "gpu-node-" + strconv.Itoa(i) }
+
+func (c *Cluster) createNodes(ctx context.Context, o Options) error {
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	for i := range o.Nodes {
+		node := fakeNode(NodeName(i), o.GPUsPerNode)
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", node.Name, err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil && countReady(nodes.Items) == o.Nodes {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fake nodes not Ready within 60s; see %s", filepath.Join(c.WorkDir, "kwok.log"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func fakeNode(name string, gpus int) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+		GPUResource:           *resource.NewQuantity(int64(gpus), resource.DecimalSI),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{fakeNodeAnnotation: "fake"},
+			Labels: map[string]string{
+				"type":                        "kwok",
+				"kubernetes.io/hostname":      name,
+				"kubernetes.io/os":            "linux",
+				"kubernetes.io/arch":          "amd64",
+				"topology.kubernetes.io/zone": "local",
+			},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+}
+
+func countReady(nodes []corev1.Node) int {
+	n := 0
+	for _, node := range nodes {
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// PIDs lists every process the cluster started.
+func (c *Cluster) PIDs() []int {
+	pids := append([]int(nil), c.envPIDs...)
+	for _, p := range c.procs {
+		pids = append(pids, p.pid())
+	}
+	return pids
+}
+
+func (c *Cluster) writeState() error {
+	b, err := json.MarshalIndent(State{OwnerPID: os.Getpid(), Kubeconfig: c.KubeconfigPath, PIDs: c.PIDs()}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.WorkDir, "state.json"), b, 0o644)
+}
+
+// Stop ends every process the cluster started, in reverse order, and waits
+// until each is gone. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if err := c.procs[i].stop(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.procs = nil
+	if c.env != nil {
+		if err := c.env.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop etcd and kube-apiserver: %w", err))
+		}
+		c.env = nil
+	}
+	// envtest stops its processes gently; make sure, since a leftover API
+	// server would hold its port and etcd its data directory.
+	for _, pid := range c.envPIDs {
+		killAndWait(pid)
+	}
+	if c.ownedWorkDir && c.WorkDir != "" {
+		_ = os.RemoveAll(c.WorkDir)
+	}
+	return errors.Join(errs...)
+}
+
+// StopFromState stops the cluster described by a state file written by
+// another process (`localcluster down`).
+func StopFromState(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	// The owner stops its cluster cleanly on SIGTERM; then make sure.
+	if s.OwnerPID > 0 && s.OwnerPID != os.Getpid() && processAlive(s.OwnerPID) {
+		killAndWaitSignal(s.OwnerPID, 15*time.Second)
+	}
+	for _, pid := range s.PIDs {
+		killAndWait(pid)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+func killAndWait(pid int) { killAndWaitSignal(pid, 5*time.Second) }
+
+func childPIDs() map[int]bool {
+	out := map[int]bool{}
+	entries, _ := os.ReadDir("/proc")
+	me := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(me) {
+			out[pid] = true
+		}
+	}
+	return out
+}
+
+func newChildPIDs(before map[int]bool) []int {
+	var pids []int
+	for pid := range childPIDs() {
+		if !before[pid] {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
