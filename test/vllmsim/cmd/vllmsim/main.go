@@ -1,0 +1,100 @@
+// Command vllmsim serves one simulated vLLM instance; see package
+// github.com/warmroute/warmroute/test/vllmsim for the model.
+//
+//	vllmsim --listen 127.1.0.5:8000 --instance-id pod-3 --time-scale 0.01
+//
+// It stops gracefully on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/warmroute/warmroute/test/vllmsim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "vllmsim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	var (
+		cfg         vllmsim.Config
+		decodeMs    float64
+		overheadMs  float64
+		loraFail    string
+		loraModules listFlag
+		loraDelay   time.Duration
+	)
+	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
+	fs.StringVar(&cfg.Listen, "listen", vllmsim.DefaultListen, "address to listen on")
+	fs.StringVar(&cfg.Model, "model", vllmsim.DefaultModel, "served base model name")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "identity reported in the X-Vllmsim-Instance header (default: the listen address)")
+	fs.IntVar(&cfg.CacheTokens, "cache-tokens", vllmsim.DefaultCacheTokens, "KV-cache capacity in tokens")
+	fs.IntVar(&cfg.BlockSize, "block-size", vllmsim.DefaultBlockSize, "tokens per KV block")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", vllmsim.DefaultMaxModelLen, "maximum prompt plus completion tokens")
+	fs.IntVar(&cfg.CharsPerToken, "chars-per-token", vllmsim.DefaultCharsPerToken, "bytes of text per simulated token")
+	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", vllmsim.DefaultPrefillTokensPerSec, "prefill throughput, simulated tokens per second")
+	fs.Float64Var(&decodeMs, "decode-ms-per-token", float64(vllmsim.DefaultDecodeStep)/float64(time.Millisecond), "duration of a decoding engine step (inter-token latency), simulated milliseconds")
+	fs.Float64Var(&overheadMs, "step-overhead-ms", float64(vllmsim.DefaultStepOverhead)/float64(time.Millisecond), "fixed cost of a prefill-only engine step, simulated milliseconds")
+	fs.IntVar(&cfg.MaxRunning, "max-running", vllmsim.DefaultMaxRunning, "maximum running requests (vLLM --max-num-seqs); the rest wait")
+	fs.IntVar(&cfg.MaxBatchedTokens, "max-batched-tokens", vllmsim.DefaultMaxBatchedTokens, "token budget per engine step (vLLM --max-num-batched-tokens)")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", vllmsim.DefaultMaxTokens, "completion length when a request sets no max_tokens")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", 1, "wall-clock seconds per simulated second (0.01 runs 100x faster)")
+	fs.IntVar(&cfg.MaxLoRAs, "max-loras", 0, "maximum resident LoRA adapters; 0 means unlimited")
+	fs.Var(&loraModules, "lora-modules", "adapter loaded at start, as name=path; repeatable")
+	fs.StringVar(&loraFail, "lora-fail", "", "comma-separated adapter names whose load fails")
+	fs.DurationVar(&loraDelay, "lora-load-delay", 0, "simulated time an adapter load takes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.DecodeStep = time.Duration(decodeMs * float64(time.Millisecond))
+	cfg.StepOverhead = time.Duration(overheadMs * float64(time.Millisecond))
+	cfg.LoRALoadDelay = loraDelay
+	if loraFail != "" {
+		cfg.LoRAFail = strings.Split(loraFail, ",")
+	}
+	if len(loraModules) > 0 {
+		cfg.LoRAModules = make(map[string]string)
+		for _, m := range loraModules {
+			name, path, ok := strings.Cut(m, "=")
+			if !ok || name == "" || path == "" {
+				return fmt.Errorf("--lora-modules %q: want name=path", m)
+			}
+			cfg.LoRAModules[name] = path
+		}
+	}
+
+	srv, err := vllmsim.Start(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "vllmsim: serving %s on %s as %s\n", srv.Config().Model, srv.URL(), srv.Config().InstanceID)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

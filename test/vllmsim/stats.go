@@ -1,0 +1,115 @@
+package vllmsim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Stats is a snapshot of the numbers a benchmark reads from an instance.
+// Token counts are cumulative since start.
+type Stats struct {
+	// Requests is the number of requests finished successfully.
+	Requests int64
+	// PromptTokens and GenerationTokens count finished requests' tokens.
+	PromptTokens, GenerationTokens int64
+	// PrefixCacheQueries and PrefixCacheHits are prompt tokens looked up in
+	// the prefix cache and found there, counted at admission.
+	PrefixCacheQueries, PrefixCacheHits int64
+	// Running and Waiting are the requests in the batch and in the queue.
+	Running, Waiting int
+	// KVCacheUsage is the fraction of KV blocks held by running requests.
+	KVCacheUsage float64
+}
+
+// HitRate is the token-weighted prefix-cache hit rate, 0 before any query.
+func (s Stats) HitRate() float64 {
+	if s.PrefixCacheQueries == 0 {
+		return 0
+	}
+	return float64(s.PrefixCacheHits) / float64(s.PrefixCacheQueries)
+}
+
+// Stats returns the server's current numbers without a scrape.
+func (s *Server) Stats() Stats {
+	e := s.engine
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.counters
+	return Stats{
+		Requests: c.requests, PromptTokens: c.promptTokens, GenerationTokens: c.generationTokens,
+		PrefixCacheQueries: c.queries, PrefixCacheHits: c.hits,
+		Running: len(e.running), Waiting: len(e.waiting),
+		KVCacheUsage: float64(e.pool.inUse()) / float64(e.pool.capacity),
+	}
+}
+
+// ScrapeStats reads Stats from the /metrics endpoint of a simulator, or of
+// a vLLM server, at baseURL.
+func ScrapeStats(ctx context.Context, client *http.Client, baseURL string) (Stats, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
+	if err != nil {
+		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return Stats{}, fmt.Errorf("scrape %s: status %s", baseURL, resp.Status)
+	}
+	st, err := ParseStats(resp.Body)
+	if err != nil {
+		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
+	}
+	return st, nil
+}
+
+// ParseStats reads Stats from Prometheus text exposition, summing each
+// metric over its series.
+func ParseStats(r io.Reader) (Stats, error) {
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return Stats{}, fmt.Errorf("parse metrics: %w", err)
+	}
+	sum := func(name string) float64 {
+		var total float64
+		f := families[name]
+		if f == nil {
+			return 0
+		}
+		for _, m := range f.GetMetric() {
+			total += metricValue(m)
+		}
+		return total
+	}
+	return Stats{
+		Requests:           int64(sum(MetricRequestSuccess)),
+		PromptTokens:       int64(sum(MetricPromptTokens)),
+		GenerationTokens:   int64(sum(MetricGenerationTokens)),
+		PrefixCacheQueries: int64(sum(MetricPrefixCacheQueries)),
+		PrefixCacheHits:    int64(sum(MetricPrefixCacheHits)),
+		Running:            int(sum(MetricRequestsRunning)),
+		Waiting:            int(sum(MetricRequestsWaiting)),
+		KVCacheUsage:       sum(MetricKVCacheUsage),
+	}, nil
+}
+
+func metricValue(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
