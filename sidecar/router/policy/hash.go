@@ -1,0 +1,74 @@
+// Package policy decides which instance serves a request. It is pure Go over
+// plain structs — no net/http, no Kubernetes types — so that every strategy
+// can be table-tested and benchmarked without a network.
+package policy
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// mix64 is the splitmix64 finaliser: it turns correlated inputs (a key XOR an
+// instance hash) into independent-looking uniform 64-bit values, which is all
+// rendezvous hashing needs and is much cheaper than hashing bytes again.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// hashString hashes s under seed, so that all replicas with the same
+// HashSeed agree and different endpoints do not.
+func hashString(seed uint64, s string) uint64 {
+	var d xxhash.Digest
+	var b [8]byte
+	d.ResetWithSeed(seed)
+	binary.LittleEndian.PutUint64(b[:], seed)
+	_, _ = d.Write(b[:])
+	_, _ = d.WriteString(s)
+	return d.Sum64()
+}
+
+// ScopeSeed is the first link of a request's block chain. Model (or
+// adapter) and tenant are part of it, so identical text from different
+// tenants or adapters never shares a chain, exactly as vLLM keeps their KV
+// blocks apart (LoRA name and cache_salt are extra keys of its first block).
+func ScopeSeed(hashSeed uint64, model, tenant string) uint64 {
+	return hashString(hashSeed, model+"\x00"+tenant)
+}
+
+// BlockChain appends to dst the chained hashes of text cut into blocks of
+// blockSize bytes (the last one may be partial): h[i] = xxh(h[i-1] ‖ block i).
+// Chaining makes a block's hash stand for the whole beginning up to it, so
+// two requests share h[i] only if they share their first i+1 blocks.
+func BlockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
+	var d xxhash.Digest
+	var b [8]byte
+	h := seed
+	for off := 0; off < len(text); off += blockSize {
+		end := min(off+blockSize, len(text))
+		binary.LittleEndian.PutUint64(b[:], h)
+		d.Reset()
+		_, _ = d.Write(b[:])
+		_, _ = d.Write(text[off:end])
+		h = d.Sum64()
+		dst = append(dst, h)
+	}
+	return dst
+}
+
+// hrwScore is the weighted rendezvous score of key on an instance: the
+// instance with the highest score owns the key. With equal weights the
+// -w/ln(u) form orders instances exactly as the raw hash would, and with
+// unequal ones each instance wins in proportion to its weight (Schindelhauer
+// and Schomaker's logarithmic method), so resizing still moves only the keys
+// of the instance that came or went.
+func hrwScore(key, instanceHash uint64, weight float64) float64 {
+	u := (float64(mix64(key^instanceHash)>>11) + 0.5) / (1 << 53)
+	return -weight / math.Log(u)
+}

@@ -1,0 +1,414 @@
+package policy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+func fleet(n int) []Instance {
+	out := make([]Instance, n)
+	for i := range out {
+		out[i] = Instance{ID: fmt.Sprintf("vllm-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1)}
+	}
+	return out
+}
+
+func newPolicy(t testing.TB, s Strategy, n int, tune Tuning) *Policy {
+	t.Helper()
+	p := New(tune)
+	if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n),
+		Adapters: map[string][]string{"lora-a": {"vllm-1", "vllm-3"}, "lora-empty": nil}}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func textReq(s string) Request { return Request{Text: []byte(s), WindowBytes: min(len(s), 4096)} }
+
+func pick(t testing.TB, p *Policy, r Request) *Choice {
+	t.Helper()
+	c, err := p.Pick(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func randomText(r *rand.Rand, n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz      "
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[r.IntN(len(letters))]
+	}
+	return string(b)
+}
+
+func TestModelResolution(t *testing.T) {
+	for _, s := range []Strategy{Random, LeastOutstandingRequests, PrefixAware, Baseline} {
+		p := newPolicy(t, s, 5, Tuning{})
+		for _, tc := range []struct {
+			model   string
+			err     error
+			allowed []string
+		}{
+			{"", nil, nil},
+			{"m", nil, nil},
+			{"lora-a", nil, []string{"vllm-1", "vllm-3"}},
+			{"lora-empty", ErrNoInstance, nil},
+			{"nope", ErrUnknownModel, nil},
+		} {
+			for i := range 50 {
+				c, err := p.Pick(Request{Model: tc.model, Text: fmt.Appendf(nil, "prompt %d", i), WindowBytes: 10})
+				if err != tc.err {
+					t.Fatalf("%s model %q: err %v, want %v", s, tc.model, err, tc.err)
+				}
+				if err != nil {
+					continue
+				}
+				if tc.allowed != nil && !containsID(tc.allowed, c.Instance().ID) {
+					t.Fatalf("%s model %q went to %s, outside the adapter set", s, tc.model, c.Instance().ID)
+				}
+				c.Done()
+			}
+		}
+	}
+}
+
+func containsID(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func TestStrategiesSpread(t *testing.T) {
+	for _, tc := range []struct {
+		s        Strategy
+		maxRatio float64
+	}{
+		{Random, 1.15},
+		{LeastOutstandingRequests, 1.15},
+		{PrefixAware, 1.08},
+		{Baseline, 1.15},
+	} {
+		t.Run(string(tc.s), func(t *testing.T) {
+			p := newPolicy(t, tc.s, 7, Tuning{})
+			r := rand.New(rand.NewPCG(1, 2))
+			counts := map[string]int{}
+			const n = 20000
+			for range n {
+				c := pick(t, p, textReq(randomText(r, 300)))
+				counts[c.Instance().ID]++
+				c.Done()
+			}
+			if got := maxOverAvg(counts, 7); got > tc.maxRatio {
+				t.Fatalf("max/avg share %.3f > %.2f: %v", got, tc.maxRatio, counts)
+			}
+		})
+	}
+}
+
+func maxOverAvg(counts map[string]int, n int) float64 {
+	total, most := 0, 0
+	for _, c := range counts {
+		total += c
+		most = max(most, c)
+	}
+	return float64(most) / (float64(total) / float64(n))
+}
+
+func TestLeastOutstandingPicksIdle(t *testing.T) {
+	p := newPolicy(t, LeastOutstandingRequests, 3, Tuning{})
+	held := []*Choice{}
+	for range 6 {
+		held = append(held, pick(t, p, textReq("x")))
+	}
+	for _, in := range p.Instances() {
+		if got := p.InFlight(in.ID); got != 2 {
+			t.Fatalf("%s has %d in flight, want 2 (evenly spread)", in.ID, got)
+		}
+	}
+	held[0].Done()
+	idle := held[0].Instance().ID
+	if c := pick(t, p, textReq("x")); c.Instance().ID != idle {
+		t.Fatalf("picked %s, want the least loaded %s", c.Instance().ID, idle)
+	}
+}
+
+func TestPrefixAffinityAndIsolation(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 8, Tuning{})
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 200 {
+		base := randomText(r, 2000)
+		first := pick(t, p, textReq(base+" question one"))
+		first.Done()
+		again := pick(t, p, textReq(base+" another, different question"))
+		again.Done()
+		if first.Instance().ID != again.Instance().ID {
+			t.Fatalf("key %d: requests sharing 2000 chars went to %s and %s", i, first.Instance().ID, again.Instance().ID)
+		}
+	}
+	// The same text for different tenants or adapters is placed
+	// independently: over many prompts, they must not always coincide.
+	same := 0
+	for range 400 {
+		text := randomText(r, 1000)
+		a := pick(t, p, Request{Text: []byte(text), WindowBytes: len(text), Tenant: "alice"})
+		b := pick(t, p, Request{Text: []byte(text), WindowBytes: len(text), Tenant: "bob"})
+		a.Done()
+		b.Done()
+		if a.Instance().ID == b.Instance().ID {
+			same++
+		}
+	}
+	if same > 400/8*2 {
+		t.Fatalf("tenants coincided on %d/400 prompts: not independent", same)
+	}
+}
+
+// TestDominantPrefixDoesNotMakeAHotSpot sends a system prompt shared by
+// every request (shorter and longer than the window) followed by one of many
+// users' conversations, and checks both the spread and per-user affinity.
+func TestDominantPrefixDoesNotMakeAHotSpot(t *testing.T) {
+	for _, systemLen := range []int{3000, 12000} {
+		t.Run(fmt.Sprintf("system=%d", systemLen), func(t *testing.T) {
+			p := newPolicy(t, PrefixAware, 7, Tuning{})
+			r := rand.New(rand.NewPCG(5, 6))
+			system := randomText(r, systemLen)
+			users := make([]string, 300)
+			for i := range users {
+				users[i] = randomText(r, 400)
+			}
+			home := map[int]string{}
+			counts := map[string]int{}
+			moved, total := 0, 0
+			for turn := range 12000 {
+				u := r.IntN(len(users))
+				text := system + users[u] + fmt.Sprintf(" turn %d", turn)
+				c := pick(t, p, Request{Text: []byte(text), WindowBytes: min(len(text), 4096)})
+				c.Done()
+				id := c.Instance().ID
+				if turn > 2000 {
+					counts[id]++
+					total++
+					if h, ok := home[u]; ok && h != id {
+						moved++
+					}
+				}
+				home[u] = id
+			}
+			if got := maxOverAvg(counts, 7); got > 1.10 {
+				t.Fatalf("max/avg share %.3f with a shared system prompt: %v", got, counts)
+			}
+			if frac := float64(moved) / float64(total); frac > 0.02 {
+				t.Fatalf("%.1f%% of follow-up turns changed instance", 100*frac)
+			}
+		})
+	}
+}
+
+func TestOverloadGuardSpillsAlongOwnOrder(t *testing.T) {
+	// ReplicaLoad so high that the hot key is never replicated on purpose:
+	// this tests the guard alone.
+	p := newPolicy(t, PrefixAware, 6, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
+	req := textReq(strings.Repeat("hot prefix ", 300))
+	var held []*Choice
+	for range 10 { // fill the preferred instance up to the threshold
+		c := pick(t, p, req)
+		if c.Spill != SpillNone {
+			t.Fatalf("spilled before the threshold: %s", c.Spill)
+		}
+		held = append(held, c)
+	}
+	preferred := held[0].Instance().ID
+	var second string
+	for i := range 2 { // within the bounded-load cap of the second choice
+		c := pick(t, p, req)
+		if c.Spill != SpillConcurrency {
+			t.Fatalf("spill %d: reason %q, want %q", i, c.Spill, SpillConcurrency)
+		}
+		if c.Instance().ID == preferred {
+			t.Fatal("spilled onto the full instance")
+		}
+		if second == "" {
+			second = c.Instance().ID
+		} else if c.Instance().ID != second {
+			t.Fatalf("spills went to %s and %s; a hot key must spill onto one second choice", second, c.Instance().ID)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.Done()
+	}
+	if c := pick(t, p, req); c.Instance().ID != preferred || c.Spill != SpillNone {
+		t.Fatalf("after load drained: %s (%q), want %s", c.Instance().ID, c.Spill, preferred)
+	}
+}
+
+func TestOverloadGuardAllBusyGoesLeastLoaded(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+	var held []*Choice
+	for i := range 30 { // every instance at the threshold
+		held = append(held, pick(t, p, textReq(fmt.Sprintf("filler %d", i))))
+	}
+	for _, c := range held[:2] {
+		c.Done()
+	}
+	c := pick(t, p, textReq("new key"))
+	if c.Instance().ID != held[0].Instance().ID && p.InFlight(c.Instance().ID) > 10 {
+		t.Fatalf("went to %s with %d in flight", c.Instance().ID, p.InFlight(c.Instance().ID))
+	}
+	if c.Spill == SpillNone {
+		// Fine only if its own first choice happened to have room.
+		if p.InFlight(c.Instance().ID) > 10 {
+			t.Fatal("no spill counted while over the threshold")
+		}
+	}
+}
+
+func TestEjectionWalksOrderAndFailsOpen(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1, Now: func() time.Time { return now }})
+	req := textReq("some prompt text that is long enough")
+	c := pick(t, p, req)
+	c.Done()
+	first := c.Instance().ID
+	p.Eject(first, now.Add(time.Second))
+	c2 := pick(t, p, req)
+	c2.Done()
+	if c2.Instance().ID == first || c2.Spill != SpillUnhealthy {
+		t.Fatalf("ejected %s still chosen (%s, %q)", first, c2.Instance().ID, c2.Spill)
+	}
+	for _, in := range p.Instances() {
+		p.Eject(in.ID, now.Add(time.Second))
+	}
+	c3 := pick(t, p, req)
+	c3.Done()
+	now = now.Add(2 * time.Second)
+	c4 := pick(t, p, req)
+	c4.Done()
+	if c4.Instance().ID != first {
+		t.Fatalf("after back-off: %s, want %s again", c4.Instance().ID, first)
+	}
+}
+
+func TestChoiceNextFollowsOrderAndBalancesInFlight(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 4, Tuning{})
+	c := pick(t, p, textReq("retry me"))
+	seen := map[string]bool{c.Instance().ID: true}
+	for c.Next() {
+		if seen[c.Instance().ID] {
+			t.Fatalf("order revisits %s", c.Instance().ID)
+		}
+		seen[c.Instance().ID] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("order covers %d instances, want 4", len(seen))
+	}
+	c.Done()
+	c.Done()
+	for _, in := range p.Instances() {
+		if got := p.InFlight(in.ID); got != 0 {
+			t.Fatalf("%s left with %d in flight", in.ID, got)
+		}
+	}
+}
+
+// TestRemap checks the placement function: 7→8 moves about 1/8 of the keys,
+// all of them to the new instance; 8→7 moves only the removed one's keys.
+func TestRemap(t *testing.T) {
+	const keys = 200000
+	p7 := newPolicy(t, PrefixAware, 7, Tuning{ShareSlack: -1})
+	p8 := newPolicy(t, PrefixAware, 8, Tuning{ShareSlack: -1})
+	t7, t8 := p7.table.Load(), p8.table.Load()
+	moved, between := 0, 0
+	for k := range keys {
+		key := mix64(uint64(k) + 1)
+		a := t7.members[rank(t7, t7.all, key, nil)[0]].ID
+		b := t8.members[rank(t8, t8.all, key, nil)[0]].ID
+		if a != b {
+			moved++
+			if b != "vllm-7" {
+				between++
+			}
+		}
+	}
+	frac := float64(moved) / keys
+	t.Logf("7→8: %.2f%% of keys moved, %d between survivors", 100*frac, between)
+	if frac > 1.0/8+0.005 || between != 0 {
+		t.Fatalf("moved %.3f (limit %.3f), %d between survivors", frac, 1.0/8+0.005, between)
+	}
+}
+
+// TestRemapThroughPick runs the same through the full decision (fresh
+// policies, so no learned state) with real prompts.
+func TestRemapThroughPick(t *testing.T) {
+	const keys = 20000
+	p7 := newPolicy(t, PrefixAware, 7, Tuning{ShareSlack: -1})
+	p8 := newPolicy(t, PrefixAware, 8, Tuning{ShareSlack: -1})
+	r := rand.New(rand.NewPCG(7, 8))
+	moved, between := 0, 0
+	for range keys {
+		req := textReq(randomText(r, 500))
+		a, b := pick(t, p7, req), pick(t, p8, req)
+		a.Done()
+		b.Done()
+		if a.Instance().ID != b.Instance().ID {
+			moved++
+			if b.Instance().ID != "vllm-7" {
+				between++
+			}
+		}
+	}
+	frac := float64(moved) / keys
+	t.Logf("7→8 through Pick: %.2f%% moved, %d between survivors", 100*frac, between)
+	if frac > 1.0/8+0.01 || between != 0 {
+		t.Fatalf("moved %.3f, %d between survivors", frac, between)
+	}
+}
+
+func TestWeightedShares(t *testing.T) {
+	p := New(Tuning{ShareSlack: -1})
+	ins := fleet(3)
+	ins[2].Weight = 2
+	if err := p.Update(Config{Strategy: PrefixAware, HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: ins}); err != nil {
+		t.Fatal(err)
+	}
+	tb := p.table.Load()
+	counts := map[string]int{}
+	for k := range 100000 {
+		counts[tb.members[rank(tb, tb.all, mix64(uint64(k)), nil)[0]].ID]++
+	}
+	if got := float64(counts["vllm-2"]) / 100000; got < 0.48 || got > 0.52 {
+		t.Fatalf("weight-2 instance got %.3f of keys, want 0.5", got)
+	}
+}
+
+func TestReplicasAgreeAtEqualLoad(t *testing.T) {
+	a := newPolicy(t, PrefixAware, 7, Tuning{})
+	b := newPolicy(t, PrefixAware, 7, Tuning{})
+	r := rand.New(rand.NewPCG(9, 10))
+	// Each replica sees a different half of the same traffic.
+	disagree := 0
+	for i := range 4000 {
+		req := textReq(randomText(r, 600))
+		ca, cb := pick(t, a, req), pick(t, b, req)
+		ca.Done()
+		cb.Done()
+		if i%2 == 0 { // the other replica saw an unrelated request
+			pick(t, b, textReq(randomText(r, 600))).Done()
+		}
+		if ca.Instance().ID != cb.Instance().ID {
+			disagree++
+		}
+	}
+	t.Logf("replicas disagreed on %d/4000 requests", disagree)
+	if disagree > 4000/10 {
+		t.Fatalf("replicas disagreed on %d/4000", disagree)
+	}
+}
