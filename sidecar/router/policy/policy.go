@@ -253,7 +253,9 @@ func (p *Policy) MemoryBytes() int { return p.index.Len()*48 + p.pop.Bytes() }
 // Eject keeps an instance out of new decisions until the deadline, unless
 // every candidate is ejected (then the policy fails open rather than refuse
 // traffic because of a blip).
-func (p *Policy) Eject(id string, until time.Time) { p.stats.get(id).ejectedUntil.Store(until.UnixNano()) }
+func (p *Policy) Eject(id string, until time.Time) {
+	p.stats.get(id).ejectedUntil.Store(until.UnixNano())
+}
 
 // Readmit ends an ejection early (a health check passed).
 func (p *Policy) Readmit(id string) { p.stats.get(id).ejectedUntil.Store(0) }
