@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/warmroute/warmroute/test/process"
 )
 
 // GPUResource is the extended resource the fake nodes advertise.
@@ -73,7 +75,7 @@ type Cluster struct {
 	WorkDir string
 
 	env          *envtest.Environment
-	procs        []*process
+	procs        []*process.Process
 	envPIDs      []int
 	ownedWorkDir bool
 }
@@ -210,7 +212,7 @@ func kwokArgs(kubeconfig string, o Options) []string {
 }
 
 func (c *Cluster) run(name, binDir string, args []string) error {
-	p, err := startProcess(name, filepath.Join(binDir, name), args, c.WorkDir)
+	p, err := process.Start(name, filepath.Join(binDir, name), args, c.WorkDir)
 	if err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func (c *Cluster) run(name, binDir string, args []string) error {
 	// A bad flag or a missing binary shows up within a moment; say so then
 	// instead of timing out later on pods that never run.
 	time.Sleep(300 * time.Millisecond)
-	if ok, werr := p.exited(); ok {
+	if ok, werr := p.Exited(); ok {
 		return fmt.Errorf("%s exited at start (%v); see %s", name, werr, filepath.Join(c.WorkDir, name+".log"))
 	}
 	return nil
@@ -294,7 +296,7 @@ func countReady(nodes []corev1.Node) int {
 func (c *Cluster) PIDs() []int {
 	pids := append([]int(nil), c.envPIDs...)
 	for _, p := range c.procs {
-		pids = append(pids, p.pid())
+		pids = append(pids, p.Pid())
 	}
 	return pids
 }
@@ -312,7 +314,7 @@ func (c *Cluster) writeState() error {
 func (c *Cluster) Stop() error {
 	var errs []error
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		if err := c.procs[i].stop(5 * time.Second); err != nil {
+		if err := c.procs[i].Stop(5 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -346,8 +348,8 @@ func StopFromState(path string) error {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
 	// The owner stops its cluster cleanly on SIGTERM; then make sure.
-	if s.OwnerPID > 0 && s.OwnerPID != os.Getpid() && processAlive(s.OwnerPID) {
-		killAndWaitSignal(s.OwnerPID, 15*time.Second)
+	if s.OwnerPID > 0 && s.OwnerPID != os.Getpid() && process.Alive(s.OwnerPID) {
+		process.KillAndWait(s.OwnerPID, 15*time.Second)
 	}
 	for _, pid := range s.PIDs {
 		killAndWait(pid)
@@ -358,7 +360,7 @@ func StopFromState(path string) error {
 	return nil
 }
 
-func killAndWait(pid int) { killAndWaitSignal(pid, 5*time.Second) }
+func killAndWait(pid int) { process.KillAndWait(pid, 5*time.Second) }
 
 func childPIDs() map[int]bool {
 	out := map[int]bool{}

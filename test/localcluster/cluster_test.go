@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/warmroute/warmroute/test/process"
 )
 
 // TestDeploymentGetsLoopbackPods is the foundation's acceptance test: a
@@ -64,7 +66,7 @@ func TestDeploymentGetsLoopbackPods(t *testing.T) {
 	}
 	stopped = true
 	for _, pid := range pids {
-		if processAlive(pid) {
+		if process.Alive(pid) {
 			t.Errorf("pid %d still alive after Stop", pid)
 		}
 	}

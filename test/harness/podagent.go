@@ -1,0 +1,194 @@
+// Package harness assembles a warmroute deployment on the local cluster for
+// the end-to-end tests, the demo and the benchmark: the operator as a
+// process, a pod agent that turns each Running vLLM pod into a simulated
+// vLLM server on the pod's own loopback IP, and the router as a process fed
+// from the routing ConfigMap the way kubelet would feed it.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Backend is what the pod agent runs for one pod.
+type Backend interface {
+	// Close stops the backend gracefully (the pod is gone).
+	Close() error
+	// Kill stops it at once, dropping connections (the process crashed).
+	Kill()
+}
+
+// BackendFactory starts a backend for pod listening on addr (podIP:port).
+type BackendFactory func(pod *corev1.Pod, addr string) (Backend, error)
+
+// PodAgent plays the container runtime for the pods KWOK runs: it starts a
+// backend when a selected pod is Running with an IP and stops it when the
+// pod object is gone. Terminating pods keep their backend, as a real pod
+// keeps serving through its grace period.
+type PodAgent struct {
+	client    kubernetes.Interface
+	namespace string
+	selector  string
+	port      int
+	factory   BackendFactory
+
+	mu       sync.Mutex
+	backends map[string]*podBackend // by pod name
+	killed   map[string]bool        // pods whose backend a test killed
+	errs     []error
+}
+
+type podBackend struct {
+	uid     string
+	addr    string
+	backend Backend
+}
+
+// NewPodAgent watches pods in namespace matching selector and serves each on
+// podIP:port.
+func NewPodAgent(client kubernetes.Interface, namespace, selector string, port int, factory BackendFactory) *PodAgent {
+	return &PodAgent{
+		client: client, namespace: namespace, selector: selector, port: port, factory: factory,
+		backends: map[string]*podBackend{}, killed: map[string]bool{},
+	}
+}
+
+// Run watches until ctx ends, then closes every backend.
+func (a *PodAgent) Run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(a.client, 0,
+		informers.WithNamespace(a.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = a.selector }))
+	inf := f.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.sync(obj) },
+		UpdateFunc: func(_, obj any) { a.sync(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				a.remove(pod.Name, string(pod.UID))
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, b := range a.backends {
+		_ = b.backend.Close()
+		delete(a.backends, name)
+	}
+	return nil
+}
+
+func (a *PodAgent) sync(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.backends[pod.Name]; ok {
+		if b.uid == string(pod.UID) {
+			return
+		}
+		_ = b.backend.Close() // same name, new pod (StatefulSet-like reuse)
+		delete(a.backends, pod.Name)
+	}
+	if a.killed[pod.Name] {
+		return
+	}
+	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(a.port))
+	backend, err := a.factory(pod, addr)
+	if err != nil {
+		a.errs = append(a.errs, fmt.Errorf("start backend for pod %s at %s: %w", pod.Name, addr, err))
+		return
+	}
+	a.backends[pod.Name] = &podBackend{uid: string(pod.UID), addr: addr, backend: backend}
+}
+
+func (a *PodAgent) remove(name, uid string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.killed, name)
+	if b, ok := a.backends[name]; ok && b.uid == uid {
+		_ = b.backend.Close()
+		delete(a.backends, name)
+	}
+}
+
+// Backends returns the running backends by pod name.
+func (a *PodAgent) Backends() map[string]Backend {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]Backend, len(a.backends))
+	for name, b := range a.backends {
+		out[name] = b.backend
+	}
+	return out
+}
+
+// Addresses returns the backends' addresses by pod name.
+func (a *PodAgent) Addresses() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]string, len(a.backends))
+	for name, b := range a.backends {
+		out[name] = b.addr
+	}
+	return out
+}
+
+// Kill stops a pod's backend abruptly and keeps it down (the pod object stays,
+// as when a process crashes) until Revive.
+func (a *PodAgent) Kill(podName string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.backends[podName]
+	if !ok {
+		return fmt.Errorf("no backend for pod %s", podName)
+	}
+	b.backend.Kill()
+	delete(a.backends, podName)
+	a.killed[podName] = true
+	return nil
+}
+
+// Revive starts a killed pod's backend again.
+func (a *PodAgent) Revive(ctx context.Context, podName string) error {
+	a.mu.Lock()
+	delete(a.killed, podName)
+	a.mu.Unlock()
+	pod, err := a.client.CoreV1().Pods(a.namespace).Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	a.sync(pod)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.backends[podName]; !ok {
+		return fmt.Errorf("backend for pod %s did not start: %v", podName, a.errs)
+	}
+	return nil
+}
+
+// Errors returns the backend start failures seen so far.
+func (a *PodAgent) Errors() []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]error(nil), a.errs...)
+}
