@@ -1,0 +1,229 @@
+package extract
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+var lim = Limits{Window: 4096, Lookahead: 4096}
+
+func chat(t *testing.T, body string) Request {
+	t.Helper()
+	r, err := OpenAI(Chat, []byte(body), "", lim)
+	if err != nil {
+		t.Fatalf("OpenAI(%s): %v", body, err)
+	}
+	return r
+}
+
+func TestChatShapesGiveTheSameKey(t *testing.T) {
+	// Each group must produce one routing text; different groups different.
+	groups := [][]string{
+		{
+			`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]}`,
+			`{ "messages" : [ { "content" : "Be brief." , "role" : "system" } , { "content":"Hi","role":"user" } ] , "model" : "m" }`,
+			"{\n\t\"messages\": [\n {\"role\": \"system\", \"content\": [{\"type\": \"text\", \"text\": \"Be brief.\"}]},\n {\"role\": \"user\", \"content\": [{\"text\": \"Hi\", \"type\": \"text\"}]}\n ],\n \"model\": \"m\", \"stream\": true}",
+			`{"model":"m","messages":[{"role":"system","content":"Be \u0062rief."},{"role":"\u0075ser","content":"H\u0069"}],"temperature":0.5,"extra":{"a":[1,2,{"b":null}]}}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"developer","content":"Be brief."},{"role":"user","content":"Hi"}]}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"system","content":"Be brief.Hi"}]}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"user","content":"What is the weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`,
+			`{"messages":[{"content":"What is the weather?","role":"user"},{"tool_calls":[{"function":{"arguments":"{\"city\":\"Paris\"}","name":"weather"},"type":"function","id":"c1"}],"role":"assistant"},{"content":[{"type":"text","text":"sunny"}],"tool_call_id":"c1","role":"tool"}],"model":"m"}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Describe"},{"type":"image_url","image_url":{"url":"https://x/cat.png","detail":"low"}}]}]}`,
+			`{"model":"m","messages":[{"role":"user","content":[{"text":"Describe","type":"text"},{"image_url":{"detail":"low","url":"https://x/cat.png"},"type":"image_url"}]}]}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"Describe"},{"type":"image_url","image_url":{"url":"https://x/dog.png"}}]}]}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"user","name":"alice","content":"Hi"}]}`,
+		},
+		{
+			`{"model":"m","messages":[{"role":"assistant","refusal":"I can't","content":null}]}`,
+		},
+	}
+	seen := map[string]int{}
+	for g, bodies := range groups {
+		var want []byte
+		for i, b := range bodies {
+			r := chat(t, b)
+			if i == 0 {
+				want = r.Text
+				if other, ok := seen[string(want)]; ok {
+					t.Errorf("group %d has the same key as group %d: %q", g, other, want)
+				}
+				seen[string(want)] = g
+			} else if !bytes.Equal(r.Text, want) {
+				t.Errorf("group %d body %d: text %q, want %q", g, i, r.Text, want)
+			}
+		}
+	}
+}
+
+func TestFields(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, header string
+		kind               Kind
+		want               Request
+	}{
+		{"model and stream", `{"model":"lora-a","stream":true,"messages":[]}`, "", Chat, Request{Model: "lora-a", Stream: true}},
+		{"stream null", `{"model":"m","stream":null,"messages":[]}`, "", Chat, Request{Model: "m"}},
+		{"prompt_cache_key is the tenant", `{"prompt_cache_key":"t1","messages":[]}`, "", Chat, Request{Tenant: "t1"}},
+		{"header wins", `{"prompt_cache_key":"t1","messages":[]}`, "hdr", Chat, Request{Tenant: "hdr"}},
+		{"cache_salt seen", `{"cache_salt":"s","messages":[]}`, "", Chat, Request{HasCacheSalt: true}},
+		{"cache_salt null is absent", `{"cache_salt":null,"messages":[]}`, "", Chat, Request{}},
+		{"prompt string", `{"prompt":"hello"}`, "", Completions, Request{Text: []byte("hello"), WindowBytes: 5}},
+		{"prompt list", `{"prompt":["a","b"]}`, "", Completions, Request{Text: []byte("a\x1eb\x1e"), WindowBytes: 4}},
+		{"prompt tokens", `{"prompt":[1, 2,3]}`, "", Completions, Request{Text: []byte("1,2,3,"), WindowBytes: 6}},
+		{"prompt token lists", `{"prompt":[[1],[2,3]]}`, "", Completions, Request{Text: []byte("1,\x1e2,3,\x1e"), WindowBytes: 8}},
+		{"messages ignored on completions", `{"messages":[{"role":"user","content":"x"}],"prompt":"p"}`, "", Completions, Request{Text: []byte("p"), WindowBytes: 1}},
+		{"repeated key: last wins", `{"prompt":"first","prompt":"second"}`, "", Completions, Request{Text: []byte("second"), WindowBytes: 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := OpenAI(tc.kind, []byte(tc.body), tc.header, lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want.Text == nil {
+				got.Text, got.WindowBytes = nil, 0
+			}
+			if got.Model != tc.want.Model || got.Stream != tc.want.Stream || got.Tenant != tc.want.Tenant ||
+				got.HasCacheSalt != tc.want.HasCacheSalt || !bytes.Equal(got.Text, tc.want.Text) || got.WindowBytes != tc.want.WindowBytes {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, header string
+		syntax             bool
+		param              string
+		tenant             bool
+	}{
+		{"empty", ``, "", true, "", false},
+		{"not an object", `[1,2]`, "", true, "", false},
+		{"truncated", `{"messages":[{"role":"user","content":"hi`, "", true, "", false},
+		{"trailing comma", `{"messages":[],}`, "", true, "", false},
+		{"bad literal", `{"stream":tru}`, "", true, "", false},
+		{"bad number", `{"temperature":01}`, "", true, "", false},
+		{"bad escape", `{"model":"\x"}`, "", true, "", false},
+		{"trailing data", `{"messages":[]} {}`, "", true, "", false},
+		{"deep nesting", `{"x":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, "", true, "", false},
+		{"model not a string", `{"model":7,"messages":[]}`, "", false, "model", false},
+		{"messages not an array", `{"messages":"hi"}`, "", false, "messages", false},
+		{"stream not a bool", `{"stream":"yes","messages":[]}`, "", false, "stream", false},
+		{"tenant header too long", `{"messages":[]}`, strings.Repeat("x", 65), false, "", true},
+		{"tenant header not printable", `{"messages":[]}`, "a\tb", false, "", true},
+		{"prompt_cache_key not ASCII", `{"prompt_cache_key":"é","messages":[]}`, "", false, "prompt_cache_key", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := OpenAI(Chat, []byte(tc.body), tc.header, lim)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			var se *SyntaxError
+			if errors.As(err, &se) != tc.syntax {
+				t.Fatalf("syntax error = %v, want %v (%v)", !tc.syntax, tc.syntax, err)
+			}
+			if Param(err) != tc.param {
+				t.Fatalf("param %q, want %q (%v)", Param(err), tc.param, err)
+			}
+			if errors.Is(err, ErrBadTenant) != tc.tenant {
+				t.Fatalf("bad tenant = %v (%v)", !tc.tenant, err)
+			}
+		})
+	}
+}
+
+func TestWindowAndLookahead(t *testing.T) {
+	small := Limits{Window: 10, Lookahead: 5}
+	// Characters, not bytes: "é" is two bytes.
+	body := `{"prompt":"` + strings.Repeat("é", 100) + `"}`
+	r, err := OpenAI(Completions, []byte(body), "", small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if utf8.RuneCount(r.Text) != 15 || r.WindowBytes != 20 {
+		t.Fatalf("text %d runes, window %d bytes; want 15 runes, 20 bytes", utf8.RuneCount(r.Text), r.WindowBytes)
+	}
+	// Escaped text is decoded before counting.
+	body = `{"prompt":"` + strings.Repeat(`\u00e9`, 100) + `"}`
+	r2, _ := OpenAI(Completions, []byte(body), "", small)
+	if !bytes.Equal(r.Text, r2.Text) || r2.WindowBytes != 20 {
+		t.Fatalf("escaped: %q/%d, want %q/20", r2.Text, r2.WindowBytes, r.Text)
+	}
+	// Invocations: bytes of the raw body.
+	inv, _ := Invocations([]byte(strings.Repeat("é", 100)), "", small)
+	if len(inv.Text) != 15 || inv.WindowBytes != 10 {
+		t.Fatalf("invocations: %d bytes, window %d", len(inv.Text), inv.WindowBytes)
+	}
+}
+
+func TestHugeBody(t *testing.T) {
+	big := strings.Repeat("lorem ipsum dolor sit amet ", 40000) // ~1 MiB
+	body := `{"model":"m","messages":[{"role":"system","content":"` + big + `"},{"role":"user","content":"` + big + `"}],"stream":true}`
+	r, err := OpenAI(Chat, []byte(body), "", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Text) != lim.Window+lim.Lookahead || r.WindowBytes != lim.Window || !r.Stream {
+		t.Fatalf("text %d bytes, window %d, stream %v", len(r.Text), r.WindowBytes, r.Stream)
+	}
+}
+
+func TestNonUTF8(t *testing.T) {
+	body := []byte("{\"prompt\":\"caf\xe9 \xff\xfe end\"}")
+	a, err := OpenAI(Completions, body, "", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := OpenAI(Completions, body, "", lim)
+	if !bytes.Equal(a.Text, b.Text) || len(a.Text) == 0 {
+		t.Fatalf("unstable or empty text %q / %q", a.Text, b.Text)
+	}
+	// Each invalid byte counts as one character of the window.
+	r, _ := OpenAI(Completions, body, "", Limits{Window: 5, Lookahead: 0})
+	if string(r.Text) != "caf\xe9 " {
+		t.Fatalf("window %q", r.Text)
+	}
+}
+
+func TestWithCacheSalt(t *testing.T) {
+	for _, body := range []string{`{"model":"m","messages":[]}`, ` { } `, "{\n\"prompt\":\"x\"}"} {
+		out := WithCacheSalt([]byte(body), `ten"ant`)
+		var v map[string]any
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("%s → %s: %v", body, out, err)
+		}
+		if v["cache_salt"] != `ten"ant` {
+			t.Fatalf("%s → %s", body, out)
+		}
+		r, err := OpenAI(Chat, out, "", lim)
+		if err != nil || !r.HasCacheSalt {
+			t.Fatalf("re-extract: %+v %v", r, err)
+		}
+	}
+}
+
+func TestInvocationsTenant(t *testing.T) {
+	if _, err := Invocations([]byte("x"), strings.Repeat("a", 65), lim); !errors.Is(err, ErrBadTenant) {
+		t.Fatalf("err %v", err)
+	}
+	r, err := Invocations([]byte("x"), "t", lim)
+	if err != nil || r.Tenant != "t" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
