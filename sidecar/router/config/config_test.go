@@ -1,0 +1,217 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+func doc(gen int, instances ...string) []byte {
+	d := routingv1alpha1.Document{APIVersion: routingv1alpha1.APIVersion, Kind: routingv1alpha1.Kind, Model: "m", Generation: int64(gen)}
+	for i, id := range instances {
+		d.Instances = append(d.Instances, routingv1alpha1.Instance{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 9000+i)})
+	}
+	d.Default()
+	b, err := d.Encode()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	applied []int64
+	results []string
+}
+
+func (r *recorder) loader() *Loader {
+	return &Loader{
+		Log: logr.Discard(),
+		Apply: func(d *routingv1alpha1.Document) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.applied = append(r.applied, d.Generation)
+			return nil
+		},
+		Observe: func(res string) { r.mu.Lock(); r.results = append(r.results, res); r.mu.Unlock() },
+	}
+}
+
+func (r *recorder) last() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.applied) == 0 {
+		return -1
+	}
+	return r.applied[len(r.applied)-1]
+}
+
+func TestLoaderGoodBadIdentical(t *testing.T) {
+	rec := &recorder{}
+	l := rec.loader()
+	for i, tc := range []struct {
+		src  Source
+		data []byte
+		want string
+		gen  int64
+	}{
+		{SourceFile, doc(1, "a"), Applied, 1},
+		{SourceFile, doc(1, "a"), Unchanged, 1},
+		{SourceFile, []byte(`{"apiVersion":"nope"}`), Rejected, 1},
+		{SourceFile, []byte(`{not json`), Rejected, 1},
+		{SourceFile, doc(2, "a", "b"), Applied, 2},
+		{SourceAPI, doc(2, "a", "b"), Unchanged, 2},       // same content from the other source
+		{SourceAPI, doc(3, "a", "b", "c"), Applied, 3},    // API now authoritative
+		{SourceFile, doc(2, "a", "b", "x"), Unchanged, 3}, // lagging file ignored
+	} {
+		got, _ := l.Offer(tc.src, tc.data)
+		if got != tc.want || rec.last() != tc.gen {
+			t.Fatalf("step %d: %s with generation %d in force; want %s, %d", i, got, rec.last(), tc.want, tc.gen)
+		}
+	}
+	select {
+	case <-l.Loaded():
+	default:
+		t.Fatal("Loaded not closed")
+	}
+}
+
+func TestLoaderApplyErrorKeepsLastGood(t *testing.T) {
+	l := &Loader{Log: logr.Discard(), Apply: func(d *routingv1alpha1.Document) error {
+		if d.Generation == 2 {
+			return fmt.Errorf("unsupported")
+		}
+		return nil
+	}}
+	if r, _ := l.Offer(SourceFile, doc(1, "a")); r != Applied {
+		t.Fatal(r)
+	}
+	if r, _ := l.Offer(SourceFile, doc(2, "a")); r != Rejected {
+		t.Fatal(r)
+	}
+	if r, _ := l.Offer(SourceFile, doc(1, "a")); r != Unchanged {
+		t.Fatalf("returning to the document in force: %s", r)
+	}
+}
+
+// kubeletWrite updates a ConfigMap volume the way kubelet does: a new
+// timestamped directory, a ..data_tmp symlink renamed over ..data, and
+// routing.json a symlink through ..data.
+func kubeletWrite(t *testing.T, dir string, n int, data []byte) {
+	t.Helper()
+	ts := fmt.Sprintf("..2026_11_30_00_00_%02d.%d", n, n)
+	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ts, routingv1alpha1.ConfigMapKey), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, routingv1alpha1.ConfigMapKey)
+	if _, err := os.Lstat(link); err != nil {
+		if err := os.Symlink(filepath.Join("..data", routingv1alpha1.ConfigMapKey), link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, within)
+	return 0
+}
+
+func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
+	dir := t.TempDir()
+	kubeletWrite(t, dir, 1, doc(1, "a"))
+	rec := &recorder{}
+	l := rec.loader()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A long poll, so only fsnotify can make the deadline below.
+	go func() { _ = WatchFile(ctx, filepath.Join(dir, routingv1alpha1.ConfigMapKey), time.Minute, l) }()
+	waitFor(t, "initial load", time.Second, func() bool { return rec.last() == 1 })
+	for gen := 2; gen <= 4; gen++ {
+		kubeletWrite(t, dir, gen, doc(gen, "a", "b"))
+		d := waitFor(t, fmt.Sprintf("generation %d", gen), time.Second, func() bool { return rec.last() == int64(gen) })
+		t.Logf("generation %d applied %v after the symlink swap", gen, d)
+	}
+	kubeletWrite(t, dir, 5, []byte("{broken"))
+	waitFor(t, "rejection", time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.results[len(rec.results)-1] == Rejected
+	})
+	if rec.last() != 4 {
+		t.Fatalf("generation %d in force after a bad document, want 4", rec.last())
+	}
+}
+
+func TestWatchFilePollsWhenDirectoryAppearsLate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "late")
+	rec := &recorder{}
+	l := rec.loader()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = WatchFile(ctx, filepath.Join(dir, "routing.json"), 20*time.Millisecond, l) }()
+	time.Sleep(50 * time.Millisecond)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "routing.json"), doc(7, "a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "late directory", 2*time.Second, func() bool { return rec.last() == 7 })
+}
+
+func TestWatchConfigMap(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "ep-routing"},
+		Data: map[string]string{routingv1alpha1.ConfigMapKey: string(doc(1, "a"))}}
+	client := fake.NewClientset(cm)
+	rec := &recorder{}
+	l := rec.loader()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = WatchConfigMap(ctx, client, "ns", "ep-routing", l) }()
+	waitFor(t, "initial", 2*time.Second, func() bool { return rec.last() == 1 })
+	cm = cm.DeepCopy()
+	cm.Data[routingv1alpha1.ConfigMapKey] = string(doc(2, "a", "b"))
+	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := waitFor(t, "update", 2*time.Second, func() bool { return rec.last() == 2 })
+	t.Logf("API update applied after %v", d)
+}
+
+func TestParseConfigMapRef(t *testing.T) {
+	for ref, ok := range map[string]bool{"ns/name": true, "name": false, "/x": false, "a/": false, "a/b/c": false} {
+		if _, _, err := ParseConfigMapRef(ref); (err == nil) != ok {
+			t.Errorf("%q: err %v", ref, err)
+		}
+	}
+}
