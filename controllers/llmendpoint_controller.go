@@ -1,0 +1,256 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package controllers holds the LLMEndpoint reconciler: it turns an
+// LLMEndpoint into a vLLM Deployment and its headless Service, the routing
+// ConfigMap, and a router Deployment with its ServiceAccount, Role,
+// RoleBinding and client-facing Service, and keeps them true to the spec.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+// FieldOwner is the field manager of every server-side apply the operator
+// makes.
+const FieldOwner = "warmroute-operator"
+
+// Options are the operator-wide settings the builders need besides the spec.
+type Options struct {
+	// VLLMImage is the vLLM image for endpoints that do not name one.
+	VLLMImage string
+	// RouterImage is the router image for endpoints that do not name one.
+	RouterImage string
+	// VLLMRunAsUser, when set, runs the vLLM containers as this UID. The
+	// stock vLLM image declares no user (so it would run as root, which the
+	// pods refuse); platforms that assign a UID per namespace, like
+	// OpenShift's restricted-v2, need it unset.
+	VLLMRunAsUser *int64
+}
+
+// LLMEndpointReconciler reconciles LLMEndpoint objects.
+type LLMEndpointReconciler struct {
+	client.Client
+	// APIReader reads around the cache, to tell an object the operator does
+	// not manage (and so does not cache) from one that does not exist.
+	APIReader client.Reader
+	Recorder  recorder.EventRecorder
+	Options   Options
+
+	applied appliedCache
+}
+
+// +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints,verbs=get;list;watch
+// +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;patch
+// The router Role grants get/list/watch on one ConfigMap; granting needs holding.
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
+// Pods are read for the routing configuration and annotated with their deletion cost.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile makes the cluster match one LLMEndpoint: it applies each owned
+// object in order (the routing ConfigMap first, because it is what moves
+// traffic), collects the errors rather than stopping at the first, and
+// rebuilds the status from what exists in one deferred write.
+func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	log := logf.FromContext(ctx)
+
+	ep := &v1alpha1.LLMEndpoint{}
+	if err := r.Get(ctx, req.NamespacedName, ep); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.applied.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get LLMEndpoint: %w", err)
+	}
+	if !ep.DeletionTimestamp.IsZero() {
+		// The garbage collector removes the owned objects.
+		return ctrl.Result{}, nil
+	}
+
+	pods, err := r.instancePods(ctx, ep)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	var errs []error
+	var routingHash string
+	defer func() {
+		reconcileErr := errors.Join(errs...)
+		if err := r.updateStatus(ctx, ep, pods, routingHash, reconcileErr); err != nil {
+			errs = append(errs, err)
+		}
+		retErr = errors.Join(errs...)
+	}()
+
+	routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods)
+	errs = appendErr(errs, "routing ConfigMap", err)
+	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
+	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
+	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())
+	errs = appendErr(errs, "pod deletion costs", err)
+
+	if len(errs) == 0 && next > 0 {
+		log.V(1).Info("requeue for the next deletion-cost step", "after", next)
+		result.RequeueAfter = next
+	}
+	return result, nil
+}
+
+func appendErr(errs []error, what string, err error) []error {
+	if err == nil {
+		return errs
+	}
+	return append(errs, fmt.Errorf("%s: %w", what, err))
+}
+
+// instancePods lists the endpoint's vLLM pods from the cache.
+func (r *LLMEndpointReconciler) instancePods(ctx context.Context, ep *v1alpha1.LLMEndpoint) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(ep.Namespace), client.MatchingLabels(selectorLabels(ep, roleVLLM))); err != nil {
+		return nil, fmt.Errorf("list vLLM pods: %w", err)
+	}
+	return list.Items, nil
+}
+
+// SetupWithManager registers the reconciler: it owns every object it
+// creates and watches the vLLM pods, whose readiness drives the routing
+// configuration.
+func (r *LLMEndpointReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("warmroute-operator")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.LLMEndpoint{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
+		Named("llmendpoint").
+		Complete(r)
+}
+
+// podToEndpoint maps a vLLM pod to the LLMEndpoint it serves.
+func podToEndpoint(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[LabelEndpoint]
+	if !ok || obj.GetLabels()[LabelRole] != roleVLLM {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// CacheOptions restricts the manager's cache of the kinds the operator
+// owns or watches to objects labelled with an endpoint, so that a large
+// cluster's Pods and ConfigMaps are not all held in memory.
+func CacheOptions() cache.Options {
+	managed, err := labels.NewRequirement(LabelEndpoint, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant requirement
+	}
+	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*managed)}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:            byLabel,
+		&corev1.ConfigMap{}:      byLabel,
+		&corev1.Service{}:        byLabel,
+		&corev1.ServiceAccount{}: byLabel,
+		&appsv1.Deployment{}:     byLabel,
+		&rbacv1.Role{}:           byLabel,
+		&rbacv1.RoleBinding{}:    byLabel,
+	}}
+}
+
+// Labels on every object the operator creates for an endpoint. The
+// endpoint and role labels select the pods and never change.
+const (
+	// LabelEndpoint names the LLMEndpoint an object belongs to.
+	LabelEndpoint = "serving.warmroute.dev/endpoint"
+	// LabelRole is vllm, router or routing.
+	LabelRole = "serving.warmroute.dev/role"
+
+	roleVLLM    = "vllm"
+	roleRouter  = "router"
+	roleRouting = "routing"
+)
+
+// selectorLabels select the pods of one role of one endpoint.
+func selectorLabels(ep *v1alpha1.LLMEndpoint, role string) map[string]string {
+	return map[string]string{LabelEndpoint: ep.Name, LabelRole: role}
+}
+
+// objectLabels are selectorLabels plus the recommended app.kubernetes.io set.
+func objectLabels(ep *v1alpha1.LLMEndpoint, role, app string) map[string]string {
+	l := selectorLabels(ep, role)
+	l["app.kubernetes.io/name"] = app
+	l["app.kubernetes.io/instance"] = ep.Name
+	l["app.kubernetes.io/component"] = role
+	l["app.kubernetes.io/part-of"] = "warmroute"
+	l["app.kubernetes.io/managed-by"] = FieldOwner
+	return l
+}
+
+// Names of the owned objects. Every one is the endpoint's name plus a
+// suffix of its kind (the client-facing Service has none, and endpoint
+// names may not end in -vllm), so two endpoints never collide.
+func vllmName(ep *v1alpha1.LLMEndpoint) string          { return ep.Name + "-vllm" }
+func routerName(ep *v1alpha1.LLMEndpoint) string        { return ep.Name + "-router" }
+func routerServiceName(ep *v1alpha1.LLMEndpoint) string { return ep.Name }
+func routingConfigMapName(ep *v1alpha1.LLMEndpoint) string {
+	return ep.Name + "-routing"
+}
+
+// objectMeta is the metadata of an owned object: its name, the endpoint's
+// namespace, labels, and a controller reference to the endpoint.
+func objectMeta(ep *v1alpha1.LLMEndpoint, name, role, app string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       ep.Namespace,
+		Labels:          objectLabels(ep, role, app),
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ep, v1alpha1.GroupVersion.WithKind("LLMEndpoint"))},
+	}
+}

@@ -1,0 +1,213 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+// The router's interface (sidecar/cmd/router): flags, ports, and the
+// health endpoints on its metrics listener.
+const (
+	routerHTTPPort       = 8080
+	routerMetricsPort    = 9090
+	routerConfigDir      = "/etc/warmroute/routing"
+	routerHealthPath     = "/healthz"
+	routerReadinessPath  = "/readyz"
+	defaultRouterReplica = 2
+	defaultServicePort   = 80
+)
+
+func routerReplicas(ep *v1alpha1.LLMEndpoint) int32 {
+	return ptr.Deref(ep.Spec.Router.Replicas, defaultRouterReplica)
+}
+
+func servicePort(ep *v1alpha1.LLMEndpoint) int32 {
+	return ptr.Deref(ep.Spec.Router.Port, defaultServicePort)
+}
+
+// endpointURL is the in-cluster URL of the client-facing Service.
+func endpointURL(ep *v1alpha1.LLMEndpoint) string {
+	url := "http://" + routerServiceName(ep) + "." + ep.Namespace + ".svc"
+	if p := servicePort(ep); p != 80 {
+		url += ":" + strconv.Itoa(int(p))
+	}
+	return url
+}
+
+// buildRouterServiceAccount is the identity of the router pods.
+func buildRouterServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
+	}
+}
+
+// buildRouterRole lets the routers read their one ConfigMap through the
+// API (a watch reloads faster than the kubelet refreshes a mounted volume)
+// and nothing else. List and watch are limited by name too, so the router
+// must list and watch with a metadata.name field selector.
+func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups:     []string{""},
+			Resources:     []string{"configmaps"},
+			ResourceNames: []string{routingConfigMapName(ep)},
+			Verbs:         []string{"get", "list", "watch"},
+		}},
+	}
+}
+
+// buildRouterRoleBinding grants the router Role to the router's
+// ServiceAccount.
+func buildRouterRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: routerName(ep)},
+		Subjects: []rbacv1.Subject{{
+			Kind: rbacv1.ServiceAccountKind, Name: routerName(ep), Namespace: ep.Namespace,
+		}},
+	}
+}
+
+// buildRouterDeployment is the Deployment of the routers. Its pod template
+// depends on the spec only, never on the instances: a backend change
+// reaches the routers through the ConfigMap without restarting them.
+func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deployment {
+	spec := ep.Spec.Router
+	image := spec.Image
+	if image == "" {
+		image = opts.RouterImage
+	}
+	resources := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+	}
+	if spec.Resources != nil {
+		resources = *spec.Resources.DeepCopy()
+	}
+	container := corev1.Container{
+		Name:  "router",
+		Image: image,
+		Args: []string{
+			"--config-dir=" + routerConfigDir,
+			"--listen=:" + strconv.Itoa(routerHTTPPort),
+			"--metrics-listen=:" + strconv.Itoa(routerMetricsPort),
+			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
+		},
+		Ports: []corev1.ContainerPort{
+			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
+			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
+		},
+		Resources: resources,
+		// A directory mount, never subPath: the kubelet updates only
+		// directory mounts when the ConfigMap changes.
+		VolumeMounts: []corev1.VolumeMount{{
+			Name: "routing", MountPath: routerConfigDir, ReadOnly: true,
+		}},
+		ReadinessProbe: httpProbe(routerReadinessPath, "metrics", 5, 2),
+		LivenessProbe:  httpProbe(routerHealthPath, "metrics", 10, 3),
+		SecurityContext: func() *corev1.SecurityContext {
+			sc := restrictedContainerSecurityContext()
+			sc.ReadOnlyRootFilesystem = ptr.To(true)
+			return sc
+		}(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(routerReplicas(ep)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ep, roleRouter, "warmroute-router")},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           routerName(ep),
+					AutomountServiceAccountToken: ptr.To(true),
+					EnableServiceLinks:           ptr.To(false),
+					Containers:                   []corev1.Container{container},
+					Volumes: []corev1.Volume{{
+						Name: "routing",
+						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
+						}},
+					}},
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					TopologySpreadConstraints: spreadOverNodes(ep, roleRouter),
+				},
+			},
+		},
+	}
+}
+
+// buildRouterService is the client-facing Service; its URL is
+// status.endpoint.
+func buildRouterService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
+	svcType := ep.Spec.Router.ServiceType
+	if svcType == "" {
+		svcType = corev1.ServiceTypeClusterIP
+	}
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: objectMeta(ep, routerServiceName(ep), roleRouter, "warmroute-router"),
+		Spec: corev1.ServiceSpec{
+			Type:     svcType,
+			Selector: selectorLabels(ep, roleRouter),
+			Ports: []corev1.ServicePort{{
+				Name: "http", Port: servicePort(ep), TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// reconcileRouter applies the router's ServiceAccount, Role, RoleBinding,
+// Deployment and Service, in the order the pods need them.
+func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
+	for _, desired := range []client.Object{
+		buildRouterServiceAccount(ep),
+		buildRouterRole(ep),
+		buildRouterRoleBinding(ep),
+		buildRouterDeployment(ep, r.Options),
+		buildRouterService(ep),
+	} {
+		if _, _, err := r.apply(ctx, ep, desired); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+func TestBuildRouterDeployment(t *testing.T) {
+	tests := []struct {
+		name         string
+		ep           *v1alpha1.LLMEndpoint
+		wantReplicas int32
+		wantImage    string
+		wantCPU      string
+	}{
+		{"defaults", newEndpoint(), 2, "router:test", "100m"},
+		{"from the spec", newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Router.Replicas = ptr.To[int32](3)
+			ep.Spec.Router.Image = "my/router:2"
+			ep.Spec.Router.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+		}), 3, "my/router:2", "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := buildRouterDeployment(tt.ep, testOptions)
+			if d.Name != "chat-router" || *d.Spec.Replicas != tt.wantReplicas {
+				t.Errorf("%s replicas %d, want chat-router with %d", d.Name, *d.Spec.Replicas, tt.wantReplicas)
+			}
+			ps := d.Spec.Template.Spec
+			c := ps.Containers[0]
+			if c.Image != tt.wantImage {
+				t.Errorf("image = %q, want %q", c.Image, tt.wantImage)
+			}
+			if q := c.Resources.Requests[corev1.ResourceCPU]; q.String() != tt.wantCPU {
+				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
+			}
+			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing"}
+			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+			if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
+				t.Errorf("routing mount %+v: want the directory, never a subPath", c.VolumeMounts)
+			}
+			if len(ps.Volumes) != 1 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != "chat-routing" {
+				t.Errorf("volumes %+v", ps.Volumes)
+			}
+			if ps.ServiceAccountName != "chat-router" {
+				t.Errorf("service account %q", ps.ServiceAccountName)
+			}
+			if len(d.Spec.Template.Annotations) != 0 {
+				t.Errorf("template annotations %v: a backend change must not restart the routers", d.Spec.Template.Annotations)
+			}
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				t.Error("router probes missing")
+			}
+			if !ptr.Deref(c.SecurityContext.ReadOnlyRootFilesystem, false) {
+				t.Error("router root filesystem is writable")
+			}
+			checkRestricted(t, ps, c)
+			if metav1.GetControllerOf(d) == nil {
+				t.Error("no controller reference")
+			}
+		})
+	}
+}
+
+func TestBuildRouterRBAC(t *testing.T) {
+	ep := newEndpoint()
+	sa, role, rb := buildRouterServiceAccount(ep), buildRouterRole(ep), buildRouterRoleBinding(ep)
+	wantRules := []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"chat-routing"}, Verbs: []string{"get", "list", "watch"},
+	}}
+	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
+		t.Errorf("role rules (-want +got):\n%s", diff)
+	}
+	if rb.RoleRef.Name != role.Name || rb.RoleRef.Kind != "Role" {
+		t.Errorf("roleRef %+v", rb.RoleRef)
+	}
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa.Name || rb.Subjects[0].Namespace != "team" {
+		t.Errorf("subjects %+v, want the ServiceAccount %s", rb.Subjects, sa.Name)
+	}
+	for _, obj := range []metav1.Object{sa, role, rb} {
+		if metav1.GetControllerOf(obj) == nil {
+			t.Errorf("%s has no controller reference", obj.GetName())
+		}
+	}
+}
+
+func TestBuildRouterService(t *testing.T) {
+	tests := []struct {
+		name     string
+		ep       *v1alpha1.LLMEndpoint
+		wantType corev1.ServiceType
+		wantPort int32
+		wantURL  string
+	}{
+		{"defaults", newEndpoint(), corev1.ServiceTypeClusterIP, 80, "http://chat.team.svc"},
+		{"load balancer on 8000", newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Router.ServiceType = corev1.ServiceTypeLoadBalancer
+			ep.Spec.Router.Port = ptr.To[int32](8000)
+		}), corev1.ServiceTypeLoadBalancer, 8000, "http://chat.team.svc:8000"},
+		{"unset", newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Router = v1alpha1.RouterSpec{} }),
+			corev1.ServiceTypeClusterIP, 80, "http://chat.team.svc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := buildRouterService(tt.ep)
+			if svc.Name != "chat" || svc.Spec.Type != tt.wantType || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != tt.wantPort || svc.Spec.Ports[0].TargetPort.StrVal != "http" {
+				t.Errorf("service %s %s %+v", svc.Name, svc.Spec.Type, svc.Spec.Ports)
+			}
+			if diff := cmp.Diff(selectorLabels(tt.ep, roleRouter), svc.Spec.Selector); diff != "" {
+				t.Errorf("selector (-want +got):\n%s", diff)
+			}
+			if got := endpointURL(tt.ep); got != tt.wantURL {
+				t.Errorf("endpoint URL = %q, want %q", got, tt.wantURL)
+			}
+		})
+	}
+}

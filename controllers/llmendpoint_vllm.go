@@ -1,0 +1,412 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+const (
+	// vllmPort is the port of vLLM's OpenAI-compatible server.
+	vllmPort = 8000
+	// resourceGPU is the extended resource of NVIDIA's device plugin.
+	resourceGPU corev1.ResourceName = "nvidia.com/gpu"
+
+	modelMountPath = "/mnt/models"
+	cacheMountPath = "/cache"
+
+	defaultReplicas                      = 2
+	defaultGPUs                          = 1
+	defaultTerminationGracePeriodSeconds = 180
+	// preStopSleepSeconds keeps a terminating instance serving while the
+	// routers drop it: the operator rewrites the routing ConfigMap within
+	// a second and the routers reload it from the API at once, so new
+	// requests stop arriving well before vLLM starts draining.
+	preStopSleepSeconds = 15
+	// startupSeconds bounds model download and loading before the startup
+	// probe gives up and the kubelet restarts the container.
+	startupSeconds       = 1800
+	startupProbeInterval = 10
+
+	// annotationPodDeletionCost ranks pods for a ReplicaSet's scale-in:
+	// the lowest cost goes first.
+	annotationPodDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+	// maxDeletionCostStep caps the cost at about 17 hours of readiness
+	// (2^10 - 1 minutes); older caches are all considered equally warm.
+	maxDeletionCostStep = 10
+)
+
+// replicas is spec.replicas with the API's default.
+func replicas(ep *v1alpha1.LLMEndpoint) int32 {
+	return ptr.Deref(ep.Spec.Replicas, defaultReplicas)
+}
+
+// gpus is spec.model.gpus with the API's default.
+func gpus(ep *v1alpha1.LLMEndpoint) int32 {
+	return ptr.Deref(ep.Spec.Model.GPUs, defaultGPUs)
+}
+
+// tensorParallelSize defaults to one rank per GPU.
+func tensorParallelSize(ep *v1alpha1.LLMEndpoint) int32 {
+	return ptr.Deref(ep.Spec.Model.TensorParallelSize, max(gpus(ep), 1))
+}
+
+// loraEnabled is whether vLLM runs with LoRA and runtime adapter loading.
+// It depends on maxLoras as well as the adapter list, so that a user who
+// sets maxLoras can add the first adapter without restarting instances.
+func loraEnabled(ep *v1alpha1.LLMEndpoint) bool {
+	return len(ep.Spec.LoRAAdapters) > 0 || ep.Spec.Model.MaxLoras != nil
+}
+
+// modelSource is what vLLM is told to serve, and the volume (if any) that
+// holds it.
+func modelSource(uri string) (model string, volume *corev1.Volume) {
+	switch {
+	case strings.HasPrefix(uri, "pvc://"):
+		claim, path, _ := strings.Cut(strings.TrimPrefix(uri, "pvc://"), "/")
+		return strings.TrimSuffix(modelMountPath+"/"+path, "/"), &corev1.Volume{
+			Name: "model",
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+				ClaimName: claim,
+				ReadOnly:  true,
+			}},
+		}
+	case strings.HasPrefix(uri, "hf://"):
+		return strings.TrimPrefix(uri, "hf://"), nil
+	default:
+		return uri, nil
+	}
+}
+
+// vllmArgs are the arguments of `vllm serve`: the model, the flags the
+// operator owns, then the user's.
+func vllmArgs(ep *v1alpha1.LLMEndpoint, model string) []string {
+	m := ep.Spec.Model
+	args := []string{
+		model,
+		"--host=0.0.0.0",
+		"--port=" + strconv.Itoa(vllmPort),
+		"--served-model-name=" + m.Name,
+		// Prefix-aware routing is pointless without it; it is never off.
+		"--enable-prefix-caching",
+		"--tensor-parallel-size=" + strconv.Itoa(int(tensorParallelSize(ep))),
+	}
+	if m.MaxModelLen != nil {
+		args = append(args, "--max-model-len="+strconv.Itoa(int(*m.MaxModelLen)))
+	}
+	if loraEnabled(ep) {
+		args = append(args, "--enable-lora")
+		if m.MaxLoras != nil {
+			args = append(args, "--max-loras="+strconv.Itoa(int(*m.MaxLoras)))
+		}
+		if m.MaxLoraRank != nil {
+			args = append(args, "--max-lora-rank="+strconv.Itoa(int(*m.MaxLoraRank)))
+		}
+	}
+	return append(args, m.Args...)
+}
+
+// vllmEnv is the operator's environment for vLLM, with the user's entries
+// replacing those of the same name and the rest appended.
+func vllmEnv(ep *v1alpha1.LLMEndpoint) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		// Any UID can write the caches: the image's HOME may belong to root.
+		{Name: "HOME", Value: cacheMountPath},
+		{Name: "XDG_CACHE_HOME", Value: cacheMountPath},
+		{Name: "HF_HOME", Value: cacheMountPath + "/huggingface"},
+		{Name: "VLLM_CACHE_ROOT", Value: cacheMountPath + "/vllm"},
+		{Name: "VLLM_NO_USAGE_STATS", Value: "1"},
+	}
+	if loraEnabled(ep) {
+		env = append(env, corev1.EnvVar{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "True"})
+	}
+	if ref := ep.Spec.Model.HFTokenSecretRef; ref != nil {
+		key := ref.Key
+		if key == "" {
+			key = "token"
+		}
+		env = append(env, corev1.EnvVar{Name: "HF_TOKEN", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+				Key:                  key,
+			},
+		}})
+	}
+	index := make(map[string]int, len(env))
+	for i, e := range env {
+		index[e.Name] = i
+	}
+	for _, e := range ep.Spec.Model.Env {
+		if i, ok := index[e.Name]; ok {
+			env[i] = *e.DeepCopy()
+			continue
+		}
+		env = append(env, *e.DeepCopy())
+	}
+	return env
+}
+
+// vllmResources are the user's resources with the GPU count from gpus.
+func vllmResources(ep *v1alpha1.LLMEndpoint) corev1.ResourceRequirements {
+	var res corev1.ResourceRequirements
+	if ep.Spec.Model.Resources != nil {
+		res = *ep.Spec.Model.Resources.DeepCopy()
+	}
+	delete(res.Limits, resourceGPU)
+	delete(res.Requests, resourceGPU)
+	if n := gpus(ep); n > 0 {
+		q := *resource.NewQuantity(int64(n), resource.DecimalSI)
+		if res.Limits == nil {
+			res.Limits = corev1.ResourceList{}
+		}
+		if res.Requests == nil {
+			res.Requests = corev1.ResourceList{}
+		}
+		res.Limits[resourceGPU] = q
+		res.Requests[resourceGPU] = q
+	}
+	if len(res.Limits) == 0 {
+		res.Limits = nil
+	}
+	if len(res.Requests) == 0 {
+		res.Requests = nil
+	}
+	return res
+}
+
+// restrictedContainerSecurityContext is the container half of the
+// restricted pod security standard.
+func restrictedContainerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		RunAsNonRoot:             ptr.To(true),
+	}
+}
+
+// spreadOverNodes spreads an endpoint's pods of one role over nodes, so
+// that losing a node loses as few instances as possible.
+func spreadOverNodes(ep *v1alpha1.LLMEndpoint, role string) []corev1.TopologySpreadConstraint {
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(ep, role)},
+		MatchLabelKeys:    []string{appsv1.DefaultDeploymentUniqueLabelKey},
+	}}
+}
+
+func httpProbe(path, port string, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path, Port: intstr.FromString(port),
+		}},
+		PeriodSeconds:    period,
+		TimeoutSeconds:   3,
+		FailureThreshold: failures,
+	}
+}
+
+// buildVLLMDeployment is the Deployment of the endpoint's vLLM instances.
+func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deployment {
+	m := ep.Spec.Model
+	model, modelVolume := modelSource(m.URI)
+	image := m.Image
+	if image == "" {
+		image = opts.VLLMImage
+	}
+
+	volumes := []corev1.Volume{
+		// vLLM's workers share tensors through /dev/shm, which the
+		// container runtime limits to 64Mi by default.
+		{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+		{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "dshm", MountPath: "/dev/shm"},
+		{Name: "cache", MountPath: cacheMountPath},
+	}
+	if modelVolume != nil {
+		volumes = append(volumes, *modelVolume)
+		mounts = append(mounts, corev1.VolumeMount{Name: modelVolume.Name, MountPath: modelMountPath, ReadOnly: true})
+	}
+
+	container := corev1.Container{
+		Name:    "vllm",
+		Image:   image,
+		Command: []string{"vllm", "serve"},
+		Args:    vllmArgs(ep, model),
+		Env:     vllmEnv(ep),
+		Ports: []corev1.ContainerPort{{
+			Name: "http", ContainerPort: vllmPort, Protocol: corev1.ProtocolTCP,
+		}},
+		Resources:    vllmResources(ep),
+		VolumeMounts: mounts,
+		StartupProbe: httpProbe("/health", "http", startupProbeInterval, startupSeconds/startupProbeInterval),
+		// Readiness decides routing: an instance that stops answering
+		// leaves the routing configuration after two failures.
+		ReadinessProbe: httpProbe("/health", "http", 5, 2),
+		LivenessProbe:  httpProbe("/health", "http", 15, 4),
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: preStopSleepSeconds},
+		}},
+		SecurityContext:          restrictedContainerSecurityContext(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+
+	labels := objectLabels(ep, roleVLLM, "vllm")
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: objectMeta(ep, vllmName(ep), roleVLLM, "vllm"),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas(ep)),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleVLLM)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{container},
+					Volumes:    volumes,
+					// A leaving instance finishes the requests it has:
+					// preStop covers the routers' reload, the rest the
+					// longest generation.
+					TerminationGracePeriodSeconds: ptr.To(ptr.Deref(m.TerminationGracePeriodSeconds, defaultTerminationGracePeriodSeconds)),
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      opts.VLLMRunAsUser,
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					NodeSelector:              m.NodeSelector,
+					Tolerations:               m.Tolerations,
+					TopologySpreadConstraints: spreadOverNodes(ep, roleVLLM),
+				},
+			},
+		},
+	}
+}
+
+// buildVLLMService is the headless Service of the vLLM instances: stable
+// DNS names for debugging and for tools that address one instance.
+func buildVLLMService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: objectMeta(ep, vllmName(ep), roleVLLM, "vllm"),
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  selectorLabels(ep, roleVLLM),
+			Ports: []corev1.ServicePort{{
+				Name: "http", Port: vllmPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// reconcileVLLM applies the vLLM Deployment and its headless Service.
+func (r *LLMEndpointReconciler) reconcileVLLM(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
+	desired := buildVLLMDeployment(ep, r.Options)
+	prev, _, err := r.apply(ctx, ep, desired)
+	if err != nil {
+		return err
+	}
+	if prev, ok := prev.(*appsv1.Deployment); ok && prev.Spec.Replicas != nil && *prev.Spec.Replicas != *desired.Spec.Replicas {
+		r.Recorder.Eventf(ep, prev, corev1.EventTypeNormal, "Scaled", "Scale",
+			"vLLM instances %d → %d", *prev.Spec.Replicas, *desired.Spec.Replicas)
+	}
+	if _, _, err := r.apply(ctx, ep, buildVLLMService(ep)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// podDeletionCost is what losing a ready instance costs in cached traffic,
+// as a pod-deletion-cost: its prefix cache grows warmer the longer it
+// serves, so the cost is log2 of the minutes since it became ready (capped).
+// The log scale changes the annotation a handful of times in a pod's life
+// rather than on every reconcile. next is when the cost next rises (0:
+// never). Instances that are not ready cost 0, and the ReplicaSet removes
+// them first anyway.
+func podDeletionCost(pod *corev1.Pod, now time.Time) (cost int32, next time.Duration) {
+	since, ready := readySince(pod)
+	if !ready {
+		return 0, 0
+	}
+	minutes := max(now.Sub(since).Minutes(), 0)
+	step := min(int(math.Floor(math.Log2(minutes+1))), maxDeletionCostStep)
+	if step == maxDeletionCostStep {
+		return int32(step), 0
+	}
+	nextAt := since.Add(time.Duration((1<<(step+1))-1) * time.Minute)
+	return int32(step), nextAt.Sub(now)
+}
+
+// readySince is when the pod last became Ready, if it is.
+func readySince(pod *corev1.Pod) (time.Time, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
+		}
+	}
+	return time.Time{}, false
+}
+
+// reconcileDeletionCosts annotates each ready, non-terminating instance with
+// its deletion cost, so that a scale-in removes the instance whose cache is
+// coldest. It returns when the next cost changes.
+func (r *LLMEndpointReconciler) reconcileDeletionCosts(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, now time.Time) (time.Duration, error) {
+	var next time.Duration
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		cost, after := podDeletionCost(pod, now)
+		if after > 0 && (next == 0 || after < next) {
+			next = after
+		}
+		want := strconv.Itoa(int(cost))
+		got, ok := pod.Annotations[annotationPodDeletionCost]
+		if got == want || (!ok && cost == 0) {
+			continue
+		}
+		// A merge patch, not an apply: the pod belongs to its ReplicaSet,
+		// and a pod deleted meanwhile must not be re-created.
+		annotated := pod.DeepCopy()
+		metav1.SetMetaDataAnnotation(&annotated.ObjectMeta, annotationPodDeletionCost, want)
+		if err := r.Patch(ctx, annotated, client.MergeFrom(pod), client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("annotate pod %s: %w", pod.Name, err))
+		}
+	}
+	return next, errors.Join(errs...)
+}
