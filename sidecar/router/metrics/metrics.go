@@ -17,7 +17,6 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	Requests         *prometheus.CounterVec   // backend, strategy, outcome
-	InFlight         *prometheus.GaugeVec     // backend
 	Spills           *prometheus.CounterVec   // reason
 	DecisionDuration prometheus.Histogram     // seconds
 	TimeToFirstByte  *prometheus.HistogramVec // stream
@@ -30,17 +29,23 @@ type Metrics struct {
 	BackendHealthy   *prometheus.GaugeVec // backend
 }
 
-// New registers the metrics; indexEntries and indexBytes report the prefix
-// index's size when scraped.
-func New(indexEntries, indexBytes func() float64) *Metrics {
+// Gauges are read from the router at scrape time, so they can never drift
+// from the counters the policy itself uses.
+type Gauges struct {
+	IndexEntries func() float64
+	IndexBytes   func() float64
+	// InFlight reports requests in flight per configured backend.
+	InFlight func(report func(backend string, n float64))
+}
+
+// New registers the metrics.
+func New(g Gauges) *Metrics {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
 		Registry: r,
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 			Help: "Requests by backend, strategy and outcome (2xx, 4xx, 5xx, error, canceled, rejected)."}, []string{"backend", "strategy", "outcome"}),
-		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "in_flight_requests",
-			Help: "Requests in flight from this router, per backend."}, []string{"backend"}),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "spills_total",
 			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy)."}, []string{"reason"}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
@@ -65,14 +70,29 @@ func New(indexEntries, indexBytes func() float64) *Metrics {
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
 	}
-	r.MustRegister(m.Requests, m.InFlight, m.Spills, m.DecisionDuration, m.TimeToFirstByte, m.UpstreamErrors,
+	r.MustRegister(m.Requests, m.Spills, m.DecisionDuration, m.TimeToFirstByte, m.UpstreamErrors,
 		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
-			Help: "Entries in the bounded prefix index."}, indexEntries),
+			Help: "Entries in the bounded prefix index."}, g.IndexEntries),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_bytes",
-			Help: "Estimated memory of the prefix index and popularity sketch (bounded by flags)."}, indexBytes),
+			Help: "Estimated memory of the prefix index and popularity sketch (bounded by flags)."}, g.IndexBytes),
+		inFlightCollector{desc: prometheus.NewDesc(ns+"_in_flight_requests", "Requests in flight from this router, per backend.",
+			[]string{"backend"}, nil), report: g.InFlight},
 	)
 	return m
+}
+
+type inFlightCollector struct {
+	desc   *prometheus.Desc
+	report func(func(string, float64))
+}
+
+func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	c.report(func(backend string, n float64) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, backend)
+	})
 }
 
 // Handler serves the registry.

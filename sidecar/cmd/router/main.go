@@ -1,0 +1,211 @@
+// Command router is warmroute's prefix-aware HTTP router: it reads the
+// routing document the operator writes, and forwards each inference request
+// to the vLLM instance whose KV cache most likely holds its prefix.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/config"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/sidecar/router/proxy"
+)
+
+type flags struct {
+	configDir, configFile, configMap, kubeconfig string
+	listen, metricsListen                        string
+	maxBodyBytes                                 int64
+	strategyOverride                             string
+	poll, healthInterval, ejectBase, ejectMax    time.Duration
+	readHeaderTimeout, idleTimeout, shutdown     time.Duration
+	maxAttempts                                  int
+	tuning                                       policy.Tuning
+	verbosity                                    int
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	d := policy.DefaultTuning()
+	fs.StringVar(&f.configDir, "config-dir", "", "mounted routing ConfigMap directory (not a subPath mount) containing "+routingv1alpha1.ConfigMapKey)
+	fs.StringVar(&f.configFile, "config-file", "", "routing document file, instead of --config-dir")
+	fs.StringVar(&f.configMap, "configmap", "", "namespace/name of the routing ConfigMap, read through the Kubernetes API as well (changes apply in about a second)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
+	fs.StringVar(&f.listen, "listen", ":8080", "traffic address")
+	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted (413 above)")
+	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy: RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE or SAGEMAKER_BASELINE (benchmarks)")
+	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
+	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
+	fs.DurationVar(&f.ejectBase, "eject-base", time.Second, "first ejection of a failing instance; doubles per consecutive failure")
+	fs.DurationVar(&f.ejectMax, "eject-max", 30*time.Second, "longest ejection")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "instances tried when connections fail before anything was sent")
+	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
+	fs.IntVar(&f.tuning.LookaheadChars, "lookahead-chars", d.LookaheadChars, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
+	fs.IntVar(&f.tuning.BlockSize, "block-size", 0, "PREFIX_AWARE: hashed block size in bytes (0: prefixLength/32, at least 64)")
+	fs.Float64Var(&f.tuning.BalanceFactor, "balance-factor", d.BalanceFactor, "overload guard: bounded-load cap as a multiple of average in-flight")
+	fs.Float64Var(&f.tuning.ReplicaLoad, "replica-load", d.ReplicaLoad, "PREFIX_AWARE: most of one instance's fair share a single prefix may bring it before it is replicated")
+	fs.Float64Var(&f.tuning.ShareSlack, "share-slack", d.ShareSlack, "PREFIX_AWARE: a new key skips instances whose recent share exceeds this multiple of the average (-1: pure HRW)")
+	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index (about 48 bytes per entry)")
+	fs.IntVar(&f.tuning.SketchWidth, "sketch-width", d.SketchWidth, "PREFIX_AWARE: counters per row of the popularity sketch (2 rows × 4 bytes)")
+	fs.Int64Var(&f.tuning.DecayEvery, "decay-every", d.DecayEvery, "PREFIX_AWARE: decisions between halvings of popularity and share counts")
+	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if (f.configDir == "") == (f.configFile == "") && f.configMap == "" {
+		return nil, errors.New("give one of --config-dir or --config-file (and/or --configmap)")
+	}
+	if f.configDir != "" && f.configFile != "" {
+		return nil, errors.New("--config-dir and --config-file are exclusive")
+	}
+	if s := policy.Strategy(f.strategyOverride); s != "" && !s.Valid() {
+		return nil, fmt.Errorf("--strategy-override %q is not a strategy", s)
+	}
+	return f, nil
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log := funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) }, funcr.Options{Verbosity: f.verbosity, LogTimestamp: true})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, f, log); err != nil {
+		log.Error(err, "router failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f *flags, log logr.Logger) error {
+	r := proxy.New(proxy.Options{
+		MaxBodyBytes:     f.maxBodyBytes,
+		MaxAttempts:      f.maxAttempts,
+		EjectBase:        f.ejectBase,
+		EjectMax:         f.ejectMax,
+		HealthInterval:   f.healthInterval,
+		StrategyOverride: policy.Strategy(f.strategyOverride),
+		Tuning:           f.tuning,
+		Log:              log,
+	})
+	m := r.Metrics()
+	loader := &config.Loader{Apply: r.Apply, Log: log.WithName("config"),
+		Observe: func(res string) { m.ConfigReloads.WithLabelValues(res).Inc() }}
+
+	var wg sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer func() { stopWatch(); wg.Wait() }()
+	if path := configPath(f); path != "" {
+		wg.Go(func() {
+			if err := config.WatchFile(watchCtx, path, f.poll, loader); err != nil {
+				log.Error(err, "routing document watch stopped", "path", path)
+			}
+		})
+	}
+	if f.configMap != "" {
+		ns, name, err := config.ParseConfigMapRef(f.configMap)
+		if err != nil {
+			return err
+		}
+		client, err := kubeClient(f.kubeconfig)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := config.WatchConfigMap(watchCtx, client, ns, name, loader); err != nil {
+				log.Error(err, "routing ConfigMap watch stopped", "configmap", f.configMap)
+			}
+		})
+	}
+	wg.Go(func() { r.RunHealthChecks(watchCtx) })
+
+	var draining atomic.Bool
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", m.Handler())
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		// Not ready while draining, so endpoints stop sending new traffic.
+		if draining.Load() || !r.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	traffic := &http.Server{Addr: f.listen, Handler: r.Handler(), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
+	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout}
+
+	errc := make(chan error, 2)
+	for _, srv := range []*http.Server{traffic, adminSrv} {
+		ln, err := net.Listen("tcp", srv.Addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", srv.Addr, err)
+		}
+		log.Info("listening", "address", ln.Addr().String())
+		go func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", srv.Addr, err)
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return err
+	}
+	// Graceful shutdown: stop accepting, let in-flight requests (streams
+	// included) finish, then exit.
+	draining.Store(true)
+	log.Info("shutting down; draining in-flight requests", "timeout", f.shutdown.String())
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
+	defer cancel()
+	err := traffic.Shutdown(sctx)
+	_ = adminSrv.Shutdown(sctx)
+	if err != nil {
+		return fmt.Errorf("drain traffic server: %w", err)
+	}
+	return nil
+}
+
+func configPath(f *flags) string {
+	if f.configDir != "" {
+		return filepath.Join(f.configDir, routingv1alpha1.ConfigMapKey)
+	}
+	return f.configFile
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
+}
