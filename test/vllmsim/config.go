@@ -16,7 +16,7 @@ type Config struct {
 	// Model is the served base model name (vLLM's --served-model-name).
 	Model string
 	// InstanceID is reported in the X-Vllmsim-Instance header of every
-	// response. Default: the listen address.
+	// response. Default: the address the server listens on.
 	InstanceID string
 
 	// CacheTokens is the KV-cache capacity in tokens. Running requests pin
@@ -93,7 +93,6 @@ const (
 func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.Listen, DefaultListen)
 	setDefault(&c.Model, DefaultModel)
-	setDefault(&c.InstanceID, c.Listen)
 	setDefault(&c.CacheTokens, DefaultCacheTokens)
 	setDefault(&c.BlockSize, DefaultBlockSize)
 	setDefault(&c.MaxModelLen, DefaultMaxModelLen)

@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,6 +42,8 @@ type Server struct {
 	handler http.Handler
 	created int64
 	healthy atomic.Bool
+	// instanceID is the configured id, else the bound address.
+	instanceID atomic.Value
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -65,6 +68,7 @@ func New(cfg Config) (*Server, error) {
 		created: time.Now().Unix(),
 	}
 	s.healthy.Store(true)
+	s.instanceID.Store(cmp.Or(cfg.InstanceID, cfg.Listen))
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 
 	mux := http.NewServeMux()
@@ -96,9 +100,14 @@ func Start(cfg Config) (*Server, error) {
 		s.engine.shutdown()
 		return nil, fmt.Errorf("vllmsim listen: %w", err)
 	}
+	s.setListener(l)
 	go func() { _ = s.Serve(l) }()
 	return s, nil
 }
+
+// InstanceID is the id reported in the X-Vllmsim-Instance header: the
+// configured one, else the address the server listens on.
+func (s *Server) InstanceID() string { return s.instanceID.Load().(string) }
 
 // Config returns the effective configuration, defaults applied.
 func (s *Server) Config() Config { return s.cfg }
@@ -111,7 +120,7 @@ func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(HeaderInstance, s.cfg.InstanceID)
+	w.Header().Set(HeaderInstance, s.InstanceID())
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	s.handler.ServeHTTP(w, r)
 }
@@ -125,9 +134,20 @@ func (s *Server) Serve(l net.Listener) error {
 		_ = l.Close()
 		return http.ErrServerClosed
 	}
-	s.listener = l
 	s.mu.Unlock()
+	s.setListener(l)
 	return s.http.Serve(l)
+}
+
+// setListener records the bound address, which is also the instance id
+// unless one was configured.
+func (s *Server) setListener(l net.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listener = l
+	if s.cfg.InstanceID == "" {
+		s.instanceID.Store(l.Addr().String())
+	}
 }
 
 // ListenAndServe binds cfg.Listen and serves; see Serve.

@@ -80,7 +80,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "vllmsim: serving %s on %s as %s\n", srv.Config().Model, srv.URL(), srv.Config().InstanceID)
+	fmt.Fprintf(os.Stderr, "vllmsim: serving %s on %s as %s\n", srv.Config().Model, srv.URL(), srv.InstanceID())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
