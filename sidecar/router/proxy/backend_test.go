@@ -1,0 +1,181 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+// backend is a tiny vLLM stand-in on loopback: it answers the OpenAI
+// endpoints (streaming or not), /invocations, /v1/models and /health, and
+// records what it received.
+type backend struct {
+	id  string
+	srv *httptest.Server
+
+	mu     sync.Mutex
+	bodies [][]byte
+	// release, if set, gates each streamed chunk after the first.
+	release chan struct{}
+}
+
+func newBackend(t testing.TB, id string) *backend {
+	t.Helper()
+	b := &backend{id: id}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m","object":"model","owned_by":%q}]}`, id)
+	})
+	mux.HandleFunc("POST /invocations", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.record(body)
+		w.Header().Set("X-Backend", id)
+		_, _ = w.Write(body) // echo
+	})
+	completion := func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.record(body)
+		var req struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+		}
+		_ = json.Unmarshal(body, &req)
+		w.Header().Set("X-Backend", id)
+		if !req.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"cmpl-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hello from %s"}}],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6}}`, req.Model, id)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		flusher := w.(http.Flusher)
+		for i, word := range []string{"hello", " from", " " + id} {
+			if i > 0 && b.release != nil {
+				<-b.release
+			}
+			fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", req.Model, word)
+			flusher.Flush()
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+	mux.HandleFunc("POST /v1/chat/completions", completion)
+	mux.HandleFunc("POST /v1/completions", completion)
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *backend) record(body []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.bodies = append(b.bodies, body)
+}
+
+func (b *backend) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.bodies)
+}
+
+func (b *backend) last() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.bodies) == 0 {
+		return nil
+	}
+	return b.bodies[len(b.bodies)-1]
+}
+
+func (b *backend) addr() string { return strings.TrimPrefix(b.srv.URL, "http://") }
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+type fixture struct {
+	router   *Router
+	srv      *httptest.Server
+	backends map[string]*backend
+}
+
+func document(strategy routingv1alpha1.Strategy, instances map[string]string, adapters ...routingv1alpha1.Adapter) *routingv1alpha1.Document {
+	d := &routingv1alpha1.Document{APIVersion: routingv1alpha1.APIVersion, Kind: routingv1alpha1.Kind, Model: "m", Strategy: strategy, HashSeed: 1, Adapters: adapters}
+	for _, id := range sortedKeys(instances) {
+		d.Instances = append(d.Instances, routingv1alpha1.Instance{ID: id, Address: instances[id]})
+	}
+	d.Default()
+	if err := d.Validate(); err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if keys[j] < keys[i] {
+				keys[i], keys[j] = keys[j], keys[i]
+			}
+		}
+	}
+	return keys
+}
+
+func newFixture(t testing.TB, n int, opts Options, adapters ...routingv1alpha1.Adapter) *fixture {
+	t.Helper()
+	f := &fixture{backends: map[string]*backend{}}
+	addrs := map[string]string{}
+	for i := range n {
+		id := fmt.Sprintf("vllm-%d", i)
+		f.backends[id] = newBackend(t, id)
+		addrs[id] = f.backends[id].addr()
+	}
+	if opts.EjectBase == 0 {
+		opts.EjectBase = time.Minute
+	}
+	f.router = New(opts)
+	if err := f.router.Apply(document(routingv1alpha1.StrategyPrefixAware, addrs, adapters...)); err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(f.router.Handler())
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) post(t testing.TB, path, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp, string(out)
+}
