@@ -46,21 +46,22 @@ func post(t *testing.T, url string, body any) httpResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return httpResult{status: resp.StatusCode, header: resp.Header, body: out}
+	return roundTrip(t, http.MethodPost, url, bytes.NewReader(b))
 }
 
 func get(t *testing.T, url string) httpResult {
 	t.Helper()
-	resp, err := http.Get(url)
+	return roundTrip(t, http.MethodGet, url, nil)
+}
+
+func roundTrip(t *testing.T, method, url string, body io.Reader) httpResult {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
