@@ -27,7 +27,7 @@ type Config struct {
 	// Default 16.
 	BlockSize int
 	// MaxModelLen bounds prompt plus completion tokens. Default 131072,
-	// capped at CacheTokens.
+	// capped at the cache's capacity.
 	MaxModelLen int
 	// CharsPerToken is how many bytes of text make one simulated token.
 	// Default 4.
@@ -127,7 +127,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CacheTokens < c.BlockSize {
 		errs = append(errs, fmt.Errorf("cache tokens (%d) must hold at least one block of %d", c.CacheTokens, c.BlockSize))
 	}
-	c.MaxModelLen = min(c.MaxModelLen, c.CacheTokens)
+	// A sequence must fit in the cache's whole blocks, or it could never be
+	// admitted.
+	c.MaxModelLen = min(c.MaxModelLen, c.CacheTokens/c.BlockSize*c.BlockSize)
 	return c, errors.Join(errs...)
 }
 

@@ -114,19 +114,22 @@ func newEngine(cfg Config, m *metrics) *engine {
 // newSeq prepares a sequence: the block hashing happens here, in the
 // caller's goroutine, not under the engine lock.
 func (e *engine) newSeq(adapter, salt string, prompt []uint64, maxTokens int, notify chan struct{}, everyToken bool) *seq {
-	bs := e.cfg.BlockSize
+	s := newSeq(e.cfg.BlockSize, adapter, salt, prompt, maxTokens)
+	s.notify, s.everyToken = notify, everyToken
+	return s
+}
+
+func newSeq(blockSize int, adapter, salt string, prompt []uint64, maxTokens int) *seq {
 	s := &seq{
-		adapter:    adapter,
-		seed:       chainSeed(adapter, salt),
-		tokens:     prompt,
-		prompt:     len(prompt),
-		maxTokens:  maxTokens,
-		notify:     notify,
-		everyToken: everyToken,
+		adapter:   adapter,
+		seed:      chainSeed(adapter, salt),
+		tokens:    prompt,
+		prompt:    len(prompt),
+		maxTokens: maxTokens,
 	}
 	parent := s.seed
-	for i := 0; (i+1)*bs <= len(prompt); i++ {
-		parent = hashBlock(parent, prompt[i*bs:(i+1)*bs])
+	for i := 0; (i+1)*blockSize <= len(prompt); i++ {
+		parent = hashBlock(parent, prompt[i*blockSize:(i+1)*blockSize])
 		s.promptHashes = append(s.promptHashes, parent)
 	}
 	s.outputSeed = hashUint64(parent, uint64(len(prompt)))
@@ -310,21 +313,12 @@ func (e *engine) scheduleLocked() (step, bool) {
 	return st, true
 }
 
-// admitLocked looks the prompt up in the prefix cache and reserves blocks
-// for the rest of the sequence. Like vLLM it never counts the whole prompt
-// as a hit: the last prompt token is always computed, to produce logits.
+// admitLocked admits s if the KV cache has room and records its lookup.
 func (e *engine) admitLocked(s *seq, now float64) bool {
-	bs := e.cfg.BlockSize
-	maxHit := (s.prompt - 1) / bs
-	hits := e.pool.cachedPrefix(s.promptHashes[:maxHit])
-	need := (s.prompt+s.maxTokens+bs-1)/bs - len(hits)
-	if !e.pool.admit(hits, need) {
+	if !s.admit(e.pool, e.cfg.BlockSize) {
 		return false
 	}
 	s.state = seqRunning
-	s.held, s.reserved = hits, need
-	s.computed = len(hits) * bs
-	s.cachedTokens = s.computed
 	s.admitted = now
 	e.counters.queries += int64(s.prompt)
 	e.counters.hits += int64(s.cachedTokens)
@@ -334,10 +328,27 @@ func (e *engine) admitLocked(s *seq, now float64) bool {
 	return true
 }
 
-// computeLocked marks n more tokens computed and caches every block they
+// admit looks the prompt up in the prefix cache and reserves blocks for the
+// rest of the sequence. Like vLLM it never counts the whole prompt as a
+// hit: the last prompt token is always computed, to produce logits.
+func (s *seq) admit(p *blockPool, bs int) bool {
+	maxHit := (s.prompt - 1) / bs
+	hits := p.cachedPrefix(s.promptHashes[:maxHit])
+	need := (s.prompt+s.maxTokens+bs-1)/bs - len(hits)
+	if !p.admit(hits, need) {
+		return false
+	}
+	s.held, s.reserved = hits, need
+	s.computed = len(hits) * bs
+	s.cachedTokens = s.computed
+	return true
+}
+
+func (e *engine) computeLocked(s *seq, n int) { s.compute(e.pool, e.cfg.BlockSize, n) }
+
+// compute marks n more tokens computed and caches every block they
 // complete.
-func (e *engine) computeLocked(s *seq, n int) {
-	bs := e.cfg.BlockSize
+func (s *seq) compute(p *blockPool, bs, n int) {
 	s.computed += n
 	for len(s.held) < s.computed/bs {
 		i := len(s.held)
@@ -351,7 +362,7 @@ func (e *engine) computeLocked(s *seq, n int) {
 			}
 			h = hashBlock(parent, s.tokens[i*bs:(i+1)*bs])
 		}
-		s.held = append(s.held, e.pool.commit(h))
+		s.held = append(s.held, p.commit(h))
 		s.reserved--
 	}
 }

@@ -115,9 +115,9 @@ func TestPrefixCache(t *testing.T) {
 			{prompt: shared + text("q1", 40), wantCached: 0},
 			{prompt: shared + text("q2", 40), wantCached: 64},
 		}},
-		{name: "generated tokens are cached too", requests: []req{
-			{prompt: text("turn", 31), wantCached: 0}, // 32 tokens + 16 generated
-			{prompt: text("turn", 31) + strings.Repeat(" the", 0) + text("next", 40), wantCached: 32},
+		{name: "a prompt extending a cached one hits all its blocks", requests: []req{
+			{prompt: text("turn", 31), wantCached: 0},
+			{prompt: text("turn", 31) + text("next", 40), wantCached: 32},
 		}},
 		{name: "cache_salt isolates", requests: []req{
 			{prompt: shared, salt: "tenant-a", wantCached: 0},
