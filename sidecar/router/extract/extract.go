@@ -5,9 +5,11 @@
 package extract
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -37,6 +39,26 @@ type Request struct {
 	// length of the window part.
 	Text        []byte
 	WindowBytes int
+	owned       bool // Text came from the pool
+}
+
+var textBuffers sync.Pool
+
+func getBuffer(size int) []byte {
+	if b, ok := textBuffers.Get().(*[]byte); ok && cap(*b) >= size {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+// Release returns the routing text's memory for reuse; the request's Text
+// must not be used afterwards. Calling it is optional.
+func (r *Request) Release() {
+	if r.Text != nil && r.owned {
+		b := r.Text[:0]
+		textBuffers.Put(&b)
+	}
+	r.Text, r.owned = nil, false
 }
 
 // ErrBadTenant is a tenant id that is too long or not printable ASCII.
@@ -92,6 +114,8 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 	}
 	var req Request
 	tb := textBuilder{window: lim.Window, limit: lim.Window + lim.Lookahead}
+	// Pooled: the text is needed only until the decision is made.
+	tb.buf = getBuffer(min(len(body), tb.limit+64))
 	s := &scanner{data: body}
 	var cacheKey string
 	if s.peek() != '{' {
@@ -149,7 +173,7 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 		}
 		req.Tenant = cacheKey
 	}
-	req.Text, req.WindowBytes = tb.buf, tb.windowBytes()
+	req.Text, req.WindowBytes, req.owned = tb.buf, tb.windowBytes(), true
 	return req, nil
 }
 
@@ -202,7 +226,7 @@ func (s *scanner) messages(tb *textBuilder) error {
 			return &fieldError{field: "messages", msg: "each message must be an object"}
 		}
 		var role, name, content, toolCalls, toolCallID, refusal []byte
-		var roleEsc, nameEsc, idEsc bool
+		var roleEsc, nameEsc, idEsc, contentEsc, contentIsString bool
 		err := s.object(2, func(key []byte, esc bool) error {
 			var err error
 			switch {
@@ -213,7 +237,14 @@ func (s *scanner) messages(tb *textBuilder) error {
 			case keyIs(key, esc, "tool_call_id"):
 				toolCallID, idEsc, err = s.strOrSkip()
 			case keyIs(key, esc, "content"):
-				content, err = s.skip(3)
+				// A string content is kept as found rather than scanned
+				// again: it is most of a large body.
+				if s.peek() == '"' {
+					content, contentEsc, err = s.str()
+					contentIsString = true
+				} else {
+					content, err = s.skip(3)
+				}
 			case keyIs(key, esc, "tool_calls"):
 				toolCalls, err = s.skip(3)
 			case keyIs(key, esc, "refusal"):
@@ -230,7 +261,11 @@ func (s *scanner) messages(tb *textBuilder) error {
 		tb.addByte(sepRole)
 		tb.addRaw(name, nameEsc)
 		tb.addRaw(toolCallID, idEsc)
-		emitContent(content, tb)
+		if contentIsString {
+			tb.addRaw(content, contentEsc)
+		} else {
+			emitContent(content, tb)
+		}
 		emitContent(refusal, tb)
 		emitToolCalls(toolCalls, tb)
 		tb.addByte(sepMessage)
@@ -462,14 +497,11 @@ func validEscapedPrefix(raw []byte) bool {
 func (tb *textBuilder) add(b []byte) {
 	for len(b) > 0 && tb.runes < tb.limit {
 		// ASCII fast path: one character per byte.
-		n := 0
 		room := tb.limit - tb.runes
 		if tb.runes < tb.window {
 			room = tb.window - tb.runes
 		}
-		for n < len(b) && n < room && b[n] < utf8.RuneSelf {
-			n++
-		}
+		n := asciiPrefix(b[:min(len(b), room)])
 		if n == 0 {
 			_, n = utf8.DecodeRune(b)
 			tb.buf = append(tb.buf, b[:n]...)
@@ -483,4 +515,17 @@ func (tb *textBuilder) add(b []byte) {
 			tb.winEnd = len(tb.buf)
 		}
 	}
+}
+
+// asciiPrefix is the length of b's leading run of ASCII bytes, tested eight
+// bytes at a time: the lookahead can be tens of kilobytes of text.
+func asciiPrefix(b []byte) int {
+	n := 0
+	for n+8 <= len(b) && binary.LittleEndian.Uint64(b[n:])&0x8080808080808080 == 0 {
+		n += 8
+	}
+	for n < len(b) && b[n] < utf8.RuneSelf {
+		n++
+	}
+	return n
 }

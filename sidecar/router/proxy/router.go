@@ -286,6 +286,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		return
 	}
 	choice, err := r.policy.Pick(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})
+	x.Release() // the policy keeps hashes, never the text
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	switch {
 	case errors.Is(err, policy.ErrUnknownModel):
