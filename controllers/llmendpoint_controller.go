@@ -156,6 +156,11 @@ func (r *LLMEndpointReconciler) instancePods(ctx context.Context, ep *v1alpha1.L
 // creates and watches the vLLM pods, whose readiness drives the routing
 // configuration.
 func (r *LLMEndpointReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrentReconciles int) error {
+	return r.setup(mgr, maxConcurrentReconciles, r)
+}
+
+// setup registers do, which is r or (in tests) a wrapper of it.
+func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles int, do reconcile.Reconciler) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
@@ -173,7 +178,7 @@ func (r *LLMEndpointReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("llmendpoint").
-		Complete(r)
+		Complete(do)
 }
 
 // podToEndpoint maps a vLLM pod to the LLMEndpoint it serves.
