@@ -144,9 +144,10 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 	It("is driven by a HorizontalPodAutoscaler, which can read its scale", func(ctx SpecContext) {
 		hpa := endpointHPA(ns, name) // minReplicas 3
 		Expect(c.Create(ctx, hpa)).To(Succeed())
+		var able *autoscalingv2.HorizontalPodAutoscalerCondition
 		Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(hpa), hpa)).To(Succeed())
-			var able *autoscalingv2.HorizontalPodAutoscalerCondition
+			able = nil
 			for i := range hpa.Status.Conditions {
 				if hpa.Status.Conditions[i].Type == autoscalingv2.AbleToScale {
 					able = &hpa.Status.Conditions[i]
@@ -154,8 +155,8 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 			}
 			g.Expect(able).NotTo(BeNil())
 			g.Expect(able.Status).To(Equal(corev1.ConditionTrue), "%s: %s", able.Reason, able.Message)
-			AddReportEntry("HPA AbleToScale", fmt.Sprintf("%s (%s)", able.Status, able.Reason))
 		}).WithTimeout(60 * time.Second).Should(Succeed())
+		AddReportEntry("HPA AbleToScale", fmt.Sprintf("%s (%s: %s)", able.Status, able.Reason, able.Message))
 		// The HPA raises the endpoint to its minimum, and the fleet follows.
 		Eventually(func(g Gomega) {
 			got := &v1alpha1.LLMEndpoint{}

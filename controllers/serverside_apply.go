@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
@@ -157,5 +158,8 @@ func (r *LLMEndpointReconciler) apply(ctx context.Context, ep *v1alpha1.LLMEndpo
 	}
 	r.applied.put(owner, key, appliedEntry{requestHash: hash, resourceVersion: req.GetResourceVersion()})
 	changed = current == nil || current.GetResourceVersion() != req.GetResourceVersion()
+	if changed {
+		logf.FromContext(ctx).V(1).Info("applied", "kind", gvk.Kind, "name", name.Name, "created", current == nil)
+	}
 	return current, changed, nil
 }
