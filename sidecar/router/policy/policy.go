@@ -106,7 +106,7 @@ func DefaultTuning() Tuning {
 	return Tuning{
 		LookaheadChars: 32768,
 		BalanceFactor:  1.25,
-		ReplicaLoad:    0.5,
+		ReplicaLoad:    0.75,
 		ShareSlack:     1.05,
 		IndexEntries:   1 << 18,
 		SketchWidth:    1 << 16,

@@ -177,19 +177,31 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 	return -1
 }
 
-// byShare walks set (in the key's order) to the first member whose recent
-// share is within ShareSlack of the average; the first member if none.
+// placementChoices is how far down a new key's order placement may go:
+// the first two instances, the "power of two choices", which balances load
+// nearly as well as looking everywhere while confining each key (and so
+// each cached prefix) to two instances however often it is moved.
+const placementChoices = 2
+
+// byShare walks the first placementChoices members of set (in the key's
+// order) to the first whose recent share is within ShareSlack of the set's
+// average; if none is, the one with the smaller share.
 func (p *Policy) byShare(t *table, set []int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
 	avg := p.averageShare(t, set)
-	for _, m := range set {
-		if float64(t.members[m].stat.share.Load()) <= p.tuning.ShareSlack*avg+1 {
+	best := set[0]
+	for _, m := range set[:min(len(set), placementChoices)] {
+		share := t.members[m].stat.share.Load()
+		if float64(share) <= p.tuning.ShareSlack*avg+1 {
 			return m
 		}
+		if share < t.members[best].stat.share.Load() {
+			best = m
+		}
 	}
-	return set[0]
+	return best
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
