@@ -1,0 +1,321 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package podsecurity_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/operator-framework/api/pkg/manifests"
+
+	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/controllers"
+	"github.com/warmroute/warmroute/test/podsecurity"
+)
+
+var repoRoot = filepath.Join("..", "..")
+
+// restricted is a pod template that restricted-v2 admits.
+func restricted() *corev1.PodTemplateSpec {
+	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name:  "app",
+			Image: "app",
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		}},
+	}}
+}
+
+// The checker must refuse what restricted-v2 refuses, or the tests below
+// prove nothing.
+func TestRestrictedV2Checker(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*corev1.PodTemplateSpec)
+		want   string // a substring of one reason; empty: admitted
+	}{
+		{"admitted", func(*corev1.PodTemplateSpec) {}, ""},
+		{"fixed pod UID", func(p *corev1.PodTemplateSpec) { p.Spec.SecurityContext.RunAsUser = ptr.To[int64](1000) }, "pod fixes runAsUser 1000"},
+		{"fixed container UID", func(p *corev1.PodTemplateSpec) {
+			p.Spec.Containers[0].SecurityContext.RunAsUser = ptr.To[int64](1000)
+		}, `container "app" fixes runAsUser`},
+		{"fixed fsGroup", func(p *corev1.PodTemplateSpec) { p.Spec.SecurityContext.FSGroup = ptr.To[int64](2000) }, "fsGroup"},
+		{"root allowed", func(p *corev1.PodTemplateSpec) { p.Spec.SecurityContext.RunAsNonRoot = nil }, "runAsNonRoot"},
+		{"privilege escalation", func(p *corev1.PodTemplateSpec) {
+			p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+		}, "allowPrivilegeEscalation"},
+		{"capabilities kept", func(p *corev1.PodTemplateSpec) { p.Spec.Containers[0].SecurityContext.Capabilities = nil }, "unrestricted capabilities"},
+		{"no seccomp", func(p *corev1.PodTemplateSpec) { p.Spec.SecurityContext.SeccompProfile = nil }, "seccompProfile"},
+		{"localhost seccomp", func(p *corev1.PodTemplateSpec) {
+			p.Spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("p.json")}
+		}, "only RuntimeDefault"},
+		{"host path", func(p *corev1.PodTemplateSpec) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}, "hostPath"},
+		{"unchecked init container", func(p *corev1.PodTemplateSpec) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "init"}}
+		}, `init container "init" must set allowPrivilegeEscalation`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := restricted()
+			tt.modify(p)
+			reasons := podsecurity.RestrictedV2(p)
+			if tt.want == "" {
+				if len(reasons) > 0 {
+					t.Fatalf("refused: %s", strings.Join(reasons, "; "))
+				}
+				return
+			}
+			for _, r := range reasons {
+				if strings.Contains(r, tt.want) {
+					return
+				}
+			}
+			t.Fatalf("want a reason containing %q, got %q", tt.want, reasons)
+		})
+	}
+}
+
+func checkTemplate(t *testing.T, what string, p *corev1.PodTemplateSpec) {
+	t.Helper()
+	for _, r := range podsecurity.RestrictedV2(p) {
+		t.Errorf("%s: %s", what, r)
+	}
+}
+
+// The operator's own pod as `kubectl apply -k config/default` installs it.
+func TestManagerFromKustomizeIsRestrictedV2(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, "config", "default"))
+	if err != nil {
+		t.Fatalf("kustomize build config/default: %v", err)
+	}
+	var found int
+	for _, r := range res.Resources() {
+		if r.GetKind() != "Deployment" {
+			continue
+		}
+		found++
+		raw, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &appsv1.Deployment{}
+		if err := yaml.UnmarshalStrict(raw, d); err != nil {
+			t.Fatal(err)
+		}
+		checkTemplate(t, "Deployment "+d.Name, &d.Spec.Template)
+	}
+	if found == 0 {
+		t.Fatal("config/default has no Deployment")
+	}
+}
+
+// The operator's own pod as OLM installs it from the bundle.
+func TestManagerFromBundleIsRestrictedV2(t *testing.T) {
+	b, err := manifests.GetBundleFromDir(filepath.Join(repoRoot, "bundle", "manifests"))
+	if err != nil {
+		t.Fatalf("load bundle: %v", err)
+	}
+	deps := b.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs
+	if len(deps) == 0 {
+		t.Fatal("the CSV installs no Deployment")
+	}
+	for _, d := range deps {
+		checkTemplate(t, "CSV deployment "+d.Name, &d.Spec.Template)
+	}
+}
+
+// The pods the operator renders for LLMEndpoints: the reconciler runs
+// against a real API server, and what it applied is checked, for every
+// sample and for the variants that change the pod templates.
+func TestOperatorRenderedPodsAreRestrictedV2(t *testing.T) {
+	endpoints := samples(t)
+	cpu := endpoints[0].DeepCopy()
+	cpu.Name = "on-cpu"
+	cpu.Spec.Model.GPUs = ptr.To[int32](0)
+	cpu.Spec.Model.TensorParallelSize = nil
+	cpu.Spec.Model.URI = "/models/tiny"
+	cpu.Spec.Model.HFTokenSecretRef = nil
+	endpoints = append(endpoints, cpu)
+
+	c, stop := startOperator(t, controllers.Options{
+		VLLMImage:   "registry.example/vllm:test",
+		RouterImage: "registry.example/router:test",
+	})
+	defer stop()
+
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "podsecurity"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range endpoints {
+		e.Namespace = ns.Name
+		if err := c.Create(ctx, e); err != nil {
+			t.Fatalf("create LLMEndpoint %s: %v", e.Name, err)
+		}
+	}
+	for _, e := range endpoints {
+		for _, name := range []string{e.Name + "-vllm", e.Name + "-router"} {
+			d := waitForDeployment(t, c, ns.Name, name)
+			checkTemplate(t, "Deployment "+ns.Name+"/"+name, &d.Spec.Template)
+		}
+	}
+}
+
+// --vllm-run-as-user exists for clusters that assign no UID; the check
+// must notice that its result is not for OpenShift.
+func TestFixedVLLMUserIsNotRestrictedV2(t *testing.T) {
+	c, stop := startOperator(t, controllers.Options{
+		VLLMImage:     "registry.example/vllm:test",
+		RouterImage:   "registry.example/router:test",
+		VLLMRunAsUser: ptr.To[int64](2000),
+	})
+	defer stop()
+
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fixed-uid"}}); err != nil {
+		t.Fatal(err)
+	}
+	e := samples(t)[0]
+	e.Namespace = "fixed-uid"
+	if err := c.Create(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	d := waitForDeployment(t, c, e.Namespace, e.Name+"-vllm")
+	reasons := podsecurity.RestrictedV2(&d.Spec.Template)
+	if !strings.Contains(strings.Join(reasons, "\n"), "runAsUser 2000") {
+		t.Fatalf("a fixed vLLM UID passed the restricted-v2 check: %q", reasons)
+	}
+}
+
+// samples are the LLMEndpoints of config/samples.
+func samples(t *testing.T) []*servingv1alpha1.LLMEndpoint {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "config", "samples", "serving_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples: %v", err)
+	}
+	var out []*servingv1alpha1.LLMEndpoint
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &servingv1alpha1.LLMEndpoint{}
+		if err := utilyaml.Unmarshal(raw, e); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// startOperator starts a real API server and the LLMEndpoint reconciler.
+func startOperator(t *testing.T, opts controllers.Options) (client.Client, func()) {
+	t.Helper()
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the API server (KUBEBUILDER_ASSETS=%q): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   controllers.CacheOptions(),
+		// Each test starts its own manager in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&controllers.LLMEndpointReconciler{Client: mgr.GetClient(), Options: opts}).SetupWithManager(mgr, 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the API server: %v", err)
+		}
+	}
+}
+
+func waitForDeployment(t *testing.T, c client.Client, ns, name string) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d)
+		if err == nil {
+			return d
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("Deployment %s/%s: %v", ns, name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
