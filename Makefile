@@ -80,8 +80,10 @@ test-e2e: controlplane ginkgo ## Run the end-to-end tests on a local cluster (KW
 ##@ Build
 
 .PHONY: build
-build: ## Build the operator, router and tool binaries into ./bin.
-	go build -o $(LOCALBIN)/ ./cmd/... ./sidecar/cmd/... ./test/...cmd/... 2>/dev/null || go build -o $(LOCALBIN)/ ./cmd/...
+build: ## Build the operator (bin/manager), the router (bin/router) and the vLLM simulator (bin/vllmsim).
+	go build -o $(LOCALBIN)/manager ./cmd
+	go build -o $(LOCALBIN)/router ./sidecar/cmd/router
+	go build -o $(LOCALBIN)/vllmsim ./test/vllmsim/cmd/vllmsim
 
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
@@ -89,11 +91,21 @@ run: manifests generate ## Run the operator against the current kubeconfig.
 
 .PHONY: demo
 demo: build controlplane ## Start a local cluster, install warmroute and drive a workload through each strategy.
-	go run ./test/localcluster/cmd/localcluster demo
+	go run ./test/demo $(DEMO_ARGS)
 
 .PHONY: demo-down
 demo-down: ## Stop everything `make demo` started.
-	go run ./test/localcluster/cmd/localcluster down
+	go run ./test/localcluster/cmd/localcluster down --workdir tmp/demo/cluster
+
+##@ Benchmarks
+
+# BENCH_TRACE is the Mooncake trace replayed as the fifth workload (empty
+# skips it).
+BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
+
+.PHONY: bench
+bench: ## Replay the workloads through the router per strategy (about 12 min on 2 cores); rewrite docs/benchmarks.md and docs/img/bench-*.png.
+	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -command "make bench"
 
 ##@ Deployment
 

@@ -1,0 +1,288 @@
+// Package bench is warmroute's benchmark: it replays workloads through the
+// real router binary in front of simulated vLLM instances, once per routing
+// strategy and for a SageMaker-style baseline, computes the pooled-cache
+// oracle offline from the same request streams, measures remapping on scale
+// and the router's own costs, and renders docs/benchmarks.md with plots.
+//
+// `make bench` runs the full suite (cmd/bench); the package's test runs a
+// small one so that the harness cannot rot.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	// Instances is the fleet size N [7].
+	Instances int
+	// CacheTokens is each simulated instance's KV cache, fixed across
+	// strategies and workloads.
+	CacheTokens int
+	// MaxModelLen bounds prompt plus completion (the Mooncake trace has
+	// prompts of 191k tokens).
+	MaxModelLen int
+	// Model is the served model name.
+	Model string
+	// PrefixLength and ConcurrencyThreshold are the routing document's.
+	PrefixLength, ConcurrencyThreshold int
+	// Seed seeds the workloads and the routers' hash.
+	Seed uint64
+	// Strategies run for every workload, in order.
+	Strategies []policy.Strategy
+	// Workloads to replay.
+	Workloads []WorkloadSpec
+	// RouterBinary is the router to run; built into WorkDir if empty.
+	RouterBinary string
+	// WorkDir holds the router binary, routing documents and logs; a
+	// temporary directory if empty.
+	WorkDir string
+	// RemapGroups is the number of distinct synthetic prefix groups
+	// placed for the remap measurement.
+	RemapGroups int
+	// DecisionSamples is the number of routing decisions timed per body
+	// size; ProxySamples the number of requests timed direct and through
+	// the router.
+	DecisionSamples, ProxySamples int
+	// Command is how this configuration is run, for the report.
+	Command string
+	// Log reports progress; nil is silent.
+	Log func(format string, args ...any)
+}
+
+// WorkloadSpec is one workload and how fast to replay it.
+type WorkloadSpec struct {
+	Name        string
+	Description string
+	Build       func() (workload.Workload, error)
+	// TimeScale is wall seconds per simulated second for the simulators
+	// and the arrival times.
+	TimeScale float64
+}
+
+// RunResult is one workload × strategy.
+type RunResult struct {
+	Workload string
+	Strategy policy.Strategy
+	Summary  workload.Summary
+	// HitRate is the token-weighted prefix-cache hit rate from the
+	// simulators' counters; HitTokens and QueryTokens its parts.
+	HitRate                float64
+	HitTokens, QueryTokens int64
+	// Spills counts requests the router did not send to their preferred
+	// instance (its warmroute_router_spills_total).
+	Spills    int64
+	SpillRate float64
+	Wall      time.Duration
+}
+
+// Report is everything a benchmark measured.
+type Report struct {
+	Config   Config
+	Machine  Machine
+	Started  time.Time
+	Elapsed  time.Duration
+	Runs     []RunResult
+	Oracles  map[string]Oracle
+	Workload map[string]WorkloadFacts
+	Remap    []Remap
+	Decision []DecisionLatency
+	Proxy    ProxyOverhead
+}
+
+// WorkloadFacts describe a generated workload.
+type WorkloadFacts struct {
+	Name, Description string
+	Requests          int
+	Sessions          int
+	PromptTokens      int
+	Duration          time.Duration // simulated span of arrivals
+	TimeScale         float64
+}
+
+// Run executes the benchmark.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	rep := &Report{Config: cfg, Machine: DescribeMachine(), Started: time.Now(),
+		Oracles: map[string]Oracle{}, Workload: map[string]WorkloadFacts{}}
+	if cfg.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "warmroute-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		cfg.WorkDir = dir
+	}
+	if cfg.RouterBinary == "" {
+		cfg.log("building the router")
+		bin, err := BuildRouter(ctx, cfg.WorkDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RouterBinary = bin
+	}
+	for _, spec := range cfg.Workloads {
+		w, err := spec.Build()
+		if err != nil {
+			return nil, fmt.Errorf("workload %s: %w", spec.Name, err)
+		}
+		rep.Workload[spec.Name] = describe(spec, w)
+		cfg.log("%s: %d requests, %d prompt tokens, %.0f s simulated", spec.Name, len(w.Requests), w.PromptTokens(), w.Duration().Seconds())
+		for _, s := range cfg.Strategies {
+			r, err := cfg.runOne(ctx, spec, w, s)
+			if err != nil {
+				return nil, fmt.Errorf("%s × %s: %w", spec.Name, s, err)
+			}
+			cfg.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  (%s)",
+				s, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+			rep.Runs = append(rep.Runs, r)
+		}
+		o, err := cfg.oracle(ctx, w)
+		if err != nil {
+			return nil, fmt.Errorf("%s oracle: %w", spec.Name, err)
+		}
+		cfg.log("  %-26s hit %5.1f%%", "pooled oracle", 100*o.HitRate)
+		rep.Oracles[spec.Name] = o
+		remap, err := cfg.workloadRemap(w)
+		if err != nil {
+			return nil, fmt.Errorf("%s remap: %w", spec.Name, err)
+		}
+		rep.Remap = append(rep.Remap, remap...)
+	}
+	cfg.log("remap on scale")
+	rep.Remap = append(cfg.measureRemap(), rep.Remap...)
+	cfg.log("decision latency")
+	rep.Decision = cfg.measureDecisions()
+	cfg.log("proxy overhead")
+	p, err := cfg.measureProxy(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("proxy overhead: %w", err)
+	}
+	rep.Proxy = p
+	rep.Elapsed = time.Since(rep.Started)
+	return rep, nil
+}
+
+func (c *Config) defaults() {
+	setDefault(&c.Instances, 7)
+	setDefault(&c.CacheTokens, 1<<18)
+	setDefault(&c.MaxModelLen, 196608)
+	setDefault(&c.Model, "meta-llama/Llama-3.1-70B-Instruct")
+	setDefault(&c.PrefixLength, 4096)
+	setDefault(&c.ConcurrencyThreshold, 10)
+	setDefault(&c.Seed, 1)
+	setDefault(&c.RemapGroups, 20000)
+	setDefault(&c.DecisionSamples, 5000)
+	setDefault(&c.ProxySamples, 2000)
+	if len(c.Strategies) == 0 {
+		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline, policy.PrefixAware}
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+func (c *Config) log(format string, args ...any) {
+	if c.Log != nil {
+		c.Log(format, args...)
+	}
+}
+
+func describe(spec WorkloadSpec, w workload.Workload) WorkloadFacts {
+	sessions := map[string]bool{}
+	for _, r := range w.Requests {
+		if r.Session != "" {
+			sessions[r.Session] = true
+		}
+	}
+	return WorkloadFacts{
+		Name: spec.Name, Description: spec.Description, Requests: len(w.Requests), Sessions: len(sessions),
+		PromptTokens: w.PromptTokens(), Duration: w.Duration(), TimeScale: spec.TimeScale,
+	}
+}
+
+// runOne replays w through a fresh fleet routed by strategy.
+func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workload, strategy policy.Strategy) (RunResult, error) {
+	dir := filepath.Join(c.WorkDir, spec.Name, string(strategy))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return RunResult{}, err
+	}
+	f, err := c.startFleet(ctx, dir, strategy, spec.TimeScale)
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer f.stop()
+	before := workload.FleetStatsOf(f.sims...)
+	client := workload.NewClient()
+	// Idle keep-alive connections would otherwise hold the router's
+	// graceful shutdown until its timeout.
+	defer client.CloseIdleConnections()
+	start := time.Now()
+	results, err := workload.Run(ctx, f.routerURL, w.Requests, workload.Options{
+		TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: client,
+	})
+	if err != nil {
+		return RunResult{}, err
+	}
+	wall := time.Since(start)
+	delta := workload.FleetStatsOf(f.sims...).Since(before).Total()
+	ids := make([]string, c.Instances)
+	for i := range ids {
+		ids[i] = instanceID(i)
+	}
+	r := RunResult{
+		Workload: spec.Name, Strategy: strategy,
+		Summary: workload.Summarize(results, ids, spec.TimeScale),
+		HitRate: delta.HitRate(), HitTokens: delta.PrefixCacheHits, QueryTokens: delta.PrefixCacheQueries,
+		Wall: wall,
+	}
+	spills, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_spills_total")
+	if err != nil {
+		return RunResult{}, err
+	}
+	r.Spills = int64(spills)
+	if len(results) > 0 {
+		r.SpillRate = spills / float64(len(results))
+	}
+	return r, nil
+}
+
+// scrapeCounter sums a metric family over its series.
+func scrapeCounter(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape router metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("parse router metrics: %w", err)
+	}
+	total := 0.0
+	if f := families[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total, nil
+}

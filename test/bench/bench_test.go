@@ -1,0 +1,99 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// TestShortBenchmark runs the whole harness at a small size (the Short
+// configuration: 4 instances, two workloads, every strategy) so that it
+// cannot rot. It checks what must hold whatever the machine's speed:
+//
+//   - every request of every run succeeds through the real router binary;
+//   - the hit rates come from the simulators' counters and are sane: the
+//     pooled oracle beats RANDOM, and PREFIX_AWARE beats RANDOM on the
+//     long-context workload by a clear margin (at least 20 points);
+//   - remap, decision latency and proxy overhead were measured;
+//   - the report renders, with its tables and every plot as a PNG.
+//
+// It asserts nothing about wall-clock figures.
+func TestShortBenchmark(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the router and runs for about half a minute")
+	}
+	cfg := Short(1)
+	cfg.Command = "go test ./test/bench"
+	cfg.WorkDir = t.TempDir()
+	cfg.Log = t.Logf
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if want := len(cfg.Workloads) * 4; len(rep.Runs) != want {
+		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
+	}
+	for _, r := range rep.Runs {
+		if r.Summary.Failures != 0 || r.Summary.Requests == 0 {
+			t.Errorf("%s × %s: %d of %d requests failed", r.Workload, r.Strategy, r.Summary.Failures, r.Summary.Requests)
+		}
+		if r.QueryTokens == 0 {
+			t.Errorf("%s × %s: the simulators counted no prompt tokens", r.Workload, r.Strategy)
+		}
+	}
+	random, _ := rep.run(workload.NameLongContext, policy.Random)
+	prefix, _ := rep.run(workload.NameLongContext, policy.PrefixAware)
+	oracle := rep.Oracles[workload.NameLongContext]
+	if prefix.HitRate < random.HitRate+0.20 {
+		t.Errorf("long-context: PREFIX_AWARE hit rate %.3f, RANDOM %.3f: want a margin of at least 20 points", prefix.HitRate, random.HitRate)
+	}
+	if oracle.HitRate <= random.HitRate {
+		t.Errorf("long-context: pooled oracle %.3f does not beat RANDOM %.3f", oracle.HitRate, random.HitRate)
+	}
+	if len(rep.Remap) == 0 || len(rep.Decision) == 0 || rep.Proxy.Samples == 0 {
+		t.Errorf("missing measurements: %d remaps, %d decision sizes, %d proxy samples", len(rep.Remap), len(rep.Decision), rep.Proxy.Samples)
+	}
+	for _, m := range rep.Remap {
+		if m.Moved <= 0 || m.Moved > 1 || m.Ideal <= 0 {
+			t.Errorf("remap %+v out of range", m)
+		}
+	}
+
+	dir := t.TempDir()
+	if err := rep.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", cfg.Command} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md lacks %q", want)
+		}
+	}
+	plots := []string{PlotHitRate, PlotTTFTP50, PlotTTFTP90, PlotShare, PlotRemap}
+	for _, w := range cfg.Workloads {
+		plots = append(plots, PlotInstanceShare(w.Name))
+	}
+	for _, p := range plots {
+		b, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+			t.Errorf("%s is not a PNG", p)
+		}
+		if !strings.Contains(string(md), "("+p+")") {
+			t.Errorf("benchmarks.md does not show %s", p)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+// Command bench runs warmroute's benchmark and writes docs/benchmarks.md
+// with its plots; see package bench.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/warmroute/warmroute/test/bench"
+)
+
+func main() {
+	out := flag.String("out", "docs", "directory for benchmarks.md and img/")
+	trace := flag.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake trace (JSONL); empty skips that workload")
+	seed := flag.Uint64("seed", 1, "seed of the generated workloads and the routers' hash")
+	short := flag.Bool("short", false, "run the small configuration of the package's test")
+	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all)")
+	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
+	flag.Parse()
+
+	cfg := bench.Full(*trace, *seed)
+	if *short {
+		cfg = bench.Short(*seed)
+	}
+	if *trace != "" && !*short {
+		if _, err := os.Stat(*trace); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: the Mooncake trace is missing (%v); pass -trace= to skip it\n", err)
+			os.Exit(2)
+		}
+	}
+	if *workloads != "" {
+		keep := map[string]bool{}
+		for _, w := range strings.Split(*workloads, ",") {
+			keep[strings.TrimSpace(w)] = true
+		}
+		var ws []bench.WorkloadSpec
+		for _, w := range cfg.Workloads {
+			if keep[w.Name] {
+				ws = append(ws, w)
+			}
+		}
+		cfg.Workloads = ws
+	}
+	cfg.Command = *command
+	if cfg.Command == "" {
+		cfg.Command = strings.TrimSpace("go run ./test/bench/cmd/bench " + strings.Join(os.Args[1:], " "))
+	}
+	start := time.Now()
+	cfg.Log = func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if err := rep.Write(*out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s/benchmarks.md in %s\n", *out, time.Since(start).Round(time.Second))
+}

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/process"
+	"github.com/warmroute/warmroute/test/vllmsim"
+)
+
+// BuildRouter compiles the router binary into dir and returns its path.
+func BuildRouter(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "router")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./sidecar/cmd/router")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build router: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("find module root: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("find module root: not inside the warmroute module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// fleet is N simulators with cold caches and one router process in front of
+// them: what one workload × strategy run uses, then throws away.
+type fleet struct {
+	sims       []*vllmsim.Server
+	router     *process.Process
+	routerURL  string
+	metricsURL string
+}
+
+// simConfig is the configuration of instance i.
+func (c *Config) simConfig(i int, timeScale float64) vllmsim.Config {
+	return vllmsim.Config{
+		Listen:      "127.0.0.1:0",
+		Model:       c.Model,
+		InstanceID:  instanceID(i),
+		CacheTokens: c.CacheTokens,
+		MaxModelLen: c.MaxModelLen,
+		TimeScale:   timeScale,
+	}
+}
+
+func instanceID(i int) string { return fmt.Sprintf("vllm-%d", i) }
+
+// startSims starts n simulators.
+func (c *Config) startSims(n int, timeScale float64) ([]*vllmsim.Server, error) {
+	var sims []*vllmsim.Server
+	for i := range n {
+		s, err := vllmsim.Start(c.simConfig(i, timeScale))
+		if err != nil {
+			closeSims(sims)
+			return nil, err
+		}
+		sims = append(sims, s)
+	}
+	return sims, nil
+}
+
+func closeSims(sims []*vllmsim.Server) {
+	for _, s := range sims {
+		_ = s.Close()
+	}
+}
+
+// routingDocument is what the operator would write for these instances.
+func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
+	doc := routingv1alpha1.Document{
+		APIVersion: routingv1alpha1.APIVersion,
+		Kind:       routingv1alpha1.Kind,
+		Endpoint:   "bench/llm",
+		Generation: 1,
+		Model:      c.Model,
+		Strategy:   routingv1alpha1.StrategyPrefixAware,
+		PrefixAware: routingv1alpha1.PrefixAware{
+			PrefixLength:         c.PrefixLength,
+			ConcurrencyThreshold: c.ConcurrencyThreshold,
+		},
+		HashSeed: c.Seed,
+	}
+	for i, s := range sims {
+		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: s.Addr()})
+	}
+	return doc.Encode()
+}
+
+// startFleet starts cold simulators and the router binary with strategy
+// (passed as --strategy-override, which is how the hidden baseline is
+// reached through the real binary).
+func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Strategy, timeScale float64) (*fleet, error) {
+	sims, err := c.startSims(c.Instances, timeScale)
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{sims: sims}
+	if err := f.startRouter(ctx, c, dir, strategy); err != nil {
+		f.stop()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy policy.Strategy) error {
+	doc, err := c.routingDocument(f.sims)
+	if err != nil {
+		return err
+	}
+	docPath := filepath.Join(dir, "routing.json")
+	if err := os.WriteFile(docPath, doc, 0o644); err != nil {
+		return fmt.Errorf("write routing document: %w", err)
+	}
+	name := "router-" + strings.ToLower(string(strategy))
+	f.router, err = process.Start(name, c.RouterBinary, []string{
+		"--config-file", docPath,
+		"--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0",
+		"--strategy-override", string(strategy),
+		"--shutdown-timeout", "5s",
+	}, dir)
+	if err != nil {
+		return err
+	}
+	addrs, err := waitListening(ctx, filepath.Join(dir, name+".log"), f.router, 2)
+	if err != nil {
+		return err
+	}
+	f.routerURL, f.metricsURL = "http://"+addrs[0], "http://"+addrs[1]
+	return waitReady(ctx, f.metricsURL+"/readyz")
+}
+
+// waitListening reads the router's JSON log until it has announced n
+// listening addresses (traffic first, then metrics).
+func waitListening(ctx context.Context, logPath string, p *process.Process, n int) ([]string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if exited, err := p.Exited(); exited {
+			log, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("router exited (%v): %s", err, log)
+		}
+		var addrs []string
+		if fh, err := os.Open(logPath); err == nil {
+			sc := bufio.NewScanner(fh)
+			for sc.Scan() {
+				var line struct {
+					Msg     string `json:"msg"`
+					Address string `json:"address"`
+				}
+				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" && line.Address != "" {
+					addrs = append(addrs, line.Address)
+				}
+			}
+			_ = fh.Close()
+		}
+		if len(addrs) >= n {
+			return addrs[:n], nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("router did not announce its addresses in %s", logPath)
+}
+
+func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if resp, err := http.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("router not ready at %s", url)
+}
+
+func (f *fleet) urls() []string {
+	out := make([]string, len(f.sims))
+	for i, s := range f.sims {
+		out[i] = s.URL()
+	}
+	return out
+}
+
+func (f *fleet) stop() {
+	if f.router != nil {
+		_ = f.router.Stop(10 * time.Second)
+	}
+	closeSims(f.sims)
+}

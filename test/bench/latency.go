@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/extract"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// DecisionLatency is the cost of one routing decision for a body size:
+// extracting the routing text from the JSON and picking an instance
+// (PREFIX_AWARE over the fleet), in process.
+type DecisionLatency struct {
+	BodyBytes int
+	Samples   int
+	// P50 and P99 of extraction plus decision; PickP50 and PickP99 of the
+	// decision alone.
+	P50, P99, PickP50, PickP99 time.Duration
+}
+
+// decisionBodySizes are the body sizes timed.
+var decisionBodySizes = []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10}
+
+// measureDecisions times decisions for each body size. Each body is a chat
+// request with a system prompt shared by all bodies of the size (half of
+// it) and a distinct user message, which exercises block hashing, the
+// popularity sketch, the index and the look-ahead past a shared window.
+func (c *Config) measureDecisions() []DecisionLatency {
+	ids := make([]string, c.Instances)
+	for i := range ids {
+		ids[i] = instanceID(i)
+	}
+	var out []DecisionLatency
+	for _, size := range decisionBodySizes {
+		rng := rand.New(rand.NewPCG(c.Seed, uint64(size)))
+		system := randomText(rng, size/2)
+		bodies := make([][]byte, 256)
+		for i := range bodies {
+			bodies[i], _ = workload.Body(workload.Request{Messages: []workload.Message{
+				{Role: "system", Content: system},
+				{Role: "user", Content: randomText(rng, size/2-100)},
+			}}, workload.Options{Model: c.Model})
+		}
+		p := c.newPolicy(ids)
+		lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadChars()}
+		n := c.DecisionSamples
+		total := make([]time.Duration, 0, n)
+		pick := make([]time.Duration, 0, n)
+		for i := range n + n/10 {
+			body := bodies[i%len(bodies)]
+			t0 := time.Now()
+			r, err := extract.OpenAI(extract.Chat, body, "", lim)
+			if err != nil {
+				panic(err)
+			}
+			t1 := time.Now()
+			ch, err := p.Pick(policy.Request{Model: r.Model, Tenant: r.Tenant, Text: r.Text, WindowBytes: r.WindowBytes})
+			if err != nil {
+				panic(err)
+			}
+			t2 := time.Now()
+			ch.Done()
+			if i >= n/10 { // the first tenth warms up
+				total = append(total, t2.Sub(t0))
+				pick = append(pick, t2.Sub(t1))
+			}
+		}
+		d := DecisionLatency{BodyBytes: size, Samples: n}
+		d.P50, d.P99 = quantile(total, 0.5), quantile(total, 0.99)
+		d.PickP50, d.PickP99 = quantile(pick, 0.5), quantile(pick, 0.99)
+		out = append(out, d)
+	}
+	return out
+}
+
+func quantile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[max(0, int(math.Ceil(q*float64(len(s))))-1)]
+}
+
+// ProxyOverhead compares requests sent straight to a simulator with the same
+// requests sent through the router binary in front of it.
+type ProxyOverhead struct {
+	BodyBytes int
+	Samples   int
+	// Direct and Routed are the latency percentiles of each path; Added
+	// is the difference of the medians (and of the 99th percentiles).
+	DirectP50, DirectP99, RoutedP50, RoutedP99, AddedP50, AddedP99 time.Duration
+}
+
+// proxyTimeScale makes the simulator answer in microseconds, so that the
+// comparison is dominated by HTTP and the router.
+const proxyTimeScale = 1e-6
+
+// measureProxy times 4 KiB non-streaming requests, one at a time, sent
+// alternately direct and through the router on loopback.
+func (c *Config) measureProxy(ctx context.Context) (ProxyOverhead, error) {
+	dir := filepath.Join(c.WorkDir, "proxy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return ProxyOverhead{}, err
+	}
+	sims, err := c.startSims(1, proxyTimeScale)
+	if err != nil {
+		return ProxyOverhead{}, err
+	}
+	f := &fleet{sims: sims}
+	defer f.stop()
+	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
+		return ProxyOverhead{}, err
+	}
+	const size = 4 << 10
+	rng := rand.New(rand.NewPCG(c.Seed, 4))
+	bodies := make([][]byte, 64)
+	for i := range bodies {
+		bodies[i], _ = workload.Body(workload.Request{MaxTokens: 1, Messages: []workload.Message{
+			{Role: "user", Content: randomText(rng, size-120)},
+		}}, workload.Options{Model: c.Model})
+	}
+	client := workload.NewClient()
+	defer client.CloseIdleConnections() // before the router stops
+	send := func(base string, body []byte) (time.Duration, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		d := time.Since(t0)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return d, err
+	}
+	n := c.ProxySamples
+	direct := make([]time.Duration, 0, n)
+	routed := make([]time.Duration, 0, n)
+	for i := range n + n/10 {
+		body := bodies[i%len(bodies)]
+		d, err := send(sims[0].URL(), body)
+		if err != nil {
+			return ProxyOverhead{}, fmt.Errorf("direct: %w", err)
+		}
+		r, err := send(f.routerURL, body)
+		if err != nil {
+			return ProxyOverhead{}, fmt.Errorf("routed: %w", err)
+		}
+		if i >= n/10 {
+			direct, routed = append(direct, d), append(routed, r)
+		}
+	}
+	o := ProxyOverhead{BodyBytes: len(bodies[0]), Samples: n,
+		DirectP50: quantile(direct, 0.5), DirectP99: quantile(direct, 0.99),
+		RoutedP50: quantile(routed, 0.5), RoutedP99: quantile(routed, 0.99)}
+	o.AddedP50, o.AddedP99 = o.RoutedP50-o.DirectP50, o.RoutedP99-o.DirectP99
+	return o, nil
+}

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// Full is the configuration of `make bench`: the five workloads at full
+// size on 7 instances. tracePath is the Mooncake trace; empty leaves that
+// workload out.
+func Full(tracePath string, seed uint64) Config {
+	lc := workload.LongContextConfig{Seed: seed}
+	sb := workload.SupportBotConfig{Seed: seed}
+	rag := workload.RAGConfig{Seed: seed}
+	sg := workload.ShareGPTConfig{Seed: seed}
+	cfg := Config{
+		Instances:   7,
+		CacheTokens: 1 << 18,
+		MaxModelLen: 196608,
+		Seed:        seed,
+		Workloads: []WorkloadSpec{
+			{Name: workload.NameLongContext, TimeScale: 0.15,
+				Description: "1,500 requests, Poisson 12/s: one of 128 shared 8,000-token contexts (uniform) + a ~40-token question, 64 output tokens",
+				Build:       func() (workload.Workload, error) { return workload.LongContext(lc), nil }},
+			{Name: workload.NameSupportBot, TimeScale: 0.15,
+				Description: "240 conversations × 5 turns, 2 new/s, think time 5 s: one 3,000-token system prompt shared by all, then ~50-token questions and ~120-token replies, history resent every turn",
+				Build:       func() (workload.Workload, error) { return workload.SupportBot(sb), nil }},
+			{Name: workload.NameRAG, TimeScale: 0.15,
+				Description: "1,500 requests, Poisson 12/s: a shared 1,200-token system prompt, one of 300 documents (~3,000 tokens, Zipf s=1 popularity), a ~40-token question, 96 output tokens",
+				Build:       func() (workload.Workload, error) { return workload.RAG(rag), nil }},
+			{Name: workload.NameShareGPT, TimeScale: 0.15,
+				Description: "400 chats, 3 new/s, geometric turns (mean 4, ≤ 16), think time 10 s: a 60-token generic system prompt, long-tailed messages (median 80 tokens) and replies (median 220)",
+				Build:       func() (workload.Workload, error) { return workload.ShareGPT(sg), nil }},
+		},
+	}
+	if tracePath != "" {
+		cfg.Workloads = append(cfg.Workloads, WorkloadSpec{Name: workload.NameMooncake, TimeScale: 0.05,
+			Description: "the Mooncake FAST'25 synthetic trace (3,993 requests, its own arrival times over 17 min, average prompt 15k tokens), each 512-token block id turned into 2,048 characters of deterministic text",
+			Build: func() (workload.Workload, error) {
+				return workload.Mooncake(workload.MooncakeConfig{Path: tracePath, Seed: seed})
+			}})
+	}
+	return cfg
+}
+
+// Short is a small configuration that runs in seconds: the long-context
+// and support-bot workloads on 4 instances with small caches, sized so that
+// RANDOM's hit rate on long-context stays near a quarter.
+func Short(seed uint64) Config {
+	lc := workload.LongContextConfig{Seed: seed, Requests: 240, Contexts: 32, ContextTokens: 2000, Rate: 8}
+	sb := workload.SupportBotConfig{Seed: seed, Users: 40, Turns: 3, SystemTokens: 1500, Rate: 10, ThinkTime: 500_000_000}
+	return Config{
+		Instances:       4,
+		CacheTokens:     20000,
+		MaxModelLen:     20000,
+		Seed:            seed,
+		RemapGroups:     2000,
+		DecisionSamples: 300,
+		ProxySamples:    100,
+		Workloads: []WorkloadSpec{
+			{Name: workload.NameLongContext, TimeScale: 0.05,
+				Description: fmt.Sprintf("%d requests: one of %d shared %d-token contexts + a question", lc.Requests, lc.Contexts, lc.ContextTokens),
+				Build:       func() (workload.Workload, error) { return workload.LongContext(lc), nil }},
+			{Name: workload.NameSupportBot, TimeScale: 0.05,
+				Description: fmt.Sprintf("%d conversations × %d turns behind one %d-token system prompt", sb.Users, sb.Turns, sb.SystemTokens),
+				Build:       func() (workload.Workload, error) { return workload.SupportBot(sb), nil }},
+		},
+	}
+}
