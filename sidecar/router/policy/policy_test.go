@@ -106,7 +106,9 @@ func TestStrategiesSpread(t *testing.T) {
 				counts[c.Instance().ID]++
 				c.Done()
 			}
-			if got := maxOverAvg(counts, 7); got > tc.maxRatio {
+			got := maxOverAvg(counts, 7)
+			t.Logf("%s: max/avg share %.3f over 7 instances, 20000 distinct prefixes", tc.s, got)
+			if got > tc.maxRatio {
 				t.Fatalf("max/avg share %.3f > %.2f: %v", got, tc.maxRatio, counts)
 			}
 		})
@@ -202,7 +204,9 @@ func TestDominantPrefixDoesNotMakeAHotSpot(t *testing.T) {
 				}
 				home[u] = id
 			}
-			if got := maxOverAvg(counts, 7); got > 1.10 {
+			got := maxOverAvg(counts, 7)
+			t.Logf("max/avg share %.3f; %.2f%% of follow-up turns changed instance", got, 100*float64(moved)/float64(total))
+			if got > 1.10 {
 				t.Fatalf("max/avg share %.3f with a shared system prompt: %v", got, counts)
 			}
 			if frac := float64(moved) / float64(total); frac > 0.02 {

@@ -154,9 +154,9 @@ func (x *prefixIndex) lookupLocked(h uint64) (indexEntry, bool) {
 	return e, ok
 }
 
-// holders reports, for each hash from the deepest down, the instances that
-// hold it; it stops at the first (deepest) hash that any instance holds and
-// returns that depth, or -1.
+// deepest looks the hashes up from the deepest down to depth from, and
+// returns the first (deepest) one any instance holds with its holders, or
+// -1.
 func (x *prefixIndex) deepest(hashes []uint64, from int) (int, indexEntry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

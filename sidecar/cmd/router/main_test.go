@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--config-dir", "/etc/warmroute"}, true},
+		{[]string{"--config-file", "/x/routing.json", "--strategy-override", "SAGEMAKER_BASELINE"}, true},
+		{[]string{"--configmap", "ns/name"}, true},
+		{[]string{}, false},
+		{[]string{"--config-dir", "a", "--config-file", "b"}, false},
+		{[]string{"--config-dir", "a", "--strategy-override", "FASTEST"}, false},
+	} {
+		if _, err := parseFlags(tc.args); (err == nil) != tc.ok {
+			t.Errorf("%v: err %v", tc.args, err)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestGracefulShutdown starts the router, sends a slow request, signals
+// shutdown while it is in flight, and expects the request to complete.
+func TestGracefulShutdown(t *testing.T) {
+	started := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			close(started)
+			time.Sleep(300 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer backend.Close()
+	dir := t.TempDir()
+	doc := fmt.Sprintf(`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","model":"m",
+"instances":[{"id":"a","address":%q}]}`, strings.TrimPrefix(backend.URL, "http://"))
+	if err := os.WriteFile(filepath.Join(dir, "routing.json"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseFlags([]string{"--config-dir", dir, "--listen", freeAddr(t), "--metrics-listen", freeAddr(t), "--health-interval", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- run(ctx, f, logr.Discard()) }()
+	var ready bool
+	for range 100 {
+		if resp, err := http.Get("http://" + f.metricsListen + "/readyz"); err == nil {
+			resp.Body.Close()
+			if ready = resp.StatusCode == 200; ready {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !ready {
+		t.Fatal("router never became ready")
+	}
+	result := make(chan int)
+	go func() {
+		resp, err := http.Post("http://"+f.listen+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			result <- -1
+			return
+		}
+		resp.Body.Close()
+		result <- resp.StatusCode
+	}()
+	<-started
+	cancel()
+	if code := <-result; code != 200 {
+		t.Fatalf("in-flight request got %d during shutdown", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + f.listen + "/ping"); err == nil {
+		t.Fatal("still accepting after shutdown")
+	}
+}
