@@ -66,6 +66,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.Float64Var(&f.tuning.BalanceFactor, "balance-factor", d.BalanceFactor, "overload guard: bounded-load cap as a multiple of average in-flight")
 	fs.Float64Var(&f.tuning.ReplicaLoad, "replica-load", d.ReplicaLoad, "PREFIX_AWARE: most of one instance's fair share a single prefix may bring it before it is replicated")
 	fs.Float64Var(&f.tuning.ShareSlack, "share-slack", d.ShareSlack, "PREFIX_AWARE: a new key skips instances whose recent share exceeds this multiple of the average (-1: pure HRW)")
+	fs.Float64Var(&f.tuning.MoveSlack, "move-slack", d.MoveSlack, "PREFIX_AWARE: a placed key moves when its instance's recent share exceeds this multiple of the average")
 	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index (about 48 bytes per entry)")
 	fs.IntVar(&f.tuning.SketchWidth, "sketch-width", d.SketchWidth, "PREFIX_AWARE: counters per row of the popularity sketch (2 rows × 4 bytes)")
 	fs.Int64Var(&f.tuning.DecayEvery, "decay-every", d.DecayEvery, "PREFIX_AWARE: decisions between halvings of popularity and share counts")

@@ -90,6 +90,9 @@ type Tuning struct {
 	// recent request share exceeds ShareSlack × the average of the
 	// candidates is passed over for the next one in the key's order.
 	ShareSlack float64
+	// MoveSlack is when a key already placed is moved: its instance's
+	// recent share is over MoveSlack × the average of the candidates.
+	MoveSlack float64
 	// IndexEntries bounds the prefix index (entries; ~48 bytes each).
 	IndexEntries int
 	// SketchWidth is the width of the popularity sketch (counters per row).
@@ -108,6 +111,7 @@ func DefaultTuning() Tuning {
 		BalanceFactor:  1.25,
 		ReplicaLoad:    0.75,
 		ShareSlack:     1.05,
+		MoveSlack:      1.10,
 		IndexEntries:   1 << 18,
 		SketchWidth:    1 << 16,
 		DecayEvery:     4096,
@@ -131,6 +135,9 @@ func (t Tuning) withDefaults() Tuning {
 	}
 	if t.ShareSlack == 0 {
 		t.ShareSlack = d.ShareSlack
+	}
+	if t.MoveSlack == 0 {
+		t.MoveSlack = max(d.MoveSlack, t.ShareSlack)
 	}
 	if t.IndexEntries <= 0 {
 		t.IndexEntries = d.IndexEntries

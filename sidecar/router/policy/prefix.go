@@ -156,12 +156,13 @@ func recordDepths(leaf, n int) []int {
 const stickySlack = 16
 
 // sticky returns the member of set that the index says holds the prefix,
-// unless its share is already over the placement slack: request share is
-// kept even by moving a few keys (each move costs one cold prefill) rather
-// than letting busy keys pile up on one instance.
+// unless its share is over MoveSlack × the average: request share is kept
+// even by moving a few keys (each move costs a cold prefill) rather than
+// letting busy keys pile up on one instance. MoveSlack is above ShareSlack
+// (hysteresis), so keys near the bound do not ping-pong.
 func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 	avg := p.averageShare(t, set)
-	bound := p.tuning.ShareSlack*avg + stickySlack
+	bound := p.tuning.MoveSlack*avg + stickySlack
 	if p.tuning.ShareSlack < 0 {
 		bound = math.Inf(1)
 	}

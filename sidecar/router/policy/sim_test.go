@@ -297,6 +297,9 @@ func TestSimulate(t *testing.T) {
 	if v := os.Getenv("WARMROUTE_SIM_REPLICA_LOAD"); v != "" {
 		_, _ = fmt.Sscan(v, &tune.ReplicaLoad)
 	}
+	if v := os.Getenv("WARMROUTE_SIM_MOVE_SLACK"); v != "" {
+		_, _ = fmt.Sscan(v, &tune.MoveSlack)
+	}
 	if v := os.Getenv("WARMROUTE_SIM_SHARE_SLACK"); v != "" {
 		_, _ = fmt.Sscan(v, &tune.ShareSlack)
 	}
