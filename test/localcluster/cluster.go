@@ -330,8 +330,11 @@ func (c *Cluster) Stop() error {
 	for _, pid := range c.envPIDs {
 		killAndWait(pid)
 	}
-	if c.ownedWorkDir && c.WorkDir != "" {
-		_ = os.RemoveAll(c.WorkDir)
+	if c.WorkDir != "" {
+		_ = os.Remove(filepath.Join(c.WorkDir, "state.json"))
+		if c.ownedWorkDir {
+			_ = os.RemoveAll(c.WorkDir)
+		}
 	}
 	return errors.Join(errs...)
 }

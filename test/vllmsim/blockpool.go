@@ -104,3 +104,14 @@ func (p *blockPool) release(held []*block, reserved int) {
 		}
 	}
 }
+
+// reset evicts every free block, as vLLM's /reset_prefix_cache does; blocks
+// held by running requests stay. It returns how many blocks it evicted.
+func (p *blockPool) reset() int {
+	n := p.free.Len()
+	for e := p.free.Front(); e != nil; e = e.Next() {
+		delete(p.blocks, e.Value.(*block).hash)
+	}
+	p.free.Init()
+	return n
+}

@@ -84,6 +84,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.loras.serveLoad)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.loras.serveUnload)
+	mux.HandleFunc("POST /reset_prefix_cache", s.serveResetPrefixCache)
 	s.handler = mux
 	return s, nil
 }

@@ -1,0 +1,197 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/test/localcluster"
+	"github.com/warmroute/warmroute/test/process"
+	"github.com/warmroute/warmroute/test/vllmsim"
+)
+
+// VLLMSelector selects the vLLM pods the operator creates.
+const VLLMSelector = "serving.warmroute.dev/role=vllm"
+
+// vllmPort is the port vLLM listens on in its pod.
+const vllmPort = 8000
+
+// Options configure an Env.
+type Options struct {
+	// RepoRoot is the checkout (default: found from the working directory).
+	RepoRoot string
+	// WorkDir holds binaries, logs and the kubeconfig (default: a temp dir).
+	WorkDir string
+	// Namespace is where the pod agent serves vLLM pods (default "default").
+	Namespace string
+	// PodCIDR for the cluster; suites running at once need distinct ones.
+	PodCIDR string
+	// Nodes and GPUsPerNode size the fake fleet (defaults 2 × 8).
+	Nodes, GPUsPerNode int
+	// Sim is the template for every simulated vLLM server.
+	Sim vllmsim.Config
+	// Progress, when set, is told what is happening (the demo prints it).
+	Progress func(string)
+}
+
+// Env is a local cluster with the operator running and a simulator behind
+// every vLLM pod.
+type Env struct {
+	Cluster  *localcluster.Cluster
+	Client   client.Client
+	Kube     kubernetes.Interface
+	Bin      Binaries
+	Operator *process.Process
+	Agent    *PodAgent
+	Sims     *SimRegistry
+	WorkDir  string
+	opts     Options
+	cancel   context.CancelFunc
+	routers  []*Router
+}
+
+// Start builds the binaries, starts the cluster (with the CRDs), the
+// operator and the pod agent.
+func Start(ctx context.Context, o Options) (e *Env, err error) {
+	if o.RepoRoot == "" {
+		if o.RepoRoot, err = localcluster.RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	if o.WorkDir == "" {
+		if o.WorkDir, err = os.MkdirTemp("", "warmroute-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	e = &Env{WorkDir: o.WorkDir, opts: o, Sims: &SimRegistry{}}
+	defer func() {
+		if err != nil {
+			e.Stop()
+		}
+	}()
+
+	if e.Bin, err = BuildBinaries(o.RepoRoot, filepath.Join(o.WorkDir, "bin"), progress); err != nil {
+		return nil, err
+	}
+	progress("building or finding the control plane (the first build takes ~15-20 minutes)")
+	bin, err := localcluster.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	progress("starting the local cluster")
+	copts := localcluster.Full()
+	copts.BinDir, copts.WorkDir, copts.PodCIDR = bin, filepath.Join(o.WorkDir, "cluster"), o.PodCIDR
+	copts.Nodes, copts.GPUsPerNode = o.Nodes, o.GPUsPerNode
+	copts.CRDDirectoryPaths = []string{filepath.Join(o.RepoRoot, "config", "crd", "bases")}
+	if e.Cluster, err = localcluster.Start(ctx, copts); err != nil {
+		return nil, err
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if e.Client, err = client.New(e.Cluster.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	if e.Kube, err = kubernetes.NewForConfig(e.Cluster.Config); err != nil {
+		return nil, err
+	}
+
+	progress("starting the operator")
+	probe, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	if e.Operator, err = process.Start("operator", e.Bin.Operator, []string{
+		"--kubeconfig=" + e.Cluster.KubeconfigPath,
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=" + probe,
+		"--leader-elect=false",
+	}, e.Cluster.WorkDir); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP(ctx, "http://"+probe+"/readyz", 60*time.Second); err != nil {
+		return nil, fmt.Errorf("operator not ready (see %s): %w", filepath.Join(e.Cluster.WorkDir, "operator.log"), err)
+	}
+
+	agentCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.Agent = NewPodAgent(e.Kube, o.Namespace, VLLMSelector, vllmPort, SimFactory(o.Sim, e.Sims))
+	go func() { _ = e.Agent.Run(agentCtx) }()
+	return e, nil
+}
+
+// Stop stops routers, the pod agent, the operator and the cluster.
+func (e *Env) Stop() {
+	for _, r := range e.routers {
+		r.Stop()
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
+	if e.Operator != nil {
+		_ = e.Operator.Stop(10 * time.Second)
+	}
+	if e.Cluster != nil {
+		_ = e.Cluster.Stop()
+	}
+}
+
+// LogDir is where every process logs.
+func (e *Env) LogDir() string { return e.Cluster.WorkDir }
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// waitHTTP polls url until it answers 200.
+func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error = errors.New("no answer")
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("%s: %s", url, resp.Status)
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return last
+}

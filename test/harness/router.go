@@ -1,0 +1,96 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/warmroute/warmroute/test/process"
+)
+
+// Router is a router process fed from an endpoint's routing ConfigMap: the
+// ConfigMap is projected into a directory as kubelet would (the router's
+// --config-dir) and also named with --configmap, as in a real pod.
+type Router struct {
+	// URL is the traffic address, MetricsURL the metrics/health address.
+	URL, MetricsURL string
+	Proc            *process.Process
+	ConfigDir       string
+	name            string
+	args            []string
+	logDir          string
+	bin             string
+}
+
+// RoutingConfigMapName is the routing ConfigMap of an endpoint.
+func RoutingConfigMapName(endpoint string) string { return endpoint + "-routing" }
+
+// StartRouter starts a router for the named LLMEndpoint; extra are further
+// router flags.
+func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string) (*Router, error) {
+	cm := RoutingConfigMapName(endpoint)
+	dir := filepath.Join(e.WorkDir, "routing", fmt.Sprintf("%s-%d", endpoint, len(e.routers)))
+	if err := MirrorConfigMap(ctx, e.Kube, e.opts.Namespace, cm, dir); err != nil {
+		return nil, err
+	}
+	listen, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		URL: "http://" + listen, MetricsURL: "http://" + metrics, ConfigDir: dir,
+		name: fmt.Sprintf("router-%s-%d", endpoint, len(e.routers)), logDir: e.LogDir(), bin: e.Bin.Router,
+		args: append([]string{
+			"--config-dir=" + dir,
+			"--configmap=" + e.opts.Namespace + "/" + cm,
+			"--kubeconfig=" + e.Cluster.KubeconfigPath,
+			"--listen=" + listen,
+			"--metrics-listen=" + metrics,
+			"--health-interval=500ms",
+			"--shutdown-timeout=10s",
+		}, extra...),
+	}
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	e.routers = append(e.routers, r)
+	return r, nil
+}
+
+func (r *Router) start(ctx context.Context) error {
+	p, err := process.Start(r.name, r.bin, r.args, r.logDir)
+	if err != nil {
+		return err
+	}
+	r.Proc = p
+	if err := waitHTTP(ctx, r.MetricsURL+"/healthz", 30*time.Second); err != nil {
+		return fmt.Errorf("router not healthy (see %s): %w", filepath.Join(r.logDir, r.name+".log"), err)
+	}
+	return nil
+}
+
+// WaitReady waits until the router has a routing document with instances.
+func (r *Router) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return waitHTTP(ctx, r.MetricsURL+"/readyz", timeout)
+}
+
+// Restart stops the router gracefully and starts it again on the same
+// addresses.
+func (r *Router) Restart(ctx context.Context) error {
+	if err := r.Proc.Stop(15 * time.Second); err != nil {
+		return err
+	}
+	return r.start(ctx)
+}
+
+// Stop ends the router gracefully.
+func (r *Router) Stop() {
+	if r.Proc != nil {
+		_ = r.Proc.Stop(15 * time.Second)
+	}
+}
