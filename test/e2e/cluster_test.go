@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/test/harness"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
