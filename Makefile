@@ -53,7 +53,7 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: verify-generated
-verify-generated: manifests generate ## Fail when generated files are not committed and current.
+verify-generated: manifests generate bundle ## Fail when generated files (CRD, RBAC, webhooks, DeepCopy, OLM bundle) are not committed and current.
 	@if [ -n "$$(git status --porcelain -- api config bundle)" ]; then \
 	  echo "generated files are stale; run 'make manifests generate bundle' and commit:"; \
 	  git status --porcelain -- api config bundle; git --no-pager diff --stat -- api config bundle; exit 1; fi
@@ -125,6 +125,50 @@ deploy: manifests kustomize ## Deploy the operator to the cluster of the current
 .PHONY: undeploy
 undeploy: kustomize ## Remove the operator from the cluster.
 	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Images and the OLM bundle
+
+# Images cannot be built on machines without a container engine; these
+# targets are what a release (or CI with docker/podman) runs.
+CONTAINER_TOOL ?= docker
+PLATFORMS ?= linux/amd64,linux/arm64
+BUNDLE_IMG ?= ghcr.io/warmroute/warmroute-operator-bundle:v$(VERSION)
+# OLM update channels of the bundle; REPLACES names the CSV this version
+# upgrades from (e.g. warmroute.v0.1.0), empty for the first release.
+CHANNELS ?= stable
+DEFAULT_CHANNEL ?= stable
+REPLACES ?=
+
+.PHONY: docker-build
+docker-build: ## Build the operator (IMG) and router (ROUTER_IMG) images for this platform.
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) -f Dockerfile .
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(ROUTER_IMG) -f sidecar/Dockerfile.router .
+
+.PHONY: docker-push
+docker-push: ## Push the operator and router images.
+	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(ROUTER_IMG)
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push the operator and router images for PLATFORMS (docker buildx).
+	-$(CONTAINER_TOOL) buildx create --name warmroute-builder
+	$(CONTAINER_TOOL) buildx build --builder warmroute-builder --push --platform=$(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(IMG) -f Dockerfile .
+	$(CONTAINER_TOOL) buildx build --builder warmroute-builder --push --platform=$(PLATFORMS) --build-arg VERSION=$(VERSION) -t $(ROUTER_IMG) -f sidecar/Dockerfile.router .
+	-$(CONTAINER_TOOL) buildx rm warmroute-builder
+
+.PHONY: bundle
+bundle: manifests kustomize ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from config/manifests for VERSION, IMG and ROUTER_IMG.
+	$(KUSTOMIZE) build config/manifests | go run ./hack/bundlegen \
+	  --version $(VERSION) --image $(IMG) --related-image router=$(ROUTER_IMG) \
+	  --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL) $(if $(REPLACES),--replaces $(REPLACES))
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image (BUNDLE_IMG).
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+.PHONY: bundle-push
+bundle-push: ## Push the bundle image.
+	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
 
 ##@ Tools
 

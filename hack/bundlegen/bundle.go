@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,9 @@ type Options struct {
 	Version string
 	// Image is the operator image; it replaces the manager container's.
 	Image string
+	// RelatedImages replace the values of the manager's RELATED_IMAGE_<key>
+	// variables, the operands' images; each key must exist.
+	RelatedImages map[string]string
 	// Channels and DefaultChannel are the bundle's update channels.
 	Channels       []string
 	DefaultChannel string
@@ -178,8 +182,13 @@ func (b *builder) deployments() ([]operatorsv1alpha1.StrategyDeploymentSpec, err
 		}
 		dropCertSecret(&d.Spec.Template.Spec)
 		for i := range d.Spec.Template.Spec.Containers {
-			if c := &d.Spec.Template.Spec.Containers[i]; c.Name == "manager" && b.opts.Image != "" {
-				c.Image = b.opts.Image
+			if c := &d.Spec.Template.Spec.Containers[i]; c.Name == "manager" {
+				if b.opts.Image != "" {
+					c.Image = b.opts.Image
+				}
+				if err := setRelatedImages(c, b.opts.RelatedImages); err != nil {
+					return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
+				}
 			}
 		}
 		out = append(out, operatorsv1alpha1.StrategyDeploymentSpec{
@@ -192,6 +201,23 @@ func (b *builder) deployments() ([]operatorsv1alpha1.StrategyDeploymentSpec, err
 		return nil, errors.New("no Deployment for the install strategy")
 	}
 	return out, nil
+}
+
+// setRelatedImages sets the container's RELATED_IMAGE_* variables.
+func setRelatedImages(c *corev1.Container, images map[string]string) error {
+	left := maps.Clone(images)
+	for i := range c.Env {
+		if name, ok := strings.CutPrefix(c.Env[i].Name, "RELATED_IMAGE_"); ok {
+			if image, ok := left[name]; ok {
+				c.Env[i].Value = image
+				delete(left, name)
+			}
+		}
+	}
+	for name := range left {
+		return fmt.Errorf("container %s has no variable RELATED_IMAGE_%s", c.Name, name)
+	}
+	return nil
 }
 
 // dropCertSecret removes the cert-manager certificate volume and its

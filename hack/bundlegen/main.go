@@ -35,6 +35,7 @@ import (
 func main() {
 	var opts Options
 	var channels, root string
+	var related relatedImageFlags
 	flag.StringVar(&opts.Package, "package", "warmroute", "OLM package name")
 	flag.StringVar(&opts.Version, "version", "", "operator version (semver, without a leading v)")
 	flag.StringVar(&opts.Image, "image", "", "operator image for the manager container (default: the one in the manifests)")
@@ -43,13 +44,32 @@ func main() {
 	flag.StringVar(&opts.Replaces, "replaces", "", "name of the CSV this version upgrades from (e.g. warmroute.v0.1.0)")
 	flag.StringVar(&opts.OpenShiftVersions, "openshift-versions", "v4.17", "com.redhat.openshift.versions annotation")
 	flag.StringVar(&root, "root", ".", "repository root the bundle is written under")
+	flag.Var(&related, "related-image", "NAME=IMAGE: set the manager's RELATED_IMAGE_NAME (an operand image); repeatable")
 	flag.Parse()
 	opts.Channels = strings.Split(channels, ",")
+	opts.RelatedImages = related
 
 	if err := run(opts, root); err != nil {
 		fmt.Fprintln(os.Stderr, "bundlegen:", err)
 		os.Exit(1)
 	}
+}
+
+// relatedImageFlags collects --related-image NAME=IMAGE.
+type relatedImageFlags map[string]string
+
+func (r *relatedImageFlags) String() string { return fmt.Sprint(map[string]string(*r)) }
+
+func (r *relatedImageFlags) Set(v string) error {
+	name, image, ok := strings.Cut(v, "=")
+	if !ok || name == "" || image == "" {
+		return fmt.Errorf("want NAME=IMAGE, got %q", v)
+	}
+	if *r == nil {
+		*r = relatedImageFlags{}
+	}
+	(*r)[strings.ToUpper(name)] = image
+	return nil
 }
 
 func run(opts Options, root string) error {
