@@ -89,11 +89,17 @@ type simResult struct {
 	spills     int
 }
 
-func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurrency int, tune Tuning) simResult {
-	p := New(tune)
-	if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n)}); err != nil {
-		t.Fatal(err)
+// simulate routes reqs; with several replicas, requests alternate between
+// independent policies (active-active routers with no shared state).
+func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurrency, replicas int, tune Tuning) simResult {
+	ps := make([]*Policy, replicas)
+	for i := range ps {
+		ps[i] = New(tune)
+		if err := ps[i].Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n)}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	p := ps[0]
 	caches := make([]*lru, n)
 	for i := range caches {
 		caches[i] = newLRU(capBlocks)
@@ -106,7 +112,8 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 	counts := make([]int, n)
 	hit, total, spills := 0, 0, 0
 	look := p.LookaheadChars()
-	for _, r := range reqs {
+	for k, r := range reqs {
+		p := ps[k%replicas]
 		text := renderText(r.ids, 4096+look)
 		c, err := p.Pick(Request{Text: text, WindowBytes: min(4096, len(text))})
 		if err != nil {
@@ -307,9 +314,11 @@ func TestSimulate(t *testing.T) {
 		oracle := pooled(w.reqs, w.capBlocks*n)
 		line := fmt.Sprintf("%-40s pooled %5.1f%%", w.name, 100*oracle)
 		for _, s := range strategies {
-			res := simulate(t, w.reqs, s, n, w.capBlocks, w.concurrency, tune)
+			res := simulate(t, w.reqs, s, n, w.capBlocks, w.concurrency, 1, tune)
 			line += fmt.Sprintf(" | %s %5.1f%% (%3.0f%% of pooled) max/avg %.2f spills %d", s, 100*res.hit, 100*res.hit/oracle, res.share, res.spills)
 		}
+		res := simulate(t, w.reqs, PrefixAware, n, w.capBlocks, w.concurrency, 2, tune)
+		line += fmt.Sprintf(" | PREFIX_AWARE, 2 router replicas %5.1f%% (%3.0f%% of pooled) max/avg %.2f", 100*res.hit, 100*res.hit/oracle, res.share)
 		t.Log(line)
 	}
 }
