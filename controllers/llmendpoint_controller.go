@@ -119,7 +119,9 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := r.updateStatus(ctx, ep, pods, routingHash, reconcileErr); err != nil {
 			errs = append(errs, err)
 		}
-		retErr = errors.Join(errs...)
+		if retErr = errors.Join(errs...); retErr != nil {
+			result = ctrl.Result{} // the error requeues with back-off
+		}
 	}()
 
 	routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods)
