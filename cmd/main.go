@@ -35,6 +35,7 @@ import (
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/controllers"
+	"github.com/warmroute/warmroute/webhooks"
 )
 
 // Default images: pinned, so that an operator upgrade is the only thing
@@ -69,6 +70,7 @@ func main() {
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
 	flag.Int64Var(&vllmRunAsUser, "vllm-run-as-user", -1, "UID for the vLLM containers; -1 leaves it to the image or the platform (OpenShift assigns one). The stock vLLM image needs a UID here on clusters that do not assign one.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LLMEndpoints reconciled in parallel.")
+	enableWebhooks := flag.Bool("enable-webhooks", os.Getenv("ENABLE_WEBHOOKS") != "false", "Serve the LLMEndpoint admission webhooks (with the certificate in /tmp/k8s-webhook-server/serving-certs); off by default when ENABLE_WEBHOOKS=false.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -115,6 +117,12 @@ func main() {
 	}).SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		log.Error(err, "unable to set up the controller", "controller", "LLMEndpoint")
 		os.Exit(1)
+	}
+	if *enableWebhooks {
+		if err := webhooks.SetupLLMEndpointWebhookWithManager(mgr); err != nil {
+			log.Error(err, "unable to set up the webhooks", "webhook", "LLMEndpoint")
+			os.Exit(1)
+		}
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
