@@ -84,6 +84,7 @@ func Build(manifests io.Reader, opts Options) ([]File, error) {
 	}
 	b := &builder{opts: opts, version: v, byKind: map[string][]*unstructured.Unstructured{}}
 	for _, o := range objs {
+		dropKustomizeManagedBy(o)
 		b.byKind[o.GetKind()] = append(b.byKind[o.GetKind()], o)
 	}
 	return b.build()
@@ -700,6 +701,19 @@ func (b *builder) addMetadata() {
 		File{Path: "bundle/metadata/annotations.yaml", Content: y.Bytes()},
 		File{Path: "bundle.Dockerfile", Content: d.Bytes()},
 	)
+}
+
+// managedBy is the recommended label naming the tool that manages an
+// object: in the bundle that is OLM, not kustomize.
+const managedBy = "app.kubernetes.io/managed-by"
+
+// dropKustomizeManagedBy removes managed-by: kustomize from an object's
+// labels (the Deployment's become the CSV's deployment label).
+func dropKustomizeManagedBy(o *unstructured.Unstructured) {
+	if l := o.GetLabels(); l[managedBy] == "kustomize" {
+		delete(l, managedBy)
+		o.SetLabels(l)
+	}
 }
 
 // decodeAll reads a multi-document YAML stream.
