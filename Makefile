@@ -86,8 +86,8 @@ build: ## Build the operator (bin/manager), the router (bin/router) and the vLLM
 	go build -o $(LOCALBIN)/vllmsim ./test/vllmsim/cmd/vllmsim
 
 .PHONY: run
-run: manifests generate ## Run the operator against the current kubeconfig.
-	go run ./cmd/main.go
+run: manifests generate ## Run the operator against the current kubeconfig (webhooks off: they need a serving certificate).
+	ENABLE_WEBHOOKS=false go run ./cmd/main.go
 
 .PHONY: demo
 demo: build controlplane ## Start a local cluster, install warmroute and drive a workload through each strategy.

@@ -129,6 +129,9 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=" + probe,
 		"--leader-elect=false",
+		// Admission webhooks need a serving certificate (cert-manager or
+		// OLM in a real install); the CRD's CEL rules still apply.
+		"--enable-webhooks=false",
 	}, e.Cluster.WorkDir); err != nil {
 		return nil, err
 	}
