@@ -84,7 +84,10 @@ type RunResult struct {
 	// instance (its warmroute_router_spills_total).
 	Spills    int64
 	SpillRate float64
-	Wall      time.Duration
+	// SpillReasons counts spills by the router's reason label
+	// (concurrency_threshold, all_busy, unhealthy).
+	SpillReasons map[string]int64
+	Wall         time.Duration
 }
 
 // Report is everything a benchmark measured.
@@ -251,38 +254,48 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 		HitRate: delta.HitRate(), HitTokens: delta.PrefixCacheHits, QueryTokens: delta.PrefixCacheQueries,
 		Wall: wall,
 	}
-	spills, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_spills_total")
+	reasons, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_spills_total", "reason")
 	if err != nil {
 		return RunResult{}, err
 	}
-	r.Spills = int64(spills)
+	r.SpillReasons = map[string]int64{}
+	for reason, n := range reasons {
+		r.SpillReasons[reason] = int64(n)
+		r.Spills += int64(n)
+	}
 	if len(results) > 0 {
-		r.SpillRate = spills / float64(len(results))
+		r.SpillRate = float64(r.Spills) / float64(len(results))
 	}
 	return r, nil
 }
 
-// scrapeCounter sums a metric family over its series.
-func scrapeCounter(ctx context.Context, url, name string) (float64, error) {
+// scrapeCounter sums a counter family by the value of one label.
+func scrapeCounter(ctx context.Context, url, name, label string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("scrape router metrics: %w", err)
+		return nil, fmt.Errorf("scrape router metrics: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("parse router metrics: %w", err)
+		return nil, fmt.Errorf("parse router metrics: %w", err)
 	}
-	total := 0.0
+	out := map[string]float64{}
 	if f := families[name]; f != nil {
 		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue()
+			key := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					key = l.GetValue()
+				}
+			}
+			out[key] += m.GetCounter().GetValue()
 		}
 	}
-	return total, nil
+	return out, nil
 }

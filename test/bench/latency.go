@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
 
@@ -52,7 +53,11 @@ func (c *Config) measureDecisions() []DecisionLatency {
 				{Role: "user", Content: randomText(rng, size/2-100)},
 			}}, workload.Options{Model: c.Model})
 		}
-		p := c.newPolicy(ids)
+		p := policy.New(policy.DefaultTuning())
+		if err := p.Update(c.policyConfig(ids)); err != nil {
+			panic(err)
+		}
+		runtime.GC() // the previous size's garbage is not this size's cost
 		lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadChars()}
 		n := c.DecisionSamples
 		total := make([]time.Duration, 0, n)

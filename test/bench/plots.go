@@ -160,8 +160,11 @@ func (r *Report) plotRemap(path string) error {
 
 // shortKeys shortens a remap key-set name for an axis label.
 func shortKeys(k string) string {
-	k = strings.TrimSuffix(k, " requests")
-	if strings.HasSuffix(k, "distinct prefixes") {
+	k = strings.Replace(k, " requests", "", 1)
+	if strings.Contains(k, "distinct prefixes") {
+		if strings.Contains(k, "pure HRW") {
+			return "synthetic, pure HRW"
+		}
 		return "synthetic"
 	}
 	return k

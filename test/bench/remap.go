@@ -43,27 +43,36 @@ func (c *Config) keysOf(bodies func(yield func([]byte) bool)) (routingKeys, erro
 	return k, nil
 }
 
-// place routes every key with a fresh PREFIX_AWARE policy over instances
-// (ids), in order, each decision released before the next, and returns the
-// chosen instance ids.
-func (c *Config) place(keys routingKeys, ids []string) []string {
-	p := c.newPolicy(ids)
-	out := make([]string, len(keys.reqs))
-	for i, r := range keys.reqs {
-		ch, err := p.Pick(r)
-		if err != nil {
-			panic(err)
+// place routes every key with a fresh PREFIX_AWARE policy over the
+// instances ids, in order, each decision released before the next, and
+// returns the chosen instance ids. With warm set, the policy first routes
+// the keys over warm and is then reconfigured to ids, as a running router
+// is when the fleet changes: what its prefix index remembers counts.
+func (c *Config) place(keys routingKeys, warm, ids []string, t policy.Tuning) []string {
+	p := policy.New(t)
+	route := func(ids []string) []string {
+		if err := p.Update(c.policyConfig(ids)); err != nil {
+			panic(err) // a fixed, valid configuration
 		}
-		out[i] = ch.Instance().ID
-		ch.Done()
+		out := make([]string, len(keys.reqs))
+		for i, r := range keys.reqs {
+			ch, err := p.Pick(r)
+			if err != nil {
+				panic(err)
+			}
+			out[i] = ch.Instance().ID
+			ch.Done()
+		}
+		return out
 	}
-	return out
+	if warm != nil {
+		route(warm)
+	}
+	return route(ids)
 }
 
-// newPolicy is a fresh PREFIX_AWARE policy with the router's default
-// tuning over the instances ids, configured as the routing document says.
-func (c *Config) newPolicy(ids []string) *policy.Policy {
-	p := policy.New(policy.DefaultTuning())
+// policyConfig is what the routing document gives the policy.
+func (c *Config) policyConfig(ids []string) policy.Config {
 	cfg := policy.Config{
 		Strategy: policy.PrefixAware, Model: c.Model, HashSeed: c.Seed,
 		PrefixLength: c.PrefixLength, ConcurrencyThreshold: c.ConcurrencyThreshold,
@@ -71,23 +80,26 @@ func (c *Config) newPolicy(ids []string) *policy.Policy {
 	for _, id := range ids {
 		cfg.Instances = append(cfg.Instances, policy.Instance{ID: id, Address: "127.0.0.1:1"})
 	}
-	if err := p.Update(cfg); err != nil {
-		panic(err) // a fixed, valid configuration
-	}
-	return p
+	return cfg
 }
 
-// remaps measures N→N+1 and N→N−1 (removing a middle instance) for keys.
-func (c *Config) remaps(name string, keys routingKeys) []Remap {
+// remaps measures N→N+1 and N→N−1 (removing a middle instance) for keys,
+// with fresh policies (cold) or with policies that routed the keys over N
+// instances first (warm).
+func (c *Config) remaps(name string, keys routingKeys, t policy.Tuning, warm bool) []Remap {
 	n := c.Instances
 	ids := make([]string, n+1)
 	for i := range ids {
 		ids[i] = instanceID(i)
 	}
-	base := c.place(keys, ids[:n])
-	up := c.place(keys, ids)
+	var before []string
+	if warm {
+		before = ids[:n]
+	}
+	base := c.place(keys, before, ids[:n], t)
+	up := c.place(keys, before, ids, t)
 	removed := ids[n/2]
-	down := c.place(keys, slices.Delete(slices.Clone(ids[:n]), n/2, n/2+1))
+	down := c.place(keys, before, slices.Delete(slices.Clone(ids[:n]), n/2, n/2+1), t)
 
 	grow := Remap{Keys: name, Count: len(base), From: n, To: n + 1, Ideal: 1 / float64(n+1)}
 	shrink := Remap{Keys: name, Count: len(base), From: n, To: n - 1}
@@ -121,7 +133,8 @@ func (c *Config) remaps(name string, keys routingKeys) []Remap {
 }
 
 // measureRemap places distinct synthetic prefixes: the policy's placement
-// alone, without the popularity effects of a workload.
+// alone, without the popularity effects of a workload; first with the
+// router's default tuning, then as pure rendezvous hashing.
 func (c *Config) measureRemap() []Remap {
 	keys, err := c.keysOf(func(yield func([]byte) bool) {
 		for i := range c.RemapGroups {
@@ -137,7 +150,13 @@ func (c *Config) measureRemap() []Remap {
 	if err != nil {
 		panic(fmt.Sprintf("synthetic keys: %v", err))
 	}
-	return c.remaps(fmt.Sprintf("%d distinct prefixes", c.RemapGroups), keys)
+	name := fmt.Sprintf("%d distinct prefixes", c.RemapGroups)
+	out := c.remaps(name, keys, policy.DefaultTuning(), false)
+	// The same keys with share balancing off (the router's
+	// --share-slack=-1): pure rendezvous placement, for reference.
+	pure := policy.DefaultTuning()
+	pure.ShareSlack = -1
+	return append(out, c.remaps(name+", pure HRW (--share-slack=-1)", keys, pure, false)...)
 }
 
 // workloadRemap places a workload's requests in arrival order.
@@ -153,7 +172,8 @@ func (c *Config) workloadRemap(w workload.Workload) ([]Remap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.remaps(w.Name+" requests", keys), nil
+	return append(c.remaps(w.Name+" requests, cold", keys, policy.DefaultTuning(), false),
+		c.remaps(w.Name+" requests, warm", keys, policy.DefaultTuning(), true)...), nil
 }
 
 // randomText is n bytes of lower-case letters and spaces.

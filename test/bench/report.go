@@ -118,7 +118,7 @@ func (r *Report) Targets() []Target {
 		}
 	}
 	for _, m := range r.Remap {
-		if m.To == r.Config.Instances+1 && strings.HasSuffix(m.Keys, "distinct prefixes") {
+		if m.To == r.Config.Instances+1 && strings.HasSuffix(m.Keys, "distinct prefixes") { // default tuning
 			d := math.Abs(m.Moved - m.Ideal)
 			out = append(out, Target{Name: fmt.Sprintf("keys moved on %d→%d within 0.5 points of 1/%d", m.From, m.To, m.To), Workload: m.Keys,
 				Measured: fmt.Sprintf("%.2f %% (ideal %.2f %%), %.2f %% between survivors", 100*m.Moved, 100*m.Ideal, 100*m.BetweenSurvivors),
@@ -146,6 +146,21 @@ func secs(s float64) string {
 		return fmt.Sprintf("%.0f ms", 1000*s)
 	}
 	return fmt.Sprintf("%.2f s", s)
+}
+
+// spills renders the spill rate with its reasons.
+func spills(x RunResult) string {
+	out := fmt.Sprintf("%.1f %%", 100*x.SpillRate)
+	var parts []string
+	for _, reason := range []string{policy.SpillConcurrency, policy.SpillAllBusy, policy.SpillUnhealthy} {
+		if n := x.SpillReasons[reason]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", strings.ReplaceAll(reason, "_", " "), n))
+		}
+	}
+	if len(parts) > 0 {
+		out += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return out
 }
 
 func micros(d time.Duration) string {
@@ -190,7 +205,7 @@ func (r *Report) Markdown() string {
 	}
 
 	p("\n## Results by workload\n\n")
-	p("Hit rate and oracle share from the simulators' counters. TTFT in simulated seconds: *engine* is what the simulators report (queueing + prefill; the targets use it), *client* is measured by the load generator through the router and includes the host's scheduling delays multiplied by 1/time scale. Throughput in completed requests per simulated second; share = busiest instance's requests ÷ average; spills = requests the router did not send to their preferred instance.\n\n")
+	p("Hit rate and oracle share from the simulators' counters. TTFT in simulated seconds: *engine* is what the simulators report (queueing + prefill; the targets use it), *client* is measured by the load generator through the router and includes the host's scheduling delays multiplied by 1/time scale. Throughput in completed requests per simulated second; share = busiest instance's requests ÷ average; spills = requests the router did not send to their preferred instance, with the router's reasons (*concurrency threshold*: the preferred instance had `concurrencyThreshold` in flight and the request walked its preference order; *all busy*: no instance was under both the threshold and the bounded-load cap, so the least loaded took it).\n\n")
 	p("![hit rate](%s)\n\n![ttft p50](%s)\n\n![ttft p90](%s)\n\n", PlotHitRate, PlotTTFTP50, PlotTTFTP90)
 	for _, w := range r.workloadNames() {
 		o := r.Oracles[w]
@@ -202,9 +217,9 @@ func (r *Report) Markdown() string {
 				continue
 			}
 			t, e := x.Summary.TTFT, x.Summary.EngineTTFT
-			p("| %s | %.1f %% | %.0f %% | %s | %s | %s | %s | %s | %.2f/s | %.3f | %.1f %% | %d |\n",
+			p("| %s | %.1f %% | %.0f %% | %s | %s | %s | %s | %s | %.2f/s | %.3f | %s | %d |\n",
 				s, 100*x.HitRate, 100*ratio(x.HitRate, o.HitRate), secs(e.P50), secs(e.P90), secs(e.P99), secs(t.P50), secs(t.P90),
-				x.Summary.Throughput, x.Summary.ShareMaxAvg, 100*x.SpillRate, x.Summary.Failures)
+				x.Summary.Throughput, x.Summary.ShareMaxAvg, spills(x), x.Summary.Failures)
 		}
 		p("| pooled oracle | %.1f %% | 100 %% | | | | | | | | | |\n\n", 100*o.HitRate)
 	}
@@ -214,8 +229,8 @@ func (r *Report) Markdown() string {
 	}
 
 	p("\n## Remap on scale\n\n")
-	p("Keys placed by the PREFIX_AWARE policy (`sidecar/router/policy`, fresh state each time, decisions released at once so that no overload guard interferes) over %d instances, then over %d (one added) and %d (the middle one removed). *Least possible*: 1/%d of the keys must move to a new instance; on removal, the keys the removed instance held. The synthetic set is distinct 1 KiB prefixes; a workload's set is its requests in arrival order, whose placement also depends on prefix popularity and share balancing.\n\n",
-		c.Instances, c.Instances+1, c.Instances-1, c.Instances+1)
+	p("Keys placed by the PREFIX_AWARE policy (`sidecar/router/policy`, fresh state each time, decisions released at once so that no overload guard interferes) over %d instances, then over %d (one added) and %d (the middle one removed). *Least possible*: 1/%d of the keys must move to a new instance; on removal, the keys the removed instance held. The synthetic set is distinct 1 KiB prefixes, placed with the router's default tuning and again as pure rendezvous hashing (share balancing off), which shows how much of the movement the balancing adds; a workload's set is its requests in arrival order, whose placement also depends on prefix popularity, the prefix index and share balancing: *cold* compares two fresh policies (as after a router restart), *warm* replays the stream once over %d instances, changes the fleet, replays it again and compares with the same replay without the change (what a running router does when the fleet scales).\n\n",
+		c.Instances, c.Instances+1, c.Instances-1, c.Instances+1, c.Instances)
 	p("| keys | count | change | moved | least possible | moved between survivors |\n|---|---:|---|---:|---:|---:|\n")
 	for _, m := range r.Remap {
 		p("| %s | %d | %d→%d | %.2f %% | %.2f %% | %.2f %% |\n", m.Keys, m.Count, m.From, m.To, 100*m.Moved, 100*m.Ideal, 100*m.BetweenSurvivors)
