@@ -416,3 +416,25 @@ func TestReplicasAgreeAtEqualLoad(t *testing.T) {
 		t.Fatalf("replicas disagreed on %d/4000", disagree)
 	}
 }
+
+// TestHotIdenticalRequestsUseTheirWholeReplicaSet sends one identical
+// request over and over: it is the hottest possible key, so the policy
+// replicates it and must spread it over every replica, not two.
+func TestHotIdenticalRequestsUseTheirWholeReplicaSet(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 7, Tuning{})
+	req := textReq(strings.Repeat("the same request every time ", 100))
+	counts := map[string]int{}
+	for i := range 7000 {
+		c := pick(t, p, req)
+		c.Done()
+		if i >= 1000 {
+			counts[c.Instance().ID]++
+		}
+	}
+	if len(counts) != 7 {
+		t.Fatalf("a key with all the traffic used %d instances: %v", len(counts), counts)
+	}
+	if got := maxOverAvg(counts, 7); got > 1.10 {
+		t.Fatalf("max/avg share %.3f: %v", got, counts)
+	}
+}

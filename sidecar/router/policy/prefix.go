@@ -86,17 +86,18 @@ func (p *Policy) prefixAware(t *table, req Request, allowed []int, c *Choice) {
 	}
 	p.pop.record(hashes)
 
-	chosen := -1
+	chosen, choices := -1, placementChoices
 	if leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
-		// served by the replica set; balance by share along its order.
+		// served by the replica set; balance by share over all of it.
 		leaf = len(hashes) - 1
 		parent = rank(t, set, hashes[leaf], pbuf[:0])
+		choices = len(parent)
 	} else if d, e := p.index.deepest(hashes, leaf); d >= 0 {
 		chosen = p.sticky(t, parent, e)
 	}
 	if chosen < 0 {
-		chosen = p.byShare(t, parent)
+		chosen = p.byShare(t, parent, choices)
 	}
 	c.AnchorDepth = leaf
 
@@ -184,16 +185,16 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 // each cached prefix) to two instances however often it is moved.
 const placementChoices = 2
 
-// byShare walks the first placementChoices members of set (in the key's
-// order) to the first whose recent share is within ShareSlack of the set's
-// average; if none is, the one with the smaller share.
-func (p *Policy) byShare(t *table, set []int) int {
+// byShare walks the first choices members of set (in the key's order) to
+// the first whose recent share is within ShareSlack of the set's average;
+// if none is, the one of them with the smallest share.
+func (p *Policy) byShare(t *table, set []int, choices int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
 	avg := p.averageShare(t, set)
 	best := set[0]
-	for _, m := range set[:min(len(set), placementChoices)] {
+	for _, m := range set[:min(len(set), choices)] {
 		share := t.members[m].stat.share.Load()
 		if float64(share) <= p.tuning.ShareSlack*avg+1 {
 			return m
