@@ -61,7 +61,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
-	fs.IntVar(&f.tuning.LookaheadChars, "lookahead-chars", d.LookaheadChars, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
+	fs.IntVar(&f.tuning.LookaheadBytes, "lookahead-bytes", d.LookaheadBytes, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
 	fs.IntVar(&f.tuning.BlockSize, "block-size", 0, "PREFIX_AWARE: hashed block size in bytes (0: prefixLength/32, at least 64)")
 	fs.Float64Var(&f.tuning.BalanceFactor, "balance-factor", d.BalanceFactor, "overload guard: bounded-load cap as a multiple of average in-flight")
 	fs.Float64Var(&f.tuning.ReplicaLoad, "replica-load", d.ReplicaLoad, "PREFIX_AWARE: most of one instance's fair share a single prefix may bring it before it is replicated")

@@ -25,7 +25,9 @@ type Limits struct {
 	// Window is the routing window: characters of message text on the
 	// OpenAI API, bytes of the raw body on /invocations.
 	Window int
-	// Lookahead is how much more text to keep past the window.
+	// Lookahead is how many more bytes of text to keep past the window.
+	// Bytes, not characters: it only feeds block hashing, and counting
+	// characters over tens of kilobytes would double the extraction time.
 	Lookahead int
 }
 
@@ -113,9 +115,9 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 		return Request{}, err
 	}
 	var req Request
-	tb := textBuilder{window: lim.Window, limit: lim.Window + lim.Lookahead}
+	tb := textBuilder{window: lim.Window, lookahead: lim.Lookahead}
 	// Pooled: the text is needed only until the decision is made.
-	tb.buf = getBuffer(min(len(body), tb.limit+64))
+	tb.buf = getBuffer(min(len(body), 4*lim.Window+lim.Lookahead))
 	s := &scanner{data: body}
 	var cacheKey string
 	if s.peek() != '{' {
@@ -427,25 +429,29 @@ func (s *scanner) tokenID(tb *textBuilder) error {
 	return nil
 }
 
-// textBuilder gathers routing text up to a number of characters (runes;
-// each invalid UTF-8 byte counts as one), remembering where the window ends.
+// textBuilder gathers routing text: the window, up to a number of
+// characters (runes; each invalid UTF-8 byte counts as one), then up to
+// lookahead more bytes.
 type textBuilder struct {
-	buf    []byte
-	runes  int
-	window int // characters in the window
-	winEnd int // byte length of the window, once reached
-	limit  int // characters kept in all
-	done   bool
+	buf       []byte
+	runes     int // characters in the window so far
+	window    int // characters in the window
+	winEnd    int // byte length of the window, once complete
+	lookahead int // bytes kept past the window
 }
 
 func (tb *textBuilder) reset() {
-	*tb = textBuilder{buf: tb.buf[:0], window: tb.window, limit: tb.limit}
+	*tb = textBuilder{buf: tb.buf[:0], window: tb.window, lookahead: tb.lookahead}
 }
 
-func (tb *textBuilder) full() bool { return tb.runes >= tb.limit }
+func (tb *textBuilder) windowDone() bool { return tb.runes >= tb.window }
+
+func (tb *textBuilder) full() bool {
+	return tb.windowDone() && len(tb.buf) >= tb.winEnd+tb.lookahead
+}
 
 func (tb *textBuilder) windowBytes() int {
-	if tb.runes < tb.window {
+	if !tb.windowDone() {
 		return len(tb.buf)
 	}
 	return tb.winEnd
@@ -459,9 +465,9 @@ func (tb *textBuilder) addRaw(raw []byte, escaped bool) {
 		return
 	}
 	if escaped {
-		// Decoding can only shrink; cap the work at what still fits (every
-		// character takes at most 6 raw bytes as an escape, 4 as UTF-8).
-		room := (tb.limit - tb.runes) * 12
+		// Decoding can only shrink; cap the work at what still fits (a
+		// character takes at most 12 raw bytes, as a surrogate pair).
+		room := (tb.window-tb.runes)*12 + tb.lookahead*6
 		if len(raw) > room {
 			raw = raw[:room]
 			for len(raw) > 0 && !validEscapedPrefix(raw) {
@@ -495,25 +501,23 @@ func validEscapedPrefix(raw []byte) bool {
 }
 
 func (tb *textBuilder) add(b []byte) {
-	for len(b) > 0 && tb.runes < tb.limit {
+	for len(b) > 0 && !tb.windowDone() {
 		// ASCII fast path: one character per byte.
-		room := tb.limit - tb.runes
-		if tb.runes < tb.window {
-			room = tb.window - tb.runes
-		}
-		n := asciiPrefix(b[:min(len(b), room)])
+		n := asciiPrefix(b[:min(len(b), tb.window-tb.runes)])
 		if n == 0 {
 			_, n = utf8.DecodeRune(b)
-			tb.buf = append(tb.buf, b[:n]...)
 			tb.runes++
 		} else {
-			tb.buf = append(tb.buf, b[:n]...)
 			tb.runes += n
 		}
+		tb.buf = append(tb.buf, b[:n]...)
 		b = b[n:]
-		if tb.runes == tb.window {
+		if tb.windowDone() {
 			tb.winEnd = len(tb.buf)
 		}
+	}
+	if room := tb.winEnd + tb.lookahead - len(tb.buf); tb.windowDone() && room > 0 && len(b) > 0 {
+		tb.buf = append(tb.buf, b[:min(len(b), room)]...)
 	}
 }
 

@@ -150,14 +150,15 @@ func TestErrors(t *testing.T) {
 
 func TestWindowAndLookahead(t *testing.T) {
 	small := Limits{Window: 10, Lookahead: 5}
-	// Characters, not bytes: "é" is two bytes.
+	// The window is characters ("é" is two bytes), the lookahead bytes.
 	body := `{"prompt":"` + strings.Repeat("é", 100) + `"}`
 	r, err := OpenAI(Completions, []byte(body), "", small)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if utf8.RuneCount(r.Text) != 15 || r.WindowBytes != 20 {
-		t.Fatalf("text %d runes, window %d bytes; want 15 runes, 20 bytes", utf8.RuneCount(r.Text), r.WindowBytes)
+	if utf8.RuneCount(r.Text[:r.WindowBytes]) != 10 || r.WindowBytes != 20 || len(r.Text) != 25 {
+		t.Fatalf("window %d bytes (%d runes), text %d bytes; want 10 runes in 20 bytes, 25 bytes",
+			r.WindowBytes, utf8.RuneCount(r.Text[:r.WindowBytes]), len(r.Text))
 	}
 	// Escaped text is decoded before counting.
 	body = `{"prompt":"` + strings.Repeat(`\u00e9`, 100) + `"}`

@@ -74,11 +74,11 @@ type Tuning struct {
 	// the prefix length (prefixLength/32, at least 64), so a window is
 	// always about 32 blocks.
 	BlockSize int
-	// LookaheadChars is how far past the window the policy may read when
+	// LookaheadBytes is how far past the window the policy may read when
 	// every block of the window is shared by a dominant fraction of the
 	// traffic (a long common system prompt), to find what tells requests
 	// apart. 0 uses the default; negative disables it.
-	LookaheadChars int
+	LookaheadBytes int
 	// BalanceFactor is the bounded-load cap on in-flight requests, as a
 	// multiple of the average (HAProxy's hash-balance-factor/100).
 	BalanceFactor float64
@@ -107,7 +107,7 @@ type Tuning struct {
 // DefaultTuning returns the defaults.
 func DefaultTuning() Tuning {
 	return Tuning{
-		LookaheadChars: 32768,
+		LookaheadBytes: 32768,
 		BalanceFactor:  1.25,
 		ReplicaLoad:    0.75,
 		ShareSlack:     1.05,
@@ -121,11 +121,11 @@ func DefaultTuning() Tuning {
 
 func (t Tuning) withDefaults() Tuning {
 	d := DefaultTuning()
-	if t.LookaheadChars == 0 {
-		t.LookaheadChars = d.LookaheadChars
+	if t.LookaheadBytes == 0 {
+		t.LookaheadBytes = d.LookaheadBytes
 	}
-	if t.LookaheadChars < 0 {
-		t.LookaheadChars = 0
+	if t.LookaheadBytes < 0 {
+		t.LookaheadBytes = 0
 	}
 	if t.BalanceFactor <= 1 {
 		t.BalanceFactor = d.BalanceFactor
@@ -247,8 +247,8 @@ func (p *Policy) Strategy() Strategy {
 	return ""
 }
 
-// LookaheadChars is how far past the window the caller should extract text.
-func (p *Policy) LookaheadChars() int { return p.tuning.LookaheadChars }
+// LookaheadBytes is how far past the window the caller should extract text.
+func (p *Policy) LookaheadBytes() int { return p.tuning.LookaheadBytes }
 
 // IndexEntries is the number of entries in the prefix index.
 func (p *Policy) IndexEntries() int { return p.index.Len() }

@@ -21,7 +21,7 @@ const popularityPrior = 32
 //     up warm everywhere, which costs one prompt per instance), a popular
 //     document keeps a few instances, and the first block specific enough
 //     for one instance — the anchor — picks inside its parent's set. The
-//     walk may read past the window (LookaheadChars) only while every block
+//     walk may read past the window (LookaheadBytes) only while every block
 //     so far is dominant, which is what separates users behind a system
 //     prompt longer than the window.
 //  2. Placement of the anchor inside the parent set. If the prefix index

@@ -111,7 +111,7 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 	var pending []*Choice
 	counts := make([]int, n)
 	hit, total, spills := 0, 0, 0
-	look := p.LookaheadChars()
+	look := p.LookaheadBytes()
 	for k, r := range reqs {
 		p := ps[k%replicas]
 		text := renderText(r.ids, 4096+look)

@@ -75,7 +75,7 @@ func BenchmarkDecision(b *testing.B) {
 				if err := p.Update(policy.Config{Strategy: strategy, Model: "m", HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: ins}); err != nil {
 					b.Fatal(err)
 				}
-				lim := extract.Limits{Window: 4096, Lookahead: p.LookaheadChars()}
+				lim := extract.Limits{Window: 4096, Lookahead: p.LookaheadBytes()}
 				samples := make([]time.Duration, 0, b.N)
 				b.SetBytes(int64(len(bodies[0])))
 				b.ReportAllocs()

@@ -266,7 +266,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	}
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
-		lim.Lookahead = r.policy.LookaheadChars()
+		lim.Lookahead = r.policy.LookaheadBytes()
 	}
 	var x extract.Request
 	switch ep {
