@@ -88,6 +88,9 @@ func parseFlags(args []string) (*flags, error) {
 
 func main() {
 	f, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
