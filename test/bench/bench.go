@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -92,8 +94,11 @@ type RunResult struct {
 
 // Report is everything a benchmark measured.
 type Report struct {
-	Config   Config
-	Machine  Machine
+	Config  Config
+	Machine Machine
+	// Revision is the checkout's commit (git describe --always --dirty):
+	// the router is built from the working tree.
+	Revision string
 	Started  time.Time
 	Elapsed  time.Duration
 	Runs     []RunResult
@@ -127,6 +132,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer func() { _ = os.RemoveAll(dir) }()
 		cfg.WorkDir = dir
 	}
+	rep.Revision = revision(ctx)
 	if cfg.RouterBinary == "" {
 		cfg.log("building the router")
 		bin, err := BuildRouter(ctx, cfg.WorkDir)
@@ -175,6 +181,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Proxy = p
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
+}
+
+// revision describes the checkout, or "unknown" outside git.
+func revision(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func (c *Config) defaults() {

@@ -40,6 +40,13 @@ func groupedBars(title, ylabel string, groups []string, ss []series, path string
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
 	p.Y.Min = 0
+	top := 0.0
+	for _, s := range ss {
+		for _, v := range s.values {
+			top = max(top, v)
+		}
+	}
+	p.Y.Max = 1.35 * top // room for the legend above the bars
 	p.Legend.Top = true
 	width := vg.Points(min(18, 300/float64(max(1, len(groups)*len(ss)))))
 	for i, s := range ss {
