@@ -58,7 +58,7 @@ func (c *Config) measureDecisions() []DecisionLatency {
 			panic(err)
 		}
 		runtime.GC() // the previous size's garbage is not this size's cost
-		lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadChars()}
+		lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadBytes()}
 		n := c.DecisionSamples
 		total := make([]time.Duration, 0, n)
 		pick := make([]time.Duration, 0, n)

@@ -31,7 +31,7 @@ type routingKeys struct {
 }
 
 func (c *Config) keysOf(bodies func(yield func([]byte) bool)) (routingKeys, error) {
-	lim := extract.Limits{Window: c.PrefixLength, Lookahead: policy.DefaultTuning().LookaheadChars}
+	lim := extract.Limits{Window: c.PrefixLength, Lookahead: policy.DefaultTuning().LookaheadBytes}
 	var k routingKeys
 	for b := range bodies {
 		r, err := extract.OpenAI(extract.Chat, b, "", lim)
