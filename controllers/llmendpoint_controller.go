@@ -126,6 +126,7 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods)
 	errs = appendErr(errs, "routing ConfigMap", err)
+	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
 	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())

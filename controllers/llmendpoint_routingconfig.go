@@ -76,15 +76,8 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) routing.D
 		ids[i] = in.ID
 	}
 	var adapters []routing.Adapter
-	for _, a := range ep.Spec.LoRAAdapters {
-		adapters = append(adapters, routing.Adapter{
-			Name: a.Name,
-			URI:  a.URI,
-			// Placement (which instances hold which adapter) is the LoRA
-			// placement issue's; until it lands Desired stays empty and
-			// every ready instance counts as holding every adapter.
-			Ready: slices.Clone(ids),
-		})
+	for _, p := range placeAdapters(ep, pods) {
+		adapters = append(adapters, routing.Adapter{Name: p.name, URI: p.uri, Desired: p.desired, Ready: p.ready})
 	}
 
 	routingSpec := ep.Spec.Routing

@@ -80,8 +80,9 @@ func TestBuildRoutingDocument(t *testing.T) {
 			newPod("chat-vllm-a", "10.0.0.1", podReady, now),
 		},
 		wantInstances: []routing.Instance{{ID: "chat-vllm-a", Address: "10.0.0.1:8000"}, {ID: "chat-vllm-b", Address: "10.0.0.2:8000"}},
-		wantAdapters:  []routing.Adapter{{Name: "sql", URI: "org/sql", Ready: []string{"chat-vllm-a", "chat-vllm-b"}}},
-		wantStrategy:  routing.StrategyLeastOutstandingRequests, wantPrefix: 16384, wantThreshold: 3,
+		// Placed on one instance by hash; nothing reports it loaded yet.
+		wantAdapters: []routing.Adapter{{Name: "sql", URI: "org/sql", Desired: []string{"chat-vllm-a"}}},
+		wantStrategy: routing.StrategyLeastOutstandingRequests, wantPrefix: 16384, wantThreshold: 3,
 	}, {
 		name: "unset routing gets the defaults",
 		ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {

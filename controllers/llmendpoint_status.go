@@ -76,7 +76,14 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 	}
 	slices.SortFunc(st.Instances, func(a, b v1alpha1.InstanceStatus) int { return strings.Compare(a.ID, b.ID) })
 
-	for _, c := range conditions(ep, obs, st.ReadyReplicas) {
+	conds := conditions(ep, obs, st.ReadyReplicas)
+	if placements := placeAdapters(ep, obs.pods); len(placements) > 0 {
+		st.Adapters = adapterStatuses(placements)
+		conds = append(conds, adaptersCondition(placements))
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdaptersReady)
+	}
+	for _, c := range conds {
 		c.ObservedGeneration = ep.Generation
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
@@ -186,7 +193,8 @@ func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.L
 		}
 		eventType := corev1.EventTypeNormal
 		if (c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse) ||
-			(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {
+			(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
+			c.Reason == v1alpha1.ReasonAdapterLoadFailed {
 			eventType = corev1.EventTypeWarning
 		}
 		if old == nil && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {

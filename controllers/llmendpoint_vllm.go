@@ -284,6 +284,14 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 
+	containers := []corev1.Container{container}
+	var serviceAccount string
+	if loraEnabled(ep) {
+		containers = append(containers, buildLoRAAgentContainer(ep, opts))
+		volumes = append(volumes, loraAgentVolumes(ep)...)
+		serviceAccount = loraAgentName(ep)
+	}
+
 	labels := objectLabels(ep, roleVLLM, "vllm")
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
@@ -294,8 +302,9 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{container},
-					Volumes:    volumes,
+					Containers:         containers,
+					Volumes:            volumes,
+					ServiceAccountName: serviceAccount,
 					// A leaving instance finishes the requests it has:
 					// preStop covers the routers' reload, the rest the
 					// longest generation.

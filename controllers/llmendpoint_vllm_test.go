@@ -34,10 +34,11 @@ import (
 
 func vllmContainer(t *testing.T, d *appsv1.Deployment) corev1.Container {
 	t.Helper()
-	if n := len(d.Spec.Template.Spec.Containers); n != 1 {
-		t.Fatalf("%d containers, want 1", n)
+	cs := d.Spec.Template.Spec.Containers
+	if n := len(cs); n < 1 || n > 2 || cs[0].Name != "vllm" {
+		t.Fatalf("containers %d, first %q: want vllm (and the LoRA agent with LoRA)", n, cs[0].Name)
 	}
-	return d.Spec.Template.Spec.Containers[0]
+	return cs[0]
 }
 
 func envValue(c corev1.Container, name string) (corev1.EnvVar, bool) {
@@ -172,7 +173,19 @@ func TestBuildVLLMDeployment(t *testing.T) {
 			ep.Spec.Model.MaxLoras = ptr.To[int32](4)
 			ep.Spec.Model.MaxLoraRank = ptr.To[int32](64)
 		}),
-		check: func(t *testing.T, _ *appsv1.Deployment, c corev1.Container) {
+		check: func(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
+			ps := d.Spec.Template.Spec
+			if len(ps.Containers) != 2 || ps.Containers[1].Name != loraAgentContainer || ps.ServiceAccountName != "chat-lora-agent" {
+				t.Errorf("no LoRA agent sidecar: containers %d, serviceAccountName %q", len(ps.Containers), ps.ServiceAccountName)
+			}
+			if ptr.Deref(ps.AutomountServiceAccountToken, true) {
+				t.Error("the service-account token is mounted into vLLM too")
+			}
+			for _, m := range c.VolumeMounts {
+				if m.MountPath == serviceAccountDir {
+					t.Error("vLLM mounts the agent's token")
+				}
+			}
 			for _, a := range []string{"--enable-lora", "--max-loras=4", "--max-lora-rank=64"} {
 				if !slices.Contains(c.Args, a) {
 					t.Errorf("args %v lack %s", c.Args, a)

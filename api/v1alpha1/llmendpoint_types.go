@@ -357,6 +357,10 @@ const (
 	// ConditionDegraded is True when the endpoint serves below what its spec
 	// asks for, or the operator cannot make it so.
 	ConditionDegraded = "Degraded"
+	// ConditionAdaptersReady is True when every LoRA adapter is loaded on
+	// every instance placed to hold it; present only when adapters are
+	// listed.
+	ConditionAdaptersReady = "AdaptersReady"
 )
 
 // Condition reasons of an LLMEndpoint.
@@ -372,6 +376,9 @@ const (
 	ReasonSingleInstance    = "SingleInstance"
 	ReasonInstancesUnready  = "InstancesUnready"
 	ReasonAsExpected        = "AsExpected"
+	ReasonAdaptersLoaded    = "AdaptersLoaded"
+	ReasonAdaptersLoading   = "AdaptersLoading"
+	ReasonAdapterLoadFailed = "AdapterLoadFailed"
 )
 
 // LLMEndpointStatus is the observed state of an LLMEndpoint.
@@ -423,6 +430,61 @@ type LLMEndpointStatus struct {
 	// +kubebuilder:validation:MaxItems=1024
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// adapters are the LoRA adapters, ordered by name: the instances placed
+	// to hold each, those where it is loaded, and those where loading it
+	// failed.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	// +optional
+	Adapters []AdapterStatus `json:"adapters,omitempty"`
+}
+
+// AdapterStatus is where one LoRA adapter is placed and loaded.
+type AdapterStatus struct {
+	// name is the adapter's name.
+	// +kubebuilder:validation:MaxLength=128
+	// +required
+	Name string `json:"name"`
+
+	// desired are the IDs of the instances placed to hold the adapter.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=512
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Desired []string `json:"desired,omitempty"`
+
+	// loaded are the IDs of the ready instances where the adapter is
+	// loaded; the routers send its requests to these (an instance it is
+	// moving away from keeps it until every desired instance has it).
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=512
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Loaded []string `json:"loaded,omitempty"`
+
+	// failed are the desired instances whose last attempt to load the
+	// adapter failed, with vLLM's answer; the instance keeps retrying with
+	// back-off.
+	// +listType=map
+	// +listMapKey=instance
+	// +kubebuilder:validation:MaxItems=512
+	// +optional
+	Failed []AdapterFailure `json:"failed,omitempty"`
+}
+
+// AdapterFailure is a failed attempt to load an adapter on one instance.
+type AdapterFailure struct {
+	// instance is the ID of the instance.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Instance string `json:"instance"`
+
+	// reason is what the load returned.
+	// +kubebuilder:validation:MaxLength=1024
+	// +required
+	Reason string `json:"reason"`
 }
 
 // InstanceStatus is one vLLM instance as the routers see it.

@@ -1,0 +1,297 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/controllers/lora"
+)
+
+// The LoRA agent's interface (sidecar/cmd/lora-agent), shipped in the
+// router image.
+const (
+	loraAgentContainer = "lora-agent"
+	loraAgentBinary    = "/lora-agent"
+	loraAgentConfigDir = "/etc/warmroute/routing"
+	// serviceAccountDir is where client-go looks for in-cluster credentials.
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// adapterPlacement is one adapter's placement and where it is loaded.
+type adapterPlacement struct {
+	name, uri string
+	// desired are the instances placed to hold it; ready those the routers
+	// send its requests to; failed the desired ones that could not load it.
+	desired, ready []string
+	failed         []v1alpha1.AdapterFailure
+}
+
+// loraCapacity is how many adapters an instance may hold: vLLM's
+// --max-cpu-loras when the user passes it, else --max-loras; 0 (no limit)
+// when neither is set, as runtime-loaded adapters then live in vLLM's LRU.
+func loraCapacity(ep *v1alpha1.LLMEndpoint) int {
+	for _, a := range ep.Spec.Model.Args {
+		if v, ok := strings.CutPrefix(a, "--max-cpu-loras="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return int(ptr.Deref(ep.Spec.Model.MaxLoras, 0))
+}
+
+// placeAdapters places the endpoint's adapters on the routable instances
+// and works out from each instance's reported LoRA state where each adapter
+// may receive traffic. An adapter is ready on a desired instance once
+// loaded there; an instance it is moving away from keeps serving it until
+// every desired instance has it (make before break), and only then does the
+// agent there unload it.
+func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlacement {
+	if len(ep.Spec.LoRAAdapters) == 0 {
+		return nil
+	}
+	var ids []string
+	states := map[string]routing.LoRAState{}
+	for i := range pods {
+		pod := &pods[i]
+		if !isRoutable(pod) {
+			continue
+		}
+		ids = append(ids, pod.Name)
+		// An unreadable report counts as nothing loaded.
+		states[pod.Name], _ = routing.ParseLoRAState(pod.Annotations[routing.AnnotationLoRAState])
+	}
+	slices.Sort(ids)
+	demands := make([]lora.Demand, len(ep.Spec.LoRAAdapters))
+	for i, a := range ep.Spec.LoRAAdapters {
+		demands[i] = lora.Demand{Name: a.Name, Replicas: int(ptr.Deref(a.Replicas, 1))}
+	}
+	placed := lora.Place(demands, ids, loraCapacity(ep), hashSeed(ep))
+
+	out := make([]adapterPlacement, 0, len(ep.Spec.LoRAAdapters))
+	for _, a := range ep.Spec.LoRAAdapters {
+		p := adapterPlacement{name: a.Name, uri: a.URI, desired: placed[a.Name]}
+		var lingering []string
+		for _, id := range ids {
+			st := states[id]
+			loaded := slices.Contains(st.Loaded, a.Name)
+			desired := slices.Contains(p.desired, id)
+			switch {
+			case loaded && desired:
+				p.ready = append(p.ready, id)
+			case loaded:
+				lingering = append(lingering, id)
+			case desired:
+				for _, f := range st.Failed {
+					if f.Name == a.Name {
+						p.failed = append(p.failed, v1alpha1.AdapterFailure{Instance: id, Reason: truncate(f.Reason, 1024)})
+					}
+				}
+			}
+		}
+		if len(p.ready) < len(p.desired) {
+			p.ready = append(p.ready, lingering...)
+			slices.Sort(p.ready)
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b adapterPlacement) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// adapterStatuses are the placements as status.adapters.
+func adapterStatuses(placements []adapterPlacement) []v1alpha1.AdapterStatus {
+	var out []v1alpha1.AdapterStatus
+	for _, p := range placements {
+		out = append(out, v1alpha1.AdapterStatus{
+			Name: p.name, Desired: p.desired, Loaded: p.ready, Failed: p.failed,
+		})
+	}
+	return out
+}
+
+// adaptersCondition is AdaptersReady for the placements.
+func adaptersCondition(placements []adapterPlacement) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionAdaptersReady}
+	var failed, loading []string
+	for _, p := range placements {
+		switch {
+		case len(p.failed) > 0:
+			failed = append(failed, fmt.Sprintf("%s on %s: %s", p.name, p.failed[0].Instance, p.failed[0].Reason))
+		case len(p.desired) == 0 || !subset(p.desired, p.ready):
+			loading = append(loading, p.name)
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdapterLoadFailed
+		c.Message = truncate(strings.Join(failed, "; "), 1024)
+	case len(loading) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdaptersLoading
+		c.Message = truncate("not yet loaded on every desired instance: "+strings.Join(loading, ", "), 1024)
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAdaptersLoaded
+		c.Message = fmt.Sprintf("%d adapters loaded where placed", len(placements))
+	}
+	return c
+}
+
+func subset(small, big []string) bool {
+	for _, s := range small {
+		if !slices.Contains(big, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// loraAgentName names the vLLM pods' ServiceAccount, Role and RoleBinding,
+// which only the LoRA agent uses.
+func loraAgentName(ep *v1alpha1.LLMEndpoint) string { return ep.Name + "-lora-agent" }
+
+func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"),
+		// Only the agent container mounts a token (see loraAgentVolume).
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// buildLoRAAgentRole lets the agent read the routing ConfigMap through the
+// API and report its state on its pod. RBAC cannot name a pod that does not
+// exist yet, so the grant covers the namespace's pods; it is get and patch
+// only.
+func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"),
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups:     []string{""},
+			Resources:     []string{"configmaps"},
+			ResourceNames: []string{routingConfigMapName(ep)},
+			Verbs:         []string{"get", "list", "watch"},
+		}, {
+			APIGroups: []string{""},
+			Resources: []string{"pods"},
+			Verbs:     []string{"get", "patch"},
+		}},
+	}
+}
+
+func buildLoRAAgentRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: loraAgentName(ep)},
+		Subjects: []rbacv1.Subject{{
+			Kind: rbacv1.ServiceAccountKind, Name: loraAgentName(ep), Namespace: ep.Namespace,
+		}},
+	}
+}
+
+// loraAgentVolumes are the routing ConfigMap (a directory mount, which the
+// kubelet keeps current) and a service-account token projected for the
+// agent alone: vLLM itself gets no credentials.
+func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
+	return []corev1.Volume{{
+		Name: "routing",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
+		}},
+	}, {
+		Name: "lora-agent-token",
+		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+			}}}},
+		}}},
+	}}
+}
+
+// buildLoRAAgentContainer is the sidecar that loads and unloads the pod's
+// adapters through vLLM's runtime API on localhost. It depends on the
+// endpoint's name only, so the adapter list never changes the pod template.
+func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Container {
+	sc := restrictedContainerSecurityContext()
+	sc.ReadOnlyRootFilesystem = ptr.To(true)
+	return corev1.Container{
+		Name:    loraAgentContainer,
+		Image:   opts.RouterImage,
+		Command: []string{loraAgentBinary},
+		Args: []string{
+			"--config-dir=" + loraAgentConfigDir,
+			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
+			"--vllm-url=http://127.0.0.1:" + strconv.Itoa(vllmPort),
+		},
+		Env: []corev1.EnvVar{{
+			Name:      "POD_NAME",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}},
+		}, {
+			Name:      "POD_NAMESPACE",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
+		}},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("32Mi"),
+		}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "routing", MountPath: loraAgentConfigDir, ReadOnly: true},
+			{Name: "lora-agent-token", MountPath: serviceAccountDir, ReadOnly: true},
+		},
+		SecurityContext:          sc,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// reconcileLoRAAgentRBAC applies the agent's ServiceAccount, Role and
+// RoleBinding when LoRA is enabled (before the Deployment whose pods use
+// them).
+func (r *LLMEndpointReconciler) reconcileLoRAAgentRBAC(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
+	if !loraEnabled(ep) {
+		return nil
+	}
+	for _, desired := range []client.Object{
+		buildLoRAAgentServiceAccount(ep),
+		buildLoRAAgentRole(ep),
+		buildLoRAAgentRoleBinding(ep),
+	} {
+		if _, _, err := r.apply(ctx, ep, desired); err != nil {
+			return err
+		}
+	}
+	return nil
+}

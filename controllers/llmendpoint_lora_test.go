@@ -1,0 +1,120 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+func withLoRAState(pod corev1.Pod, st routing.LoRAState) corev1.Pod {
+	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, routing.AnnotationLoRAState, st.Encode())
+	return pod
+}
+
+// TestPlaceAdapters checks where an adapter is Ready as the agents report
+// loads: only where loaded, and, while it moves, still where it was until
+// every instance placed to hold it has it.
+func TestPlaceAdapters(t *testing.T) {
+	now := time.Now()
+	ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "sql", URI: "org/sql", Replicas: ptr.To[int32](1)}}
+	})
+	// With instances a and b, sql is placed on a (fixed by the hash seed).
+	a := newPod("chat-vllm-a", "10.0.0.1", podReady, now)
+	b := newPod("chat-vllm-b", "10.0.0.2", podReady, now)
+	loaded := routing.LoRAState{Loaded: []string{"sql"}}
+	tests := []struct {
+		name string
+		pods []corev1.Pod
+		want adapterPlacement
+		cond string
+	}{{
+		name: "not loaded yet: no traffic",
+		pods: []corev1.Pod{a, b},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-a"}},
+		cond: v1alpha1.ReasonAdaptersLoading,
+	}, {
+		name: "loaded where placed",
+		pods: []corev1.Pod{withLoRAState(a, loaded), b},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-a"}, ready: []string{"chat-vllm-a"}},
+		cond: v1alpha1.ReasonAdaptersLoaded,
+	}, {
+		name: "moving: the old holder serves until the new one has it",
+		pods: []corev1.Pod{a, withLoRAState(b, loaded)},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-a"}, ready: []string{"chat-vllm-b"}},
+		cond: v1alpha1.ReasonAdaptersLoading,
+	}, {
+		name: "moved: the old holder leaves the set",
+		pods: []corev1.Pod{withLoRAState(a, loaded), withLoRAState(b, loaded)},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-a"}, ready: []string{"chat-vllm-a"}},
+		cond: v1alpha1.ReasonAdaptersLoaded,
+	}, {
+		name: "load failed: reported with the reason",
+		pods: []corev1.Pod{withLoRAState(a, routing.LoRAState{Failed: []routing.LoRAFailure{{Name: "sql", Reason: "404 no such adapter"}}}), b},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-a"},
+			failed: []v1alpha1.AdapterFailure{{Instance: "chat-vllm-a", Reason: "404 no such adapter"}}},
+		cond: v1alpha1.ReasonAdapterLoadFailed,
+	}, {
+		name: "an unready instance is neither placed nor routed",
+		pods: []corev1.Pod{withLoRAState(newPod("chat-vllm-a", "10.0.0.1", podUnready, now), loaded), b},
+		want: adapterPlacement{name: "sql", uri: "org/sql", desired: []string{"chat-vllm-b"}},
+		cond: v1alpha1.ReasonAdaptersLoading,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := placeAdapters(ep, tt.pods)
+			if len(got) != 1 {
+				t.Fatalf("%d placements", len(got))
+			}
+			if diff := cmp.Diff(tt.want, got[0], cmp.AllowUnexported(adapterPlacement{})); diff != "" {
+				t.Errorf("placement (-want +got):\n%s", diff)
+			}
+			if c := adaptersCondition(got); c.Reason != tt.cond {
+				t.Errorf("AdaptersReady reason %s (%s), want %s", c.Reason, c.Message, tt.cond)
+			}
+		})
+	}
+}
+
+func TestLoRACapacity(t *testing.T) {
+	tests := []struct {
+		name string
+		ep   *v1alpha1.LLMEndpoint
+		want int
+	}{
+		{"unset: no limit", newEndpoint(), 0},
+		{"maxLoras", newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras = ptr.To[int32](4) }), 4},
+		{"--max-cpu-loras wins", newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.MaxLoras = ptr.To[int32](4)
+			ep.Spec.Model.Args = []string{"--max-cpu-loras=12"}
+		}), 12},
+	}
+	for _, tt := range tests {
+		if got := loraCapacity(tt.ep); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
