@@ -44,6 +44,14 @@ const (
 	defaultServicePort   = 80
 )
 
+// After SIGTERM the router keeps serving (not ready, closing connections
+// after each response) for routerDrainSeconds while Service endpoints catch
+// up, then gives in-flight requests and streams routerShutdownSeconds.
+const (
+	routerDrainSeconds    = 5
+	routerShutdownSeconds = 60
+)
+
 func routerReplicas(ep *v1alpha1.LLMEndpoint) int32 {
 	return ptr.Deref(ep.Spec.Router.Replicas, defaultRouterReplica)
 }
@@ -125,6 +133,8 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			"--listen=:" + strconv.Itoa(routerHTTPPort),
 			"--metrics-listen=:" + strconv.Itoa(routerMetricsPort),
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
+			"--drain-delay=" + strconv.Itoa(routerDrainSeconds) + "s",
+			"--shutdown-timeout=" + strconv.Itoa(routerShutdownSeconds) + "s",
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
@@ -154,10 +164,13 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ep, roleRouter, "warmroute-router")},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           routerName(ep),
-					AutomountServiceAccountToken: ptr.To(true),
-					EnableServiceLinks:           ptr.To(false),
-					Containers:                   []corev1.Container{container},
+					ServiceAccountName: routerName(ep),
+					// Room for the drain delay and for the longest
+					// streams to finish before the kubelet kills it.
+					TerminationGracePeriodSeconds: ptr.To(int64(routerDrainSeconds + routerShutdownSeconds + 10)),
+					AutomountServiceAccountToken:  ptr.To(true),
+					EnableServiceLinks:            ptr.To(false),
+					Containers:                    []corev1.Container{container},
 					Volumes: []corev1.Volume{{
 						Name: "routing",
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{

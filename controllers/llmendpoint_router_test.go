@@ -58,7 +58,7 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if q := c.Resources.Requests[corev1.ResourceCPU]; q.String() != tt.wantCPU {
 				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
 			}
-			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing"}
+			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing", "--drain-delay=5s", "--shutdown-timeout=60s"}
 			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}

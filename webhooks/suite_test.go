@@ -17,6 +17,8 @@ limitations under the License.
 package webhooks
 
 import (
+	"github.com/warmroute/warmroute/test/localcluster"
+
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -70,7 +72,10 @@ var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	suiteCtx, cancel = context.WithCancel(context.Background())
 
+	binDir, err := localcluster.BinDir()
+	Expect(err).NotTo(HaveOccurred())
 	testEnv = &envtest.Environment{
+		BinaryAssetsDirectory: binDir,
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{

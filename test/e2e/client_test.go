@@ -23,6 +23,8 @@ type reply struct {
 	cached   int
 	body     string
 	err      error
+	// via is the router replica that answered.
+	via int
 }
 
 func (r reply) ok() bool { return r.err == nil && r.status == http.StatusOK }
@@ -76,7 +78,8 @@ type traffic struct {
 	sent, failed atomic.Int64
 	mu           sync.Mutex
 	failures     []string
-	lastInstance map[int]string // group → instance of its latest reply
+	lastInstance map[int]string // group×8+router → instance of its latest reply
+	served       map[string]int // instance → successful replies
 	cancel       context.CancelFunc
 	done         sync.WaitGroup
 }
@@ -85,7 +88,7 @@ type traffic struct {
 // its own long prefix (a conversation) so its placement can be followed.
 // send picks the router for a request (several routers act as a Service).
 func startTraffic(ctx context.Context, send func(ctx context.Context, group, n int) reply, groups, workers int) *traffic {
-	t := &traffic{lastInstance: map[int]string{}}
+	t := &traffic{lastInstance: map[int]string{}, served: map[string]int{}}
 	ctx, t.cancel = context.WithCancel(ctx)
 	var next atomic.Int64
 	for w := 0; w < workers; w++ {
@@ -108,7 +111,10 @@ func startTraffic(ctx context.Context, send func(ctx context.Context, group, n i
 					continue
 				}
 				t.mu.Lock()
-				t.lastInstance[g] = r.instance
+				// Keyed per router replica: a group's placement is
+				// followed through each router's own eyes.
+				t.lastInstance[g*8+r.via] = r.instance
+				t.served[r.instance]++
 				t.mu.Unlock()
 			}
 		}()
@@ -127,6 +133,17 @@ func (t *traffic) placement() map[int]string {
 	defer t.mu.Unlock()
 	out := make(map[int]string, len(t.lastInstance))
 	for k, v := range t.lastInstance {
+		out[k] = v
+	}
+	return out
+}
+
+// servedBy counts successful replies by instance.
+func (t *traffic) servedBy() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int, len(t.served))
+	for k, v := range t.served {
 		out[k] = v
 	}
 	return out

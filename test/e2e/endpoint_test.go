@@ -11,6 +11,10 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 
 	"github.com/warmroute/warmroute/test/harness"
 )
@@ -36,7 +40,9 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 	send := func(ctx context.Context, user, tenant string, n int) reply {
 		var r reply
 		for i := range routers {
-			r = chat(ctx, routers[(n+i)%len(routers)].URL, modelName, system, user, tenant, 4)
+			via := (n + i) % len(routers)
+			r = chat(ctx, routers[via].URL, modelName, system, user, tenant, 4)
+			r.via = via
 			if r.err == nil || !strings.Contains(r.err.Error(), "connection refused") {
 				return r
 			}
@@ -119,7 +125,21 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		}
 	})
 
-	It("routes and caches tenants independently", func() {
+	It("routes and caches tenants independently, the same way from every router replica", func() {
+		// Two fresh replicas that see the same traffic in alternation, as
+		// behind a Service: with equal load they must agree.
+		var pair []*harness.Router
+		for range 2 {
+			r, err := env.StartRouter(ctx, endpoint)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(r.WaitReady(ctx, 30*time.Second)).To(Succeed())
+			pair = append(pair, r)
+		}
+		defer func() {
+			for _, r := range pair {
+				r.Stop()
+			}
+		}()
 		question := "What is the warranty on the kettle? "
 		seen := map[string]bool{}
 		agree := 0
@@ -127,7 +147,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		for i := range tenants {
 			tenant := fmt.Sprintf("tenant-%02d", i)
 			// Like a Service, alternate the router replica per request.
-			a := chat(ctx, routers[i%2].URL, modelName, system, question, tenant, 4)
+			a := chat(ctx, pair[i%2].URL, modelName, system, question, tenant, 4)
 			Expect(a.ok()).To(BeTrue(), "%+v", a)
 			seen[a.instance] = true
 			if i == 0 {
@@ -136,7 +156,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 				// cache_salt keeps their KV blocks apart.
 				Expect(a.cached).To(BeZero(), "first request of %s must not hit another tenant's blocks", tenant)
 			}
-			b := chat(ctx, routers[(i+1)%2].URL, modelName, system, question, tenant, 4)
+			b := chat(ctx, pair[(i+1)%2].URL, modelName, system, question, tenant, 4)
 			Expect(b.ok()).To(BeTrue(), "%+v", b)
 			if b.instance == a.instance {
 				agree++
@@ -146,13 +166,15 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		GinkgoWriter.Printf("tenants: %d instances used by %d tenants with one prompt; the other router replica agreed on %d of %d repeats\n",
 			len(seen), tenants, agree, tenants)
 		Expect(len(seen)).To(BeNumerically(">=", 3), "tenants with one prompt spread over the fleet, got %v", seen)
-		Expect(agree).To(BeNumerically(">=", tenants-2), "router replicas place a tenant's repeat on the same instance")
+		Expect(agree).To(Equal(tenants), "router replicas place a tenant's repeat on the same instance")
 	})
 
 	It("scales 4 → 5 → 3 through the scale subresource under traffic without failing a request or moving more than it must", func() {
 		const groups = 240
 		trafficFor := func(ctx context.Context, g, n int) reply {
-			return send(ctx, fmt.Sprintf("Conversation %d: my parcel has not arrived, here is everything I know about it. ", g), "", n)
+			// g + n/groups alternates the router replica a group uses from
+			// one round to the next.
+			return send(ctx, fmt.Sprintf("Conversation %d: my parcel has not arrived, here is everything I know about it. ", g), "", g+n/groups)
 		}
 		tr := startTraffic(ctx, trafficFor, groups, 8)
 		defer tr.stop()
@@ -172,15 +194,15 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 			return tr.placement()
 		}
 		before := settle(4)
-		Expect(before).To(HaveLen(groups))
+		Expect(before).To(HaveLen(groups * len(routers)))
 
 		By("scaling out 4 → 5")
 		scale(ctx, endpoint, 5)
 		after := settle(5)
 		movedOut, betweenOld := moves(before, after, nil)
 		newShare := fraction(after, func(inst string) bool { return !contains(before, inst) })
-		GinkgoWriter.Printf("4→5: %.1f%% of %d prefix groups moved (minimum possible 20.0%%, moved to the new instance %.1f%%), %.1f%% between surviving instances; placement %s\n",
-			100*movedOut, groups, 100*newShare, 100*betweenOld, describe(after))
+		GinkgoWriter.Printf("4→5: %.1f%% of %d (prefix group, router) pairs moved (minimum possible 20.0%%, moved to the new instance %.1f%%), %.1f%% between surviving instances; placement %s\n",
+			100*movedOut, len(after), 100*newShare, 100*betweenOld, describe(after))
 		Expect(betweenOld).To(BeNumerically("<=", 0.02), "groups moved between instances that stayed")
 		Expect(movedOut).To(BeNumerically("<=", newShare+0.02))
 
@@ -264,12 +286,25 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		Expect(routers[0].Restart(ctx)).To(Succeed())
 		Expect(routers[0].WaitReady(ctx, 30*time.Second)).To(Succeed())
 
-		By("writing a malformed routing document into router 1's mounted ConfigMap")
-		rejected := mustMetric(routers[1], "warmroute_router_config_reloads_total", map[string]string{"result": "rejected"})
-		Expect(harness.WriteProjected(routers[1].ConfigDir, map[string]string{"routing.json": `{"apiVersion": "routing.warmroute.dev/v1alpha1", "kind": `})).To(Succeed())
-		Eventually(func() float64 {
-			return mustMetric(routers[1], "warmroute_router_config_reloads_total", map[string]string{"result": "rejected"})
-		}).WithTimeout(10*time.Second).Should(BeNumerically(">", rejected), "the bad document is counted as rejected")
+		By("writing a malformed routing document into the ConfigMap (the operator puts it right)")
+		rejected := func() float64 {
+			var sum float64
+			for _, r := range routers {
+				sum += mustMetric(r, "warmroute_router_config_reloads_total", map[string]string{"result": "rejected"})
+			}
+			return sum
+		}
+		before := rejected()
+		var cm corev1.ConfigMap
+		Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: harness.RoutingConfigMapName(endpoint)}, &cm)).To(Succeed())
+		good := cm.Data[routingv1alpha1.ConfigMapKey]
+		cm.Data[routingv1alpha1.ConfigMapKey] = `{"apiVersion": "routing.warmroute.dev/v1alpha1", "kind": `
+		Expect(env.Client.Update(ctx, &cm)).To(Succeed())
+		Eventually(rejected).WithTimeout(10*time.Second).Should(BeNumerically(">", before), "the bad document is counted as rejected")
+		Eventually(func() string {
+			Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: harness.RoutingConfigMapName(endpoint)}, &cm)).To(Succeed())
+			return cm.Data[routingv1alpha1.ConfigMapKey]
+		}).WithTimeout(10*time.Second).Should(Equal(good), "the operator restores the routing document")
 		mark := served.Load()
 		Eventually(served.Load).WithTimeout(10 * time.Second).Should(BeNumerically(">", mark+50))
 		tr.stop()
@@ -278,40 +313,38 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 
 	It("spills a hot prefix beyond concurrencyThreshold onto its own second choice, and counts it", func() {
 		ep := getEndpoint(ctx, endpoint)
-		patch := []byte(`{"spec":{"routing":{"prefixAware":{"concurrencyThreshold":2}}}}`)
+		patch := []byte(`{"spec":{"routing":{"prefixAware":{"concurrencyThreshold":3}}}}`)
 		Expect(env.Client.Patch(ctx, ep, rawMergePatch(patch))).To(Succeed())
 		Eventually(func(g Gomega) {
 			doc, err := routingDoc(ctx, endpoint)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(doc.PrefixAware.ConcurrencyThreshold).To(Equal(2))
+			g.Expect(doc.PrefixAware.ConcurrencyThreshold).To(Equal(3))
 			for _, r := range routers {
 				g.Expect(mustMetric(r, "warmroute_router_config_generation", nil)).To(BeNumerically(">=", float64(doc.Generation)))
 			}
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 
-		spills := mustMetric(routers[0], "warmroute_router_spills_total", nil)
-		// Background traffic over many prefixes, plus one hot prefix kept
-		// at 4 requests in flight with long completions.
+		spills := mustMetric(routers[0], "warmroute_router_spills_total", map[string]string{"reason": "concurrency_threshold"})
+		// Many short background requests over many prefixes, so that the
+		// hot prefix is a small fraction of requests (not popular enough to
+		// be replicated on purpose) yet holds more requests in flight than
+		// the threshold: long completions from 4 workers.
 		bg := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-			return chat(ctx, routers[0].URL, modelName, system, fmt.Sprintf("Background question %d. ", g), "", 4)
+			return chat(ctx, routers[0].URL, modelName, system, fmt.Sprintf("Background question %d. ", g), "", 1)
 		}, 400, 2)
 		defer bg.stop()
 		hot := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-			return chat(ctx, routers[0].URL, modelName, system, "The hot question everybody asks about shipping times. ", "", 64)
+			return chat(ctx, routers[0].URL, modelName, system, "The hot question everybody asks about shipping times. ", "", 256)
 		}, 1, 4)
-		counts := map[string]int{}
-		deadline := time.Now().Add(8 * time.Second)
-		for time.Now().Before(deadline) {
-			for _, inst := range hot.placement() {
-				counts[inst]++
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		time.Sleep(6 * time.Second)
 		hot.stop()
 		bg.stop()
 		Expect(hot.failureList()).To(BeEmpty())
-		spilled := mustMetric(routers[0], "warmroute_router_spills_total", nil) - spills
-		GinkgoWriter.Printf("hot prefix: placement samples by instance %v; %.0f spills counted\n", counts, spilled)
+		Expect(bg.failureList()).To(BeEmpty())
+		counts := hot.servedBy()
+		spilled := mustMetric(routers[0], "warmroute_router_spills_total", map[string]string{"reason": "concurrency_threshold"}) - spills
+		GinkgoWriter.Printf("hot prefix: replies by instance %v (background %d requests); %.0f concurrency-threshold spills counted\n",
+			counts, bg.sent.Load(), spilled)
 		Expect(spilled).To(BeNumerically(">", 0))
 		top := topTwo(counts)
 		total := 0

@@ -53,6 +53,7 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 			"--metrics-listen=" + metrics,
 			"--health-interval=500ms",
 			"--shutdown-timeout=10s",
+			"--drain-delay=1s",
 		}, extra...),
 	}
 	if err := r.start(ctx); err != nil {

@@ -17,6 +17,8 @@ limitations under the License.
 package podsecurity_test
 
 import (
+	"github.com/warmroute/warmroute/test/localcluster"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -258,13 +260,18 @@ func samples(t *testing.T) []*servingv1alpha1.LLMEndpoint {
 // startOperator starts a real API server and the LLMEndpoint reconciler.
 func startOperator(t *testing.T, opts controllers.Options) (client.Client, func()) {
 	t.Helper()
+	binDir, err := localcluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := &envtest.Environment{
+		BinaryAssetsDirectory: binDir,
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("start the API server (KUBEBUILDER_ASSETS=%q): %v", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		t.Fatalf("start the API server (binaries in %q): %v", binDir, err)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -36,6 +36,7 @@ type flags struct {
 	strategyOverride                             string
 	poll, healthInterval, ejectBase, ejectMax    time.Duration
 	readHeaderTimeout, idleTimeout, shutdown     time.Duration
+	drainDelay                                   time.Duration
 	maxAttempts                                  int
 	tuning                                       policy.Tuning
 	verbosity                                    int
@@ -61,6 +62,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving (not ready, connections closed after each response) before closing the listener, while endpoints stop sending traffic")
 	fs.IntVar(&f.tuning.LookaheadBytes, "lookahead-bytes", d.LookaheadBytes, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
 	fs.IntVar(&f.tuning.BlockSize, "block-size", 0, "PREFIX_AWARE: hashed block size in bytes (0: prefixLength/32, at least 64)")
 	fs.Float64Var(&f.tuning.BalanceFactor, "balance-factor", d.BalanceFactor, "overload guard: bounded-load cap as a multiple of average in-flight")
@@ -182,7 +184,14 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	// Graceful shutdown: stop accepting, let in-flight requests (streams
 	// included) finish, then exit.
 	draining.Store(true)
-	log.Info("shutting down; draining in-flight requests", "timeout", f.shutdown.String())
+	// Clients and Services keep sending for a moment after SIGTERM (until
+	// endpoints propagate). Keep serving them, but close each connection
+	// after its response, so that no client is left holding a kept-alive
+	// connection that the listener's close would reset mid-request.
+	traffic.SetKeepAlivesEnabled(false)
+	log.Info("draining: not ready, closing connections after each response", "delay", f.drainDelay.String())
+	time.Sleep(f.drainDelay)
+	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
 	err := traffic.Shutdown(sctx)

@@ -156,11 +156,15 @@ func recordDepths(leaf, n int) []int {
 // from moving keys on noise.
 const stickySlack = 16
 
-// sticky returns the member of set that the index says holds the prefix,
-// unless its share is over MoveSlack × the average: request share is kept
-// even by moving a few keys (each move costs a cold prefill) rather than
-// letting busy keys pile up on one instance. MoveSlack is above ShareSlack
-// (hysteresis), so keys near the bound do not ping-pong.
+// sticky returns the member of set that the index says holds the prefix.
+// Request share is kept even by moving a few keys (each move costs a cold
+// prefill) rather than letting busy keys pile up on one instance, but a key
+// over MoveSlack × the average moves only onto one of its own first
+// choices that is within ShareSlack of the average (see relieve), never sideways between
+// busy instances: after a scale-out every old instance is above the new
+// average, so the keys that leave go to the new one and none moves between
+// two instances that were both there before. MoveSlack is above ShareSlack (hysteresis), so
+// keys near the bound do not ping-pong.
 func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 	avg := p.averageShare(t, set)
 	bound := p.tuning.MoveSlack*avg + stickySlack
@@ -170,13 +174,35 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 	// The most recent placement first: the index records only placements
 	// the policy made (not guard spills), so this is where the key lives.
 	for _, tok := range e {
+		if tok == 0 {
+			continue
+		}
 		for _, m := range set {
-			if tok != 0 && t.members[m].stat.token == tok && float64(t.members[m].stat.share.Load()) <= bound {
+			if t.members[m].stat.token != tok {
+				continue
+			}
+			if float64(t.members[m].stat.share.Load()) <= bound {
 				return m
 			}
+			return p.relieve(t, set, m, avg)
 		}
 	}
 	return -1
+}
+
+// relieve picks where a key living on the over-share member m goes: the
+// least-shared of the key's first placementChoices members that is within
+// ShareSlack of the average, or m itself when none is (moving onto another busy instance
+// would cost a cold prefill and balance nothing).
+func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
+	best := m
+	for _, c := range set[:min(len(set), placementChoices)] {
+		share := t.members[c].stat.share.Load()
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.share.Load()) {
+			best = c
+		}
+	}
+	return best
 }
 
 // placementChoices is how far down a new key's order placement may go:
@@ -196,6 +222,10 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	best := set[0]
 	for _, m := range set[:min(len(set), choices)] {
 		share := t.members[m].stat.share.Load()
+		// The √avg slack is about one standard deviation of a count: it
+		// keeps a router that has seen little traffic (or a different
+		// sample of it than its peers) from placing keys on noise, so
+		// replicas agree, and fades relative to the average as counts grow.
 		if float64(share) <= p.tuning.ShareSlack*avg+1 {
 			return m
 		}
