@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -35,4 +36,20 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the document:\n%s\n%s", out, out2)
 		}
 	})
+}
+
+func TestDecodeRefusesMisspelledKeys(t *testing.T) {
+	for _, doc := range []string{
+		`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","HashSeed":7}`,
+		`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","instances":[{"ID":"a","address":"10.0.0.1:8000"}]}`,
+		`{"ApiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig"}`,
+	} {
+		if _, err := Decode([]byte(doc)); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("Decode(%s) = %v, want an unknown field error", doc, err)
+		}
+	}
+	ok := `{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","hashSeed":7,"instances":[{"id":"a","address":"10.0.0.1:8000"}],"adapters":[]}`
+	if _, err := Decode([]byte(ok)); err != nil {
+		t.Errorf("Decode(%s): %v", ok, err)
+	}
 }
