@@ -1,0 +1,321 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package loraagent keeps one vLLM instance's LoRA adapters true to the
+// routing document: it loads, through vLLM's runtime API, the adapters whose
+// placement names the instance, unloads those no router sends it any more,
+// and reports what is loaded (or failed, and why) to the operator.
+package loraagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+// Back-off between attempts to load an adapter that failed.
+const (
+	minBackoff = time.Second
+	maxBackoff = 2 * time.Minute
+)
+
+// Agent acts for one instance. Apply hands it routing documents (it is a
+// config.Loader's Apply); Run does the work.
+type Agent struct {
+	// Instance is the instance's ID in the routing document (its pod name).
+	Instance string
+	// VLLM is the base URL of the instance's vLLM server.
+	VLLM string
+	// Report publishes the state; called only when it changed (and again
+	// after a failed call).
+	Report func(context.Context, routing.LoRAState) error
+	// Resync is how often the agent re-reads vLLM's adapters even when no
+	// document arrives, which catches a restarted vLLM. Defaults to 10s.
+	Resync time.Duration
+	// HTTP is the client for vLLM; defaults to one with a 5-minute timeout
+	// (a load downloads the adapter).
+	HTTP *http.Client
+	Log  logr.Logger
+
+	mu   sync.Mutex
+	doc  *routing.Document
+	wake chan struct{}
+
+	retries  map[string]retry
+	reported *routing.LoRAState
+}
+
+type retry struct {
+	at     time.Time
+	delay  time.Duration
+	reason string
+}
+
+// Apply takes a new routing document.
+func (a *Agent) Apply(doc *routing.Document) error {
+	a.mu.Lock()
+	a.doc = doc
+	a.mu.Unlock()
+	select {
+	case a.wakeChan() <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (a *Agent) wakeChan() chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wake == nil {
+		a.wake = make(chan struct{}, 1)
+	}
+	return a.wake
+}
+
+// Run syncs on every document, every retry and every resync period until
+// ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	resync := a.Resync
+	if resync <= 0 {
+		resync = 10 * time.Second
+	}
+	wake := a.wakeChan()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-timer.C:
+		}
+		next := min(a.Sync(ctx, time.Now()), resync)
+		timer.Reset(next)
+	}
+}
+
+// Sync makes one pass and returns when the next retry is due.
+func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
+	a.mu.Lock()
+	doc := a.doc
+	a.mu.Unlock()
+	if doc == nil {
+		return time.Hour
+	}
+	if a.retries == nil {
+		a.retries = map[string]retry{}
+	}
+	want := map[string]string{} // name → URI
+	keep := map[string]bool{}
+	for _, ad := range doc.Adapters {
+		if slices.Contains(ad.Desired, a.Instance) {
+			want[ad.Name], keep[ad.Name] = ad.URI, true
+		}
+		// The routers may still send it here: unloading now would fail
+		// their requests.
+		if slices.Contains(ad.Ready, a.Instance) {
+			keep[ad.Name] = true
+		}
+	}
+	loaded, err := a.loaded(ctx, doc.Model)
+	if err != nil {
+		a.Log.V(1).Info("vLLM adapters unreadable; retrying", "error", err.Error())
+		return minBackoff
+	}
+
+	var failed []routing.LoRAFailure
+	next := time.Duration(1<<63 - 1)
+	for _, name := range sortedKeys(want) {
+		if slices.Contains(loaded, name) {
+			delete(a.retries, name)
+			continue
+		}
+		r, waiting := a.retries[name]
+		if waiting && now.Before(r.at) {
+			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
+			next = min(next, r.at.Sub(now))
+			continue
+		}
+		err := a.load(ctx, name, want[name])
+		if err != nil {
+			// Full of adapters it is moving away from: make room first.
+			if stale := unwanted(loaded, want); len(stale) > 0 {
+				for _, s := range stale {
+					if a.unload(ctx, s) == nil {
+						loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == s })
+					}
+				}
+				err = a.load(ctx, name, want[name])
+			}
+		}
+		if err != nil {
+			r.delay = min(max(2*r.delay, minBackoff), maxBackoff)
+			r.at, r.reason = now.Add(r.delay), err.Error()
+			a.retries[name] = r
+			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
+			next = min(next, r.delay)
+			a.Log.Info("adapter load failed", "adapter", name, "retryIn", r.delay, "error", r.reason)
+			continue
+		}
+		delete(a.retries, name)
+		loaded = append(loaded, name)
+		a.Log.Info("adapter loaded", "adapter", name)
+	}
+	for name := range a.retries {
+		if _, ok := want[name]; !ok {
+			delete(a.retries, name)
+		}
+	}
+	for _, name := range slices.Clone(loaded) {
+		if keep[name] {
+			continue
+		}
+		if err := a.unload(ctx, name); err != nil {
+			a.Log.Info("adapter unload failed", "adapter", name, "error", err.Error())
+			next = min(next, minBackoff)
+			continue
+		}
+		loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == name })
+		a.Log.Info("adapter unloaded", "adapter", name)
+	}
+
+	slices.Sort(loaded)
+	st := routing.LoRAState{Loaded: loaded, Failed: failed}
+	if a.reported == nil || st.Encode() != a.reported.Encode() {
+		if err := a.Report(ctx, st); err != nil {
+			a.Log.Error(err, "reporting LoRA state")
+			return min(next, minBackoff)
+		}
+		a.reported = &st
+	}
+	return next
+}
+
+func unwanted(loaded []string, want map[string]string) []string {
+	var out []string
+	for _, n := range loaded {
+		if _, ok := want[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (a *Agent) client() *http.Client {
+	if a.HTTP != nil {
+		return a.HTTP
+	}
+	return &http.Client{Timeout: 5 * time.Minute}
+}
+
+// loaded lists the adapters vLLM serves: every model but the base one.
+func (a *Agent) loaded(ctx context.Context, base string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.VLLM+"/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.client().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list models: %s", resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	var out []string
+	for _, m := range list.Data {
+		if m.ID != base && m.Parent != nil {
+			out = append(out, m.ID)
+		}
+	}
+	return out, nil
+}
+
+func (a *Agent) load(ctx context.Context, name, uri string) error {
+	return a.post(ctx, "/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": adapterPath(uri)})
+}
+
+// unload removes an adapter; one vLLM no longer has is gone already.
+func (a *Agent) unload(ctx context.Context, name string) error {
+	err := a.post(ctx, "/v1/unload_lora_adapter", map[string]string{"lora_name": name})
+	if err != nil && strings.Contains(err.Error(), "404") {
+		return nil
+	}
+	return err
+}
+
+// adapterPath is what vLLM loads for an adapter's URI: a Hugging Face id
+// as is, pvc://claim/path under the mount the operator gives the model's
+// claim, an absolute path as is.
+func adapterPath(uri string) string {
+	switch {
+	case strings.HasPrefix(uri, "hf://"):
+		return strings.TrimPrefix(uri, "hf://")
+	case strings.HasPrefix(uri, "pvc://"):
+		_, path, _ := strings.Cut(strings.TrimPrefix(uri, "pvc://"), "/")
+		return strings.TrimSuffix("/mnt/models/"+path, "/")
+	default:
+		return uri
+	}
+}
+
+func (a *Agent) post(ctx context.Context, path string, body map[string]string) error {
+	data, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.VLLM+path, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.client().Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package loraagent
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/test/vllmsim"
+)
+
+func startSim(t *testing.T, cfg vllmsim.Config) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cfg.Listen, cfg.Model, cfg.InstanceID = addr, "base", "pod-a"
+	srv, err := vllmsim.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + addr
+}
+
+func doc(adapters ...routing.Adapter) *routing.Document {
+	return &routing.Document{Model: "base", Adapters: adapters}
+}
+
+// TestAgentSync walks one instance through a placement's life against the
+// simulator: load what is desired, report a failure with vLLM's reason and
+// back off, keep an adapter the routers still send here, unload it once
+// they do not.
+func TestAgentSync(t *testing.T) {
+	ctx := context.Background()
+	var reports []routing.LoRAState
+	a := &Agent{
+		Instance: "pod-a",
+		VLLM:     startSim(t, vllmsim.Config{MaxLoRAs: 2, LoRAFail: []string{"broken"}}),
+		Report:   func(_ context.Context, st routing.LoRAState) error { reports = append(reports, st); return nil },
+		Log:      logr.Discard(),
+	}
+	now := time.Now()
+	last := func() routing.LoRAState { return reports[len(reports)-1] }
+
+	_ = a.Apply(doc(
+		routing.Adapter{Name: "sql", URI: "org/sql", Desired: []string{"pod-a"}},
+		routing.Adapter{Name: "broken", URI: "org/broken", Desired: []string{"pod-a"}},
+		routing.Adapter{Name: "elsewhere", URI: "org/x", Desired: []string{"pod-b"}},
+	))
+	next := a.Sync(ctx, now)
+	if got := last(); !slices.Equal(got.Loaded, []string{"sql"}) || len(got.Failed) != 1 || got.Failed[0].Name != "broken" {
+		t.Fatalf("after the first sync: %+v", got)
+	}
+	if next != minBackoff {
+		t.Errorf("retry in %v, want %v", next, minBackoff)
+	}
+	// Before the back-off ends nothing is retried and nothing re-reported.
+	a.Sync(ctx, now.Add(minBackoff/2))
+	if len(reports) != 1 {
+		t.Errorf("%d reports, want 1 (no change)", len(reports))
+	}
+	if next := a.Sync(ctx, now.Add(minBackoff)); next != 2*minBackoff {
+		t.Errorf("second retry in %v, want %v", next, 2*minBackoff)
+	}
+
+	// sql moves to pod-b but the routers still send it here: kept.
+	_ = a.Apply(doc(routing.Adapter{Name: "sql", URI: "org/sql", Desired: []string{"pod-b"}, Ready: []string{"pod-a"}}))
+	a.Sync(ctx, now)
+	if got := last(); !slices.Equal(got.Loaded, []string{"sql"}) || len(got.Failed) != 0 {
+		t.Fatalf("while moving: %+v", got)
+	}
+	// The routers stopped sending it here: unloaded.
+	_ = a.Apply(doc(routing.Adapter{Name: "sql", URI: "org/sql", Desired: []string{"pod-b"}, Ready: []string{"pod-b"}}))
+	a.Sync(ctx, now)
+	if got := last(); len(got.Loaded) != 0 {
+		t.Fatalf("after the move: %+v", got)
+	}
+}
+
+// TestAgentMakesRoomForDesired: an instance full of adapters it is moving
+// away from unloads them when a desired one does not fit.
+func TestAgentMakesRoomForDesired(t *testing.T) {
+	ctx := context.Background()
+	var st routing.LoRAState
+	a := &Agent{
+		Instance: "pod-a",
+		VLLM:     startSim(t, vllmsim.Config{MaxLoRAs: 1}),
+		Report:   func(_ context.Context, s routing.LoRAState) error { st = s; return nil },
+		Log:      logr.Discard(),
+	}
+	_ = a.Apply(doc(routing.Adapter{Name: "old", URI: "org/old", Desired: []string{"pod-a"}}))
+	a.Sync(ctx, time.Now())
+	_ = a.Apply(doc(
+		routing.Adapter{Name: "old", URI: "org/old", Desired: []string{"pod-b"}, Ready: []string{"pod-a"}},
+		routing.Adapter{Name: "new", URI: "org/new", Desired: []string{"pod-a"}},
+	))
+	a.Sync(ctx, time.Now())
+	if !slices.Equal(st.Loaded, []string{"new"}) || len(st.Failed) != 0 {
+		t.Fatalf("state %+v, want new loaded", st)
+	}
+}
+
+func TestAdapterPath(t *testing.T) {
+	for uri, want := range map[string]string{
+		"org/a": "org/a", "hf://org/a": "org/a", "/adapters/a": "/adapters/a", "pvc://models/adapters/a": "/mnt/models/adapters/a",
+	} {
+		if got := adapterPath(uri); got != want {
+			t.Errorf("%s → %s, want %s", uri, got, want)
+		}
+	}
+}
