@@ -176,7 +176,9 @@ type row struct {
 func printReport(rows []row) {
 	fmt.Println()
 	fmt.Println("Prefix-cache hit rate is token-weighted, from the simulated vLLM servers' own counters;")
-	fmt.Println("TTFT is measured by the client, in simulated seconds; share is requests per instance.")
+	fmt.Println("TTFT is the engine's time to first token (what vLLM reports, queueing included), in simulated")
+	fmt.Println("seconds; share is successful requests per instance (max/avg in brackets); spills count")
+	fmt.Println("requests the load guard sent past their preferred instance.")
 	fmt.Println()
 	fmt.Printf("%-27s %-12s %8s %8s %9s %9s %-22s %7s\n", "strategy", "workload", "requests", "hit rate", "TTFT p50", "TTFT p90", "share per instance", "spills")
 	fmt.Println(strings.Repeat("-", 108))
@@ -186,7 +188,7 @@ func printReport(rows []row) {
 			shares = append(shares, fmt.Sprintf("%d", r.summary.Share[k]))
 		}
 		fmt.Printf("%-27s %-12s %8d %7.1f%% %8.3fs %8.3fs %-22s %7.0f\n", r.strategy, r.workload,
-			r.summary.Requests-r.summary.Failures, 100*r.hitRate, r.summary.TTFT.P50, r.summary.TTFT.P90,
+			r.summary.Requests-r.summary.Failures, 100*r.hitRate, r.summary.EngineTTFT.P50, r.summary.EngineTTFT.P90,
 			strings.Join(shares, "/")+fmt.Sprintf(" (%.2f)", r.summary.ShareMaxAvg), r.spills)
 	}
 }
