@@ -57,6 +57,8 @@ var _ = BeforeSuite(func() {
 		Sim: vllmsim.Config{
 			TimeScale:   timeScale,
 			CacheTokens: 256 * 1024,
+			// lora_test.go's adapter whose load fails.
+			LoRAFail: []string{brokenAdapter},
 		},
 		Progress: func(s string) { GinkgoWriter.Println(s) },
 	})

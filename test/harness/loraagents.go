@@ -1,0 +1,63 @@
+package harness
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/warmroute/warmroute/sidecar/loraagent"
+	"github.com/warmroute/warmroute/sidecar/router/config"
+)
+
+// loraAgentContainer is the sidecar the operator adds to vLLM pods of
+// endpoints with LoRA.
+const loraAgentContainer = "lora-agent"
+
+// StartLoRAAgents plays the LoRA agent sidecar, which the pod agent does
+// not run: for every vLLM pod that has one, it runs the agent's code in this
+// process, pointed at the pod's simulator and at the routing ConfigMap its
+// pod mounts (read through the API), reporting on the pod as the sidecar
+// does. The agents stop with ctx.
+func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
+	a := NewPodAgent(e.Kube, e.opts.Namespace, VLLMSelector, vllmPort, func(pod *corev1.Pod, addr string) (Backend, error) {
+		configMap := ""
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == "routing" && v.ConfigMap != nil {
+				configMap = v.ConfigMap.Name
+			}
+		}
+		hasAgent := false
+		for _, c := range pod.Spec.Containers {
+			hasAgent = hasAgent || c.Name == loraAgentContainer
+		}
+		if !hasAgent || configMap == "" {
+			return noBackend{}, nil
+		}
+		actx, cancel := context.WithCancel(ctx)
+		agent := &loraagent.Agent{
+			Instance: pod.Name,
+			VLLM:     "http://" + addr,
+			Report:   loraagent.PodAnnotator(e.Kube, pod.Namespace, pod.Name),
+			Resync:   2 * time.Second,
+			Log:      logr.Discard(),
+		}
+		loader := &config.Loader{Apply: agent.Apply, Log: logr.Discard()}
+		go func() { _ = config.WatchConfigMap(actx, e.Kube, pod.Namespace, configMap, loader) }()
+		go func() { _ = agent.Run(actx) }()
+		return agentBackend{cancel}, nil
+	})
+	go func() { _ = a.Run(ctx) }()
+	return a
+}
+
+type agentBackend struct{ cancel context.CancelFunc }
+
+func (b agentBackend) Close() error { b.cancel(); return nil }
+func (b agentBackend) Kill()        { b.cancel() }
+
+type noBackend struct{}
+
+func (noBackend) Close() error { return nil }
+func (noBackend) Kill()        {}
