@@ -160,7 +160,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	traffic := &http.Server{Addr: f.listen, Handler: r.Handler(), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
+	traffic := &http.Server{Addr: f.listen, Handler: closeWhileDraining(&draining, r.Handler()), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
 	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout}
 
 	errc := make(chan error, 2)
@@ -185,10 +185,11 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	// included) finish, then exit.
 	draining.Store(true)
 	// Clients and Services keep sending for a moment after SIGTERM (until
-	// endpoints propagate). Keep serving them, but close each connection
-	// after its response, so that no client is left holding a kept-alive
-	// connection that the listener's close would reset mid-request.
-	traffic.SetKeepAlivesEnabled(false)
+	// endpoints propagate). Keep serving them, each response closing its
+	// connection (closeWhileDraining), so that by the time the listener
+	// closes no client still holds a kept-alive connection to reuse: closing
+	// idle connections at once instead races with clients writing a request
+	// on them, which resets it.
 	log.Info("draining: not ready, closing connections after each response", "delay", f.drainDelay.String())
 	time.Sleep(f.drainDelay)
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
@@ -200,6 +201,17 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil
+}
+
+// closeWhileDraining answers with "Connection: close" once draining is set,
+// so each kept-alive client connection ends cleanly after its next response.
+func closeWhileDraining(draining *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 func configPath(f *flags) string {
