@@ -68,9 +68,10 @@ func run(exit bool, timeScale, size float64) error {
 	start := time.Now()
 	env, err := harness.Start(ctx, harness.Options{
 		RepoRoot: root, WorkDir: workDir, PodCIDR: "127.1.0.1/16", Nodes: 2, GPUsPerNode: 8,
-		// Each instance holds 96k tokens of KV cache: enough for its
-		// share of the workload's prefixes, not for all of them.
-		Sim:      vllmsim.Config{TimeScale: timeScale, CacheTokens: 96 * 1024},
+		// Each instance holds 256k tokens of KV cache: enough for its
+		// share of the workload's prefixes (the fleet holds about all of
+		// them), not for all of them.
+		Sim:      vllmsim.Config{TimeScale: timeScale, CacheTokens: 256 * 1024},
 		Progress: func(s string) { step("%s", s) },
 	})
 	if err != nil {
@@ -118,7 +119,16 @@ func run(exit bool, timeScale, size float64) error {
 			return err
 		}
 		for _, w := range workloads {
+			// Each run starts like the benchmark's: cold vLLM caches and a
+			// router with no history (its share counters span thousands of
+			// requests, longer than one of these short runs).
 			resetCaches(env)
+			if err := router.Restart(ctx); err != nil {
+				return err
+			}
+			if err := router.WaitReady(ctx, 30*time.Second); err != nil {
+				return err
+			}
 			before := fleetStats(env)
 			spillsBefore, _ := harness.Metric(router, "warmroute_router_spills_total", nil)
 			step("%s: %s, %d requests", strategy, w.Name, len(w.Requests))
@@ -150,7 +160,7 @@ func run(exit bool, timeScale, size float64) error {
 	return nil
 }
 
-// demoWorkloads is the built-in mix: users asking about a set of long shared
+// demoWorkloads is the built-in mix: users asking about 120 long shared
 // contexts (Amazon's long-context case), a support bot whose long system
 // prompt starts every conversation, a RAG document set, and multi-turn
 // chats; small enough for about a minute per strategy. Arrival rates keep
@@ -159,9 +169,9 @@ func run(exit bool, timeScale, size float64) error {
 func demoWorkloads(size float64) []workload.Workload {
 	n := func(v int) int { return max(1, int(float64(v)*size)) }
 	return []workload.Workload{
-		workload.LongContext(workload.LongContextConfig{Seed: 7, Requests: n(240), Contexts: 40, ContextTokens: 8000, Rate: 4}),
+		workload.LongContext(workload.LongContextConfig{Seed: 7, Requests: n(480), Contexts: 120, ContextTokens: 8000, Rate: 6}),
 		workload.SupportBot(workload.SupportBotConfig{Seed: 7, Users: n(48), Turns: 4, SystemTokens: 3000, Rate: 2, ThinkTime: 2 * time.Second}),
-		workload.RAG(workload.RAGConfig{Seed: 7, Requests: n(240), Documents: 60, DocTokens: 2500, Rate: 6}),
+		workload.RAG(workload.RAGConfig{Seed: 7, Requests: n(480), Documents: 300, DocTokens: 2500, Rate: 5}),
 		workload.ShareGPT(workload.ShareGPTConfig{Seed: 7, Sessions: n(60), Rate: 2, ThinkTime: 2 * time.Second}),
 	}
 }
