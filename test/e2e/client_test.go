@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warmroute/warmroute/test/harness"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
@@ -153,4 +154,38 @@ func (t *traffic) failureList() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]string(nil), t.failures...)
+}
+
+// endpointsView tracks which routers are ready, like a Service's endpoints.
+type endpointsView struct {
+	mu    sync.Mutex
+	state map[int]bool
+}
+
+func newEndpointsView() *endpointsView { return &endpointsView{state: map[int]bool{}} }
+
+// watch polls each router's readiness every 50 ms until ctx ends.
+func (e *endpointsView) watch(ctx context.Context, routers []*harness.Router) {
+	go func() {
+		for ctx.Err() == nil {
+			for i, r := range routers {
+				ok := false
+				if resp, err := httpClient.Get(r.MetricsURL + "/readyz"); err == nil {
+					ok = resp.StatusCode == http.StatusOK
+					resp.Body.Close()
+				}
+				e.mu.Lock()
+				e.state[i] = ok
+				e.mu.Unlock()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
+func (e *endpointsView) ready(i int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ok, seen := e.state[i]
+	return ok || !seen
 }

@@ -37,10 +37,17 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 	// send spreads requests over the routers as a Service would, and moves
 	// on to the next router when one refuses the connection (a router
 	// restarting is out of the Service's endpoints).
+	// endpoints plays the Service's endpoint list: routers whose /readyz
+	// answers 200, polled as the kubelet's readiness probe would be (but
+	// faster). A router that is draining leaves it before it stops.
+	endpoints := newEndpointsView()
 	send := func(ctx context.Context, user, tenant string, n int) reply {
 		var r reply
 		for i := range routers {
 			via := (n + i) % len(routers)
+			if !endpoints.ready(via) && i < len(routers)-1 {
+				continue
+			}
 			r = chat(ctx, routers[via].URL, modelName, system, user, tenant, 4)
 			r.via = via
 			if r.err == nil || !strings.Contains(r.err.Error(), "connection refused") {
@@ -63,6 +70,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 			Expect(r.WaitReady(ctx, 30*time.Second)).To(Succeed())
 			routers = append(routers, r)
 		}
+		endpoints.watch(ctx, routers)
 		Eventually(func(g Gomega) {
 			doc, err := routingDoc(ctx, endpoint)
 			g.Expect(err).NotTo(HaveOccurred())
