@@ -75,7 +75,10 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 			doc, err := routingDoc(ctx, endpoint)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(doc.Instances).To(HaveLen(4))
-			g.Expect(env.Agent.Backends()).To(HaveLen(4))
+			// Other specs' endpoints may have pods too: look for ours.
+			for _, in := range doc.Instances {
+				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
+			}
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
@@ -338,8 +341,8 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		// be replicated on purpose) yet holds more requests in flight than
 		// the threshold: long completions from 4 workers.
 		bg := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-			return chat(ctx, routers[0].URL, modelName, system, fmt.Sprintf("Background question %d. ", g), "", 1)
-		}, 400, 2)
+			return chat(ctx, routers[0].URL, modelName, system, fmt.Sprintf("Background question %d. ", g), "", 4)
+		}, 400, 3)
 		defer bg.stop()
 		hot := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
 			return chat(ctx, routers[0].URL, modelName, system, "The hot question everybody asks about shipping times. ", "", 256)
@@ -359,6 +362,10 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		for _, c := range counts {
 			total += c
 		}
-		Expect(float64(top)).To(BeNumerically(">=", 0.9*float64(total)), "the hot prefix stays on its first and second choice: %v", counts)
+		// Spills scattered over the three other instances would leave the
+		// top two with about 75 % of the replies; kept on the second
+		// choice, nearly all. The bounded-load cap, tight at this low
+		// concurrency, lets a few walk on to a third.
+		Expect(float64(top)).To(BeNumerically(">=", 0.85*float64(total)), "the hot prefix stays on its first and second choice: %v", counts)
 	})
 })
