@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -88,7 +87,7 @@ func run(exit bool, timeScale, size float64) error {
 		return err
 	}
 	if err := waitFor(ctx, 90*time.Second, func() (bool, error) {
-		doc, err := routingDoc(ctx, env)
+		doc, err := env.RoutingDocument(ctx, endpoint)
 		return err == nil && len(doc.Instances) == 4 && len(env.Agent.Backends()) == 4, nil
 	}); err != nil {
 		return fmt.Errorf("4 vLLM instances did not become ready: %w", err)
@@ -215,7 +214,7 @@ func setStrategy(ctx context.Context, env *harness.Env, router *harness.Router, 
 	}
 	step("kubectl patch llmendpoint %s: spec.routing.strategy=%s", endpoint, s)
 	return waitFor(ctx, 30*time.Second, func() (bool, error) {
-		doc, err := routingDoc(ctx, env)
+		doc, err := env.RoutingDocument(ctx, endpoint)
 		if err != nil || doc.Strategy != routingv1alpha1.Strategy(s) {
 			return false, nil
 		}
@@ -245,14 +244,6 @@ func fleetStats(env *harness.Env) workload.FleetStats {
 		}
 	}
 	return workload.FleetStatsOf(servers...)
-}
-
-func routingDoc(ctx context.Context, env *harness.Env) (*routingv1alpha1.Document, error) {
-	var cm corev1.ConfigMap
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: "default", Name: harness.RoutingConfigMapName(endpoint)}, &cm); err != nil {
-		return nil, err
-	}
-	return routingv1alpha1.Decode([]byte(cm.Data[routingv1alpha1.ConfigMapKey]))
 }
 
 func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {

@@ -7,7 +7,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,11 +45,7 @@ func available(ctx context.Context, name string) func(Gomega) {
 
 // routingDoc reads the endpoint's routing document from its ConfigMap.
 func routingDoc(ctx context.Context, name string) (*routingv1alpha1.Document, error) {
-	var cm corev1.ConfigMap
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: harness.RoutingConfigMapName(name)}, &cm); err != nil {
-		return nil, err
-	}
-	return routingv1alpha1.Decode([]byte(cm.Data[routingv1alpha1.ConfigMapKey]))
+	return env.RoutingDocument(ctx, name)
 }
 
 func instanceIDs(doc *routingv1alpha1.Document) []string {

@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/test/process"
 )
 
@@ -94,4 +98,14 @@ func (r *Router) Stop() {
 	if r.Proc != nil {
 		_ = r.Proc.Stop(15 * time.Second)
 	}
+}
+
+// RoutingDocument reads an endpoint's routing document from its ConfigMap,
+// as the router sees it.
+func (e *Env) RoutingDocument(ctx context.Context, endpoint string) (*routingv1alpha1.Document, error) {
+	var cm corev1.ConfigMap
+	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: e.opts.Namespace, Name: RoutingConfigMapName(endpoint)}, &cm); err != nil {
+		return nil, err
+	}
+	return routingv1alpha1.Decode([]byte(cm.Data[routingv1alpha1.ConfigMapKey]))
 }
