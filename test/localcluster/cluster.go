@@ -121,6 +121,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, fmt.Errorf("start etcd and kube-apiserver: %w", err)
 	}
 	c.envPIDs = newChildPIDs(before)
+	if err := process.StartReaper(c.envPIDs); err != nil {
+		return nil, err
+	}
 
 	admin, err := c.env.AddUser(envtest.User{Name: "warmroute-admin", Groups: []string{"system:masters"}}, c.Config)
 	if err != nil {

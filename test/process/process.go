@@ -122,3 +122,33 @@ func KillAndWait(pid int, grace time.Duration) {
 		}
 	}
 }
+
+// StartReaper starts a small watchdog that kills pids (SIGTERM, then
+// SIGKILL) once this process is gone. It covers what Pdeathsig cannot:
+// processes started by libraries (envtest's etcd and kube-apiserver) would
+// otherwise outlive a test binary killed by `go test -timeout` or a crash.
+// The watchdog exits by itself when the pids are gone.
+func StartReaper(pids []int) error {
+	if len(pids) == 0 {
+		return nil
+	}
+	list := ""
+	for _, pid := range pids {
+		list += fmt.Sprintf(" %d", pid)
+	}
+	script := fmt.Sprintf(`owner=%d; pids="%s"
+while kill -0 $owner 2>/dev/null; do
+  alive=""; for p in $pids; do kill -0 $p 2>/dev/null && alive="$alive $p"; done
+  [ -z "$alive" ] && exit 0
+  sleep 1
+done
+kill -TERM $pids 2>/dev/null; sleep 5; kill -KILL $pids 2>/dev/null; exit 0`, os.Getpid(), list)
+	cmd := exec.Command("/bin/sh", "-c", script)
+	// Its own session: not in the test's process group, not killed with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start reaper: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
