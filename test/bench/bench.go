@@ -18,10 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/promscrape"
 	"github.com/warmroute/warmroute/test/workload"
 )
 
@@ -286,31 +284,9 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 
 // scrapeCounter sums a counter family by the value of one label.
 func scrapeCounter(ctx context.Context, url, name, label string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	families, err := promscrape.Families(ctx, http.DefaultClient, url)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape router metrics: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse router metrics: %w", err)
-	}
-	out := map[string]float64{}
-	if f := families[name]; f != nil {
-		for _, m := range f.GetMetric() {
-			key := ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label {
-					key = l.GetValue()
-				}
-			}
-			out[key] += m.GetCounter().GetValue()
-		}
-	}
-	return out, nil
+	return promscrape.ByLabel(families[name], label), nil
 }

@@ -4,46 +4,24 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/gobuild"
 	"github.com/warmroute/warmroute/test/process"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
 // BuildRouter compiles the router binary into dir and returns its path.
 func BuildRouter(ctx context.Context, dir string) (string, error) {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return "", err
-	}
 	bin := filepath.Join(dir, "router")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./sidecar/cmd/router")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build router: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("find module root: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("find module root: not inside the warmroute module")
-	}
-	return filepath.Dir(gomod), nil
+	return bin, gobuild.Build(ctx, "./sidecar/cmd/router", bin)
 }
 
 // fleet is N simulators with cold caches and one router process in front of

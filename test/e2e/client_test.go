@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -132,22 +133,14 @@ func (t *traffic) stop() {
 func (t *traffic) placement() map[int]string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[int]string, len(t.lastInstance))
-	for k, v := range t.lastInstance {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(t.lastInstance)
 }
 
 // servedBy counts successful replies by instance.
 func (t *traffic) servedBy() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]int, len(t.served))
-	for k, v := range t.served {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(t.served)
 }
 
 func (t *traffic) failureList() []string {

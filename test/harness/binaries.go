@@ -1,11 +1,12 @@
 package harness
 
 import (
+	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/warmroute/warmroute/test/gobuild"
 )
 
 // Binaries are the project's own commands, built fresh for a run so that
@@ -16,25 +17,18 @@ type Binaries struct {
 }
 
 // BuildBinaries compiles the operator and the router into dir.
-func BuildBinaries(repoRoot, dir string, progress func(string)) (Binaries, error) {
+func BuildBinaries(ctx context.Context, dir string, progress func(string)) (Binaries, error) {
 	b := Binaries{Operator: filepath.Join(dir, "warmroute-operator"), Router: filepath.Join(dir, "warmroute-router")}
 	for _, t := range []struct{ out, pkg string }{
 		{b.Operator, "./cmd"},
 		{b.Router, "./sidecar/cmd/router"},
 	} {
 		start := time.Now()
-		if progress != nil {
-			progress(fmt.Sprintf("building %s", t.pkg))
+		progress(fmt.Sprintf("building %s", t.pkg))
+		if err := gobuild.Build(ctx, t.pkg, t.out); err != nil {
+			return b, err
 		}
-		cmd := exec.Command("go", "build", "-o", t.out, t.pkg)
-		cmd.Dir = repoRoot
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			return b, fmt.Errorf("go build %s: %w", t.pkg, err)
-		}
-		if progress != nil {
-			progress(fmt.Sprintf("built %s in %s", t.pkg, time.Since(start).Round(time.Millisecond)))
-		}
+		progress(fmt.Sprintf("built %s in %s", t.pkg, time.Since(start).Round(time.Millisecond)))
 	}
 	return b, nil
 }

@@ -88,7 +88,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		}
 	}()
 
-	if e.Bin, err = BuildBinaries(o.RepoRoot, filepath.Join(o.WorkDir, "bin"), progress); err != nil {
+	if e.Bin, err = BuildBinaries(ctx, filepath.Join(o.WorkDir, "bin"), progress); err != nil {
 		return nil, err
 	}
 	progress("building or finding the control plane (the first build takes ~15-20 minutes)")

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"maps"
 	"sync"
 
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -26,9 +27,5 @@ func (r *SimRegistry) add(pod string, s *vllmsim.Server) {
 func (r *SimRegistry) All() map[string]*vllmsim.Server {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]*vllmsim.Server, len(r.sims))
-	for k, v := range r.sims {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.sims)
 }
