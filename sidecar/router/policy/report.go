@@ -1,0 +1,50 @@
+package policy
+
+// The types below are what router replicas exchange so that they share one
+// picture of load and placement (see sidecar/router/peers for the
+// transport). They are plain values: the policy produces a Report of its own
+// work and merges the Reports of its peers; it never talks to the network.
+
+// Report is one router replica's own contribution to the shared picture.
+type Report struct {
+	// Replica identifies the reporting router replica (its pod name, or its
+	// address when it has none); stable for the life of the process.
+	Replica string `json:"replica"`
+	// Epoch changes when the process restarts, so a peer can tell a
+	// restarted replica (whose Seq starts again) from a stale report.
+	Epoch uint64 `json:"epoch"`
+	// Seq increases with every placement the replica logs; a peer asks for
+	// the placements after the Seq it last saw.
+	Seq uint64 `json:"seq"`
+	// Loads is the replica's own in-flight work per instance (only
+	// instances with work or a non-zero share are listed).
+	Loads []InstanceLoad `json:"loads,omitempty"`
+	// Placements are the prefix placements the replica made after the Seq
+	// the peer asked from (bounded: a peer that fell too far behind gets
+	// the most recent ones and Truncated).
+	Placements []Placement `json:"placements,omitempty"`
+	// Truncated says Placements does not reach back to the Seq asked for.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// InstanceLoad is one replica's in-flight work on one instance.
+type InstanceLoad struct {
+	// ID is the instance id of the routing document.
+	ID string `json:"id"`
+	// Requests is the number of requests in flight from this replica.
+	Requests int64 `json:"requests"`
+	// PrefillTokens estimates the prompt tokens of those requests that the
+	// instance has yet to prefill (not expected to hit its prefix cache,
+	// and no first token seen yet).
+	PrefillTokens int64 `json:"prefillTokens"`
+	// Share is the replica's decayed count of decisions that chose the
+	// instance (what placement of new keys balances).
+	Share int64 `json:"share"`
+}
+
+// Placement records that a replica placed the prefix with block hash Hash
+// on an instance.
+type Placement struct {
+	Hash     uint64 `json:"hash"`
+	Instance string `json:"instance"`
+}
