@@ -117,28 +117,32 @@ func TestBackslashRunAtTheWindowEdge(t *testing.T) {
 }
 
 // TestScanTimeIsLinear times extraction of 1 MiB and 4 MiB bodies of each
-// kind of escaped text, interleaved, and fails if quadrupling the body more
-// than quintuples the median time. A scanner that searches the rest of a
-// string again after each escape takes sixteen times as long.
+// kind of escaped text and fails if quadrupling the body more than
+// quintuples the median time; a scanner that searches the rest of a string
+// again after each escape takes sixteen times as long. The time is the
+// thread's CPU time, interleaved, and each sample of the small body
+// extracts it four times, so that both samples take about as long and
+// suffer alike from a busy machine.
 func TestScanTimeIsLinear(t *testing.T) {
 	for _, kind := range escapedKinds {
 		small, large := kindBody(kind, 1<<20), kindBody(kind, 4<<20)
-		timeOne := func(body []byte) time.Duration {
-			start := time.Now()
-			r, err := OpenAI(Chat, body, "", routerLimits)
-			if err != nil {
-				t.Fatal(err)
+		extract := func(body []byte, times int) func() {
+			return func() {
+				for range times {
+					r, err := OpenAI(Chat, body, "", routerLimits)
+					if err != nil {
+						panic(err)
+					}
+					r.Release()
+				}
 			}
-			d := time.Since(start)
-			r.Release()
-			return d
 		}
 		runtime.GC()
-		timeOne(small) // warm up
+		extract(small, 1)() // warm up
 		var ts, tl []time.Duration
-		for range 9 {
-			ts = append(ts, timeOne(small))
-			tl = append(tl, timeOne(large))
+		for range 11 {
+			ts = append(ts, onCPU(extract(small, 4))/4)
+			tl = append(tl, onCPU(extract(large, 1)))
 		}
 		slices.Sort(ts)
 		slices.Sort(tl)

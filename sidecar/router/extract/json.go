@@ -139,22 +139,28 @@ func (s *scanner) str() (jsonString, error) {
 			pos += 2
 			continue
 		}
-		// \uXXXX outside the surrogates, the bulk of text escaped as
-		// ASCII, is decoded here; the rest by escapeSize.
-		if pos+6 <= len(data) {
+		// A run of \uXXXX outside the surrogates, the bulk of text
+		// escaped as ASCII, is decoded here; the rest by escapeSize. The
+		// quote at q is no hex digit, so an escape that ends by q is in
+		// the string.
+		for pos+6 <= q && data[pos] == '\\' && data[pos+1] == 'u' {
 			a, b, c, d := hexDigits[data[pos+2]], hexDigits[data[pos+3]], hexDigits[data[pos+4]], hexDigits[data[pos+5]]
-			if r := a<<12 | b<<8 | c<<4 | d; a|b|c|d <= 0xf && r&0xf800 != 0xd800 {
-				pos += 6
-				switch {
-				case r < 0x80:
-					v.size++
-				case r < 0x800:
-					v.size += 2
-				default:
-					v.size += 3
-				}
-				continue
+			r := a<<12 | b<<8 | c<<4 | d
+			if a|b|c|d > 0xf || r&0xf800 == 0xd800 {
+				break
 			}
+			pos += 6
+			switch {
+			case r < 0x80:
+				v.size++
+			case r < 0x800:
+				v.size += 2
+			default:
+				v.size += 3
+			}
+		}
+		if pos >= q || data[pos] != '\\' {
+			continue
 		}
 		n, w := escapeSize(data[pos:])
 		if w == 0 {
