@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"slices"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -24,7 +26,9 @@ import (
 // (PREFIX_AWARE over the fleet), in process.
 type DecisionLatency struct {
 	BodyBytes int
-	Samples   int
+	// Text says what the prompt text is when it is not ASCII words.
+	Text    string
+	Samples int
 	// P50 and P99 of extraction plus decision; PickP50 and PickP99 of the
 	// decision alone.
 	P50, P99, PickP50, PickP99 time.Duration
@@ -33,60 +37,112 @@ type DecisionLatency struct {
 // decisionBodySizes are the body sizes timed.
 var decisionBodySizes = []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10}
 
+// escapedBodyBytes is the size of the bodies whose text is CJK escaped as
+// \uXXXX, which cost the scanner a step per character, timed against the
+// same text as raw UTF-8.
+const escapedBodyBytes = 1 << 20
+
 // measureDecisions times decisions for each body size. Each body is a chat
 // request with a system prompt shared by all bodies of the size (half of
 // it) and a distinct user message, which exercises block hashing, the
 // popularity sketch, the index and the look-ahead past a shared window.
+// Then the same for CJK text escaped as Python's json.dumps sends it and
+// as raw UTF-8, fewer bodies and samples as each is large.
 func (c *Config) measureDecisions() []DecisionLatency {
 	ids := make([]string, c.Instances)
 	for i := range ids {
 		ids[i] = instanceID(i)
 	}
-	var out []DecisionLatency
-	for _, size := range decisionBodySizes {
-		rng := rand.New(rand.NewPCG(c.Seed, uint64(size)))
-		system := randomText(rng, size/2)
-		bodies := make([][]byte, 256)
+	chatBodies := func(n int, system string, user func() string) [][]byte {
+		bodies := make([][]byte, n)
 		for i := range bodies {
 			bodies[i], _ = workload.Body(workload.Request{Messages: []workload.Message{
 				{Role: "system", Content: system},
-				{Role: "user", Content: randomText(rng, size/2-100)},
+				{Role: "user", Content: user()},
 			}}, workload.Options{Model: c.Model})
 		}
-		p := policy.New(policy.DefaultTuning())
-		if err := p.Update(c.policyConfig(ids)); err != nil {
-			panic(err)
+		return bodies
+	}
+	var out []DecisionLatency
+	for _, size := range decisionBodySizes {
+		rng := rand.New(rand.NewPCG(c.Seed, uint64(size)))
+		bodies := chatBodies(256, randomText(rng, size/2), func() string { return randomText(rng, size/2-100) })
+		out = append(out, c.timeDecisions(ids, bodies, size, c.DecisionSamples))
+	}
+	rng := rand.New(rand.NewPCG(c.Seed, escapedBodyBytes))
+	chars := escapedBodyBytes / 2 / len(`\u4e2d`)
+	raw := chatBodies(16, randomCJK(rng, chars), func() string { return randomCJK(rng, chars-20) })
+	escaped := make([][]byte, len(raw))
+	for i, b := range raw {
+		escaped[i] = escapeNonASCII(b)
+	}
+	n := min(c.DecisionSamples, 1000)
+	e, r := c.timeDecisions(ids, escaped, len(escaped[0]), n), c.timeDecisions(ids, raw, len(raw[0]), n)
+	e.Text, r.Text = "CJK as \\uXXXX", "the same CJK as UTF-8"
+	return append(out, e, r)
+}
+
+// randomCJK returns n random CJK ideographs.
+func randomCJK(rng *rand.Rand, n int) string {
+	r := make([]rune, n)
+	for i := range r {
+		r[i] = rune(0x4e00 + rng.IntN(0x5000))
+	}
+	return string(r)
+}
+
+// escapeNonASCII writes every non-ASCII character of a JSON document as
+// \uXXXX (a surrogate pair above U+FFFF), as Python's json.dumps does.
+func escapeNonASCII(doc []byte) []byte {
+	out := make([]byte, 0, 2*len(doc))
+	for _, r := range string(doc) {
+		switch {
+		case r < utf8.RuneSelf:
+			out = append(out, byte(r))
+		case r > 0xffff:
+			hi, lo := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, hi, lo)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
 		}
-		runtime.GC() // the previous size's garbage is not this size's cost
-		lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadBytes()}
-		n := c.DecisionSamples
-		total := make([]time.Duration, 0, n)
-		pick := make([]time.Duration, 0, n)
-		for i := range n + n/10 {
-			body := bodies[i%len(bodies)]
-			t0 := time.Now()
-			r, err := extract.OpenAI(extract.Chat, body, "", lim)
-			if err != nil {
-				panic(err)
-			}
-			t1 := time.Now()
-			ch, err := p.Pick(policy.Request{Model: r.Model, Tenant: r.Tenant, Text: r.Text, WindowBytes: r.WindowBytes})
-			if err != nil {
-				panic(err)
-			}
-			t2 := time.Now()
-			ch.Done()
-			if i >= n/10 { // the first tenth warms up
-				total = append(total, t2.Sub(t0))
-				pick = append(pick, t2.Sub(t1))
-			}
-		}
-		d := DecisionLatency{BodyBytes: size, Samples: n}
-		d.P50, d.P99 = quantile(total, 0.5), quantile(total, 0.99)
-		d.PickP50, d.PickP99 = quantile(pick, 0.5), quantile(pick, 0.99)
-		out = append(out, d)
 	}
 	return out
+}
+
+// timeDecisions times n decisions over the bodies (of about size bytes),
+// after a tenth more to warm up, with a fresh policy.
+func (c *Config) timeDecisions(ids []string, bodies [][]byte, size, n int) DecisionLatency {
+	p := policy.New(policy.DefaultTuning())
+	if err := p.Update(c.policyConfig(ids)); err != nil {
+		panic(err)
+	}
+	runtime.GC() // the previous size's garbage is not this size's cost
+	lim := extract.Limits{Window: c.PrefixLength, Lookahead: p.LookaheadBytes()}
+	total := make([]time.Duration, 0, n)
+	pick := make([]time.Duration, 0, n)
+	for i := range n + n/10 {
+		body := bodies[i%len(bodies)]
+		t0 := time.Now()
+		r, err := extract.OpenAI(extract.Chat, body, "", lim)
+		if err != nil {
+			panic(err)
+		}
+		t1 := time.Now()
+		ch, err := p.Pick(policy.Request{Model: r.Model, Tenant: r.Tenant, Text: r.Text, WindowBytes: r.WindowBytes})
+		if err != nil {
+			panic(err)
+		}
+		t2 := time.Now()
+		ch.Done()
+		if i >= n/10 { // the first tenth warms up
+			total = append(total, t2.Sub(t0))
+			pick = append(pick, t2.Sub(t1))
+		}
+	}
+	d := DecisionLatency{BodyBytes: size, Samples: n}
+	d.P50, d.P99 = quantile(total, 0.5), quantile(total, 0.99)
+	d.PickP50, d.PickP99 = quantile(pick, 0.5), quantile(pick, 0.99)
+	return d
 }
 
 func quantile(xs []time.Duration, q float64) time.Duration {

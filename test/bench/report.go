@@ -242,7 +242,11 @@ func (r *Report) Markdown() string {
 	p("**Routing decision** (in process: extract the routing text from the JSON body, then pick an instance with PREFIX_AWARE over %d instances; bodies share half their text, the rest is distinct; %d samples per size after warm-up):\n\n", c.Instances, c.DecisionSamples)
 	p("| body | extract + decide p50 | p99 | decide only p50 | p99 |\n|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Decision {
-		p("| %d KiB | %s | %s | %s | %s |\n", d.BodyBytes>>10, micros(d.P50), micros(d.P99), micros(d.PickP50), micros(d.PickP99))
+		body := fmt.Sprintf("%d KiB", d.BodyBytes>>10)
+		if d.Text != "" {
+			body += ", " + d.Text + fmt.Sprintf(" (%d samples)", d.Samples)
+		}
+		p("| %s | %s | %s | %s | %s |\n", body, micros(d.P50), micros(d.P99), micros(d.PickP50), micros(d.PickP99))
 	}
 	pr := r.Proxy
 	p("\n**Added proxy latency** (%d B non-streaming chat requests, one at a time, alternately straight to one simulator answering in microseconds and through the router binary in front of it, on loopback; %d samples each):\n\n", pr.BodyBytes, pr.Samples)

@@ -5,6 +5,7 @@
 package extract
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -41,6 +42,12 @@ type Request struct {
 	// length of the window part.
 	Text        []byte
 	WindowBytes int
+	// PromptBytes is the size of the whole prompt text, decoded, window or
+	// not: every message content on chat (strings and the text of content
+	// parts), the prompt strings on completions, the body on /invocations.
+	// Token-id prompts count nothing. It is counted in the pass that
+	// validates the body, for estimating prompt tokens.
+	PromptBytes int
 	owned       bool // Text came from the pool
 }
 
@@ -87,7 +94,7 @@ func Invocations(body []byte, tenant string, lim Limits) (Request, error) {
 		return Request{}, err
 	}
 	n := min(len(body), lim.Window+lim.Lookahead)
-	return Request{Tenant: tenant, Text: body[:n:n], WindowBytes: min(n, lim.Window)}, nil
+	return Request{Tenant: tenant, Text: body[:n:n], WindowBytes: min(n, lim.Window), PromptBytes: len(body)}, nil
 }
 
 // Kind is which OpenAI endpoint a body was sent to.
@@ -123,13 +130,13 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 	if s.peek() != '{' {
 		return Request{}, s.fail("the body must be a JSON object")
 	}
-	err := s.object(0, func(key []byte, esc bool) error {
+	err := s.object(0, func(key jsonString) error {
 		switch {
-		case keyIs(key, esc, "model"):
+		case key.is("model"):
 			v, err := s.optString("model")
 			req.Model = v
 			return err
-		case keyIs(key, esc, "stream"):
+		case key.is("stream"):
 			switch s.peek() {
 			case 't':
 				req.Stream = true
@@ -141,21 +148,21 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 				return s.literal("null")
 			}
 			return &fieldError{field: "stream", msg: "must be a boolean"}
-		case keyIs(key, esc, "prompt_cache_key"):
+		case key.is("prompt_cache_key"):
 			v, err := s.optString("prompt_cache_key")
 			cacheKey = v
 			return err
-		case keyIs(key, esc, "cache_salt"):
+		case key.is("cache_salt"):
 			if s.peek() == 'n' {
 				return s.literal("null")
 			}
 			_, err := s.optString("cache_salt")
 			req.HasCacheSalt = true
 			return err
-		case kind == Chat && keyIs(key, esc, "messages"):
+		case kind == Chat && key.is("messages"):
 			tb.reset() // a repeated key replaces the earlier one, as in encoding/json
 			return s.messages(&tb)
-		case kind == Completions && keyIs(key, esc, "prompt"):
+		case kind == Completions && key.is("prompt"):
 			tb.reset()
 			return s.prompt(&tb)
 		}
@@ -175,7 +182,7 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 		}
 		req.Tenant = cacheKey
 	}
-	req.Text, req.WindowBytes, req.owned = tb.buf, tb.windowBytes(), true
+	req.Text, req.WindowBytes, req.PromptBytes, req.owned = tb.buf, tb.windowBytes(), tb.prompt, true
 	return req, nil
 }
 
@@ -198,11 +205,11 @@ func (s *scanner) optString(field string) (string, error) {
 	case 'n':
 		return "", s.literal("null")
 	case '"':
-		raw, esc, err := s.str()
-		if err != nil || !esc {
-			return string(raw), err
+		v, err := s.str()
+		if err != nil || !v.escaped {
+			return string(v.raw), err
 		}
-		return string(unescape(nil, raw)), nil
+		return string(appendDecoded(nil, v.raw)), nil
 	}
 	if _, err := s.skip(1); err != nil {
 		return "", err
@@ -227,47 +234,50 @@ func (s *scanner) messages(tb *textBuilder) error {
 			}
 			return &fieldError{field: "messages", msg: "each message must be an object"}
 		}
-		var role, name, content, toolCalls, toolCallID, refusal []byte
-		var roleEsc, nameEsc, idEsc, contentEsc, contentIsString bool
-		err := s.object(2, func(key []byte, esc bool) error {
+		var role, name, toolCallID, content jsonString
+		var parts, toolCalls, refusal []byte
+		var contentSize int
+		err := s.object(2, func(key jsonString) error {
 			var err error
 			switch {
-			case keyIs(key, esc, "role"):
-				role, roleEsc, err = s.strOrSkip()
-			case keyIs(key, esc, "name"):
-				name, nameEsc, err = s.strOrSkip()
-			case keyIs(key, esc, "tool_call_id"):
-				toolCallID, idEsc, err = s.strOrSkip()
-			case keyIs(key, esc, "content"):
-				// A string content is kept as found rather than scanned
-				// again: it is most of a large body.
+			case key.is("role"):
+				role, err = s.strOrSkip(3)
+			case key.is("name"):
+				name, err = s.strOrSkip(3)
+			case key.is("tool_call_id"):
+				toolCallID, err = s.strOrSkip(3)
+			case key.is("content"):
+				// A string content, most of a large body, is kept as
+				// found; an array of parts is read for its size now and
+				// for its text only while the routing text wants more.
+				content, parts = jsonString{}, nil // a repeated key replaces the earlier one
 				if s.peek() == '"' {
-					content, contentEsc, err = s.str()
-					contentIsString = true
+					content, err = s.str()
+					contentSize = content.size
 				} else {
-					content, err = s.skip(3)
+					start := s.pos
+					contentSize, err = s.content(3, &textBuilder{}) // keeps nothing
+					parts = s.data[start:s.pos]
 				}
-			case keyIs(key, esc, "tool_calls"):
+			case key.is("tool_calls"):
 				toolCalls, err = s.skip(3)
-			case keyIs(key, esc, "refusal"):
+			case key.is("refusal"):
 				refusal, err = s.skip(3)
 			default:
 				_, err = s.skip(3)
 			}
 			return err
 		})
+		tb.prompt += contentSize
 		if err != nil || tb.full() {
 			return err
 		}
-		tb.addRaw(role, roleEsc)
+		tb.addString(role)
 		tb.addByte(sepRole)
-		tb.addRaw(name, nameEsc)
-		tb.addRaw(toolCallID, idEsc)
-		if contentIsString {
-			tb.addRaw(content, contentEsc)
-		} else {
-			emitContent(content, tb)
-		}
+		tb.addString(name)
+		tb.addString(toolCallID)
+		tb.addString(content)
+		emitContent(parts, tb)
 		emitContent(refusal, tb)
 		emitToolCalls(toolCalls, tb)
 		tb.addByte(sepMessage)
@@ -275,70 +285,82 @@ func (s *scanner) messages(tb *textBuilder) error {
 	})
 }
 
-// strOrSkip returns a string's raw contents, or nothing for other values.
-func (s *scanner) strOrSkip() ([]byte, bool, error) {
+// strOrSkip reads a string, or skips any other value as an empty string.
+func (s *scanner) strOrSkip(depth int) (jsonString, error) {
 	if s.peek() == '"' {
 		return s.str()
 	}
-	_, err := s.skip(3)
-	return nil, false, err
+	_, err := s.skip(depth)
+	return jsonString{}, err
 }
 
-// emitContent appends the text of a message content (string, array of
-// parts, or null). The value was validated when it was skipped.
+// emitContent appends the text of a message content or refusal that was
+// validated already.
 func emitContent(raw []byte, tb *textBuilder) {
-	if len(raw) == 0 || tb.full() {
-		return
+	if len(raw) > 0 && !tb.full() {
+		_, _ = (&scanner{data: raw}).content(0, tb)
 	}
-	s := &scanner{data: raw}
+}
+
+// content reads a message content (a string, an array of parts, or any
+// other value, which has no text) at depth, appends its text to tb and
+// returns the size of its text: the strings, and the text of the parts.
+// A part without text adds its type and its media's identifying string.
+func (s *scanner) content(depth int, tb *textBuilder) (int, error) {
 	switch s.peek() {
 	case '"':
-		v, esc, _ := s.str()
-		tb.addRaw(v, esc)
+		v, err := s.str()
+		tb.addString(v)
+		return v.size, err
 	case '[':
-		_ = s.array(0, func() error {
-			if s.peek() != '{' {
-				v, err := s.skip(1)
-				tb.addRaw(v, false)
-				return err
-			}
-			var typ, text, media []byte
-			var typEsc, textEsc, mediaEsc bool
-			err := s.object(1, func(key []byte, esc bool) error {
-				var err error
-				switch {
-				case keyIs(key, esc, "type"):
-					typ, typEsc, err = s.strOrSkip()
-				case keyIs(key, esc, "text"), keyIs(key, esc, "refusal"):
-					text, textEsc, err = s.strOrSkip()
-				case s.peek() == '{':
-					// image_url, input_audio, file, video_url…: their
-					// identifying string (url, data, file_id, file_data).
-					err = s.object(2, func(k []byte, e bool) error {
-						if media == nil && (keyIs(k, e, "url") || keyIs(k, e, "data") || keyIs(k, e, "file_id") || keyIs(k, e, "file_data")) {
-							var err error
-							media, mediaEsc, err = s.strOrSkip()
-							return err
-						}
-						_, err := s.skip(3)
+	default:
+		_, err := s.skip(depth)
+		return 0, err
+	}
+	size := 0
+	err := s.array(depth, func() error {
+		if s.peek() != '{' {
+			v, err := s.skip(depth + 1)
+			tb.addString(jsonString{raw: v})
+			return err
+		}
+		var typ, text, media jsonString
+		err := s.object(depth+1, func(key jsonString) error {
+			var err error
+			switch {
+			case key.is("type"):
+				typ, err = s.strOrSkip(depth + 2)
+			case key.is("text"), key.is("refusal"):
+				text, err = s.strOrSkip(depth + 2)
+			case s.peek() == '{':
+				// image_url, input_audio, file, video_url…: their
+				// identifying string (url, data, file_id, file_data).
+				err = s.object(depth+2, func(k jsonString) error {
+					if media.raw == nil && (k.is("url") || k.is("data") || k.is("file_id") || k.is("file_data")) {
+						var err error
+						media, err = s.strOrSkip(depth + 3)
 						return err
-					})
-				default:
-					_, err = s.skip(2)
-				}
-				return err
-			})
-			if text != nil {
-				tb.addRaw(text, textEsc)
-			} else {
-				tb.addByte(sepPart)
-				tb.addRaw(typ, typEsc)
-				tb.addByte(':')
-				tb.addRaw(media, mediaEsc)
+					}
+					_, err := s.skip(depth + 3)
+					return err
+				})
+			default:
+				_, err = s.skip(depth + 2)
 			}
 			return err
 		})
-	}
+		if text.raw != nil {
+			tb.addString(text)
+			size += text.size
+		} else {
+			tb.addByte(sepPart)
+			tb.addString(typ)
+			tb.addByte(':')
+			tb.addString(media)
+		}
+		return err
+	})
+	return size, err
 }
 
 // emitToolCalls appends each call's function name and arguments.
@@ -351,24 +373,23 @@ func emitToolCalls(raw []byte, tb *textBuilder) {
 		return
 	}
 	_ = s.array(0, func() error {
-		var name, args []byte
-		var nameEsc, argsEsc bool
+		var name, args jsonString
 		if s.peek() != '{' {
 			_, err := s.skip(1)
 			return err
 		}
-		err := s.object(1, func(key []byte, esc bool) error {
-			if !keyIs(key, esc, "function") || s.peek() != '{' {
+		err := s.object(1, func(key jsonString) error {
+			if !key.is("function") || s.peek() != '{' {
 				_, err := s.skip(2)
 				return err
 			}
-			return s.object(2, func(k []byte, e bool) error {
+			return s.object(2, func(k jsonString) error {
 				var err error
 				switch {
-				case keyIs(k, e, "name"):
-					name, nameEsc, err = s.strOrSkip()
-				case keyIs(k, e, "arguments"):
-					args, argsEsc, err = s.strOrSkip()
+				case k.is("name"):
+					name, err = s.strOrSkip(3)
+				case k.is("arguments"):
+					args, err = s.strOrSkip(3)
 				default:
 					_, err = s.skip(3)
 				}
@@ -376,9 +397,9 @@ func emitToolCalls(raw []byte, tb *textBuilder) {
 			})
 		})
 		tb.addByte(sepPart)
-		tb.addRaw(name, nameEsc)
+		tb.addString(name)
 		tb.addByte('(')
-		tb.addRaw(args, argsEsc)
+		tb.addString(args)
 		tb.addByte(')')
 		return err
 	})
@@ -389,15 +410,17 @@ func emitToolCalls(raw []byte, tb *textBuilder) {
 func (s *scanner) prompt(tb *textBuilder) error {
 	switch s.peek() {
 	case '"':
-		v, esc, err := s.str()
-		tb.addRaw(v, esc)
+		v, err := s.str()
+		tb.addString(v)
+		tb.prompt += v.size
 		return err
 	case '[':
 		return s.array(1, func() error {
 			switch c := s.peek(); {
 			case c == '"':
-				v, esc, err := s.str()
-				tb.addRaw(v, esc)
+				v, err := s.str()
+				tb.addString(v)
+				tb.prompt += v.size
 				tb.addByte(sepMessage)
 				return err
 			case c == '[':
@@ -416,7 +439,13 @@ func (s *scanner) prompt(tb *textBuilder) error {
 }
 
 func (s *scanner) tokenID(tb *textBuilder) error {
-	s.ws()
+	if c := s.peek(); c != '-' && (c < '0' || c > '9') {
+		// Valid JSON of the wrong type, such as [{}].
+		if _, err := s.skip(3); err != nil {
+			return err
+		}
+		return &fieldError{field: "prompt", msg: "token ids must be integers"}
+	}
 	start := s.pos
 	if err := s.number(); err != nil {
 		return err
@@ -424,7 +453,7 @@ func (s *scanner) tokenID(tb *textBuilder) error {
 	if _, err := strconv.ParseInt(string(s.data[start:s.pos]), 10, 64); err != nil {
 		return &fieldError{field: "prompt", msg: "token ids must be integers"}
 	}
-	tb.addRaw(s.data[start:s.pos], false)
+	tb.add(s.data[start:s.pos])
 	tb.addByte(',')
 	return nil
 }
@@ -438,6 +467,7 @@ type textBuilder struct {
 	window    int // characters in the window
 	winEnd    int // byte length of the window, once complete
 	lookahead int // bytes kept past the window
+	prompt    int // size of the prompt text, kept or not
 }
 
 func (tb *textBuilder) reset() {
@@ -459,45 +489,46 @@ func (tb *textBuilder) windowBytes() int {
 
 func (tb *textBuilder) addByte(b byte) { tb.add([]byte{b}) }
 
-// addRaw adds a raw JSON string's contents, decoding escapes if any.
-func (tb *textBuilder) addRaw(raw []byte, escaped bool) {
-	if len(raw) == 0 || tb.full() {
+// addString adds a string's text. Escaped text is decoded a chunk at a
+// time and only until the builder is full, so that the work is bounded by
+// what is kept, however long the string.
+func (tb *textBuilder) addString(v jsonString) {
+	raw := v.raw
+	if !v.escaped {
+		tb.add(raw)
 		return
 	}
-	if escaped {
-		// Decoding can only shrink; cap the work at what still fits (a
-		// character takes at most 12 raw bytes, as a surrogate pair).
-		room := (tb.window-tb.runes)*12 + tb.lookahead*6
-		if len(raw) > room {
-			raw = raw[:room]
-			for len(raw) > 0 && !validEscapedPrefix(raw) {
-				raw = raw[:len(raw)-1]
-			}
+	var chunk [256]byte
+	dec := chunk[:0]
+	for len(raw) > 0 && !tb.full() {
+		i := bytes.IndexByte(raw, '\\')
+		if i < 0 {
+			i = len(raw)
 		}
-		raw = unescape(nil, raw)
-	}
-	tb.add(raw)
-}
-
-// validEscapedPrefix reports whether raw does not end inside an escape.
-func validEscapedPrefix(raw []byte) bool {
-	for i := max(0, len(raw)-12); i < len(raw); i++ {
-		if raw[i] == '\\' {
-			need := 2
-			if i+1 < len(raw) && raw[i+1] == 'u' {
-				need = 6
-				// a high surrogate wants its low half too
-				if i+6 <= len(raw) && hex4(raw[i+2:i+6])&0xfc00 == 0xd800 {
-					need = 12
-				}
-			}
-			if i+need > len(raw) {
-				return false
-			}
-			i += need - 1
+		if i > len(chunk)-utf8.UTFMax-len(dec) {
+			// A long run without escapes goes in as it is.
+			tb.add(dec)
+			dec = dec[:0]
+			tb.add(raw[:i])
+		} else {
+			dec = append(dec, raw[:i]...)
+		}
+		raw = raw[i:]
+		if len(raw) == 0 {
+			break
+		}
+		r, w := escape(raw)
+		if w == 0 { // not from str
+			break
+		}
+		dec = utf8.AppendRune(dec, r)
+		raw = raw[w:]
+		if len(dec) > len(chunk)-utf8.UTFMax {
+			tb.add(dec)
+			dec = dec[:0]
 		}
 	}
-	return true
+	tb.add(dec)
 }
 
 func (tb *textBuilder) add(b []byte) {

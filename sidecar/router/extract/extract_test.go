@@ -228,3 +228,51 @@ func TestInvocationsTenant(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
+
+func TestPromptBytes(t *testing.T) {
+	big := strings.Repeat("lorem ipsum ", 100000) // far past the window
+	for _, tc := range []struct {
+		name string
+		kind Kind
+		body string
+		want int
+	}{
+		{"chat strings", Chat, `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]}`, 11},
+		{"escapes count decoded", Chat, `{"messages":[{"role":"user","content":"\u4e2d\n\ud83d\ude00\ud83d"}]}`, 3 + 1 + 4 + 3},
+		{"raw UTF-8", Chat, `{"messages":[{"role":"user","content":"中é"}]}`, 5},
+		{"text parts", Chat, `{"messages":[{"role":"user","content":[{"type":"text","text":"Describe"},{"type":"image_url","image_url":{"url":"https://x/cat.png"}},{"text":" it","type":"text"}]}]}`, 11},
+		{"roles, names, tool calls and refusals are not content", Chat, `{"messages":[{"role":"assistant","name":"bob","refusal":"no","content":null,"tool_calls":[{"function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`, 5},
+		{"repeated content: the last counts", Chat, `{"messages":[{"role":"user","content":"first","content":[{"type":"text","text":"second"}]}]}`, 6},
+		{"repeated messages: the last count", Chat, `{"messages":[{"role":"user","content":"first"}],"messages":[{"role":"user","content":"2nd"}]}`, 3},
+		{"past the window", Chat, `{"messages":[{"role":"system","content":"` + big + `"},{"role":"user","content":[{"type":"text","text":"` + big + `"}]},{"role":"user","content":"end"}]}`, 2*len(big) + 3},
+		{"prompt string", Completions, `{"prompt":"hello\u00e9"}`, 7},
+		{"prompt strings", Completions, `{"prompt":["a","bc"]}`, 3},
+		{"token ids count nothing", Completions, `{"prompt":[[1,2],[3]]}`, 0},
+		{"chat's messages on completions", Completions, `{"messages":[{"role":"user","content":"x"}],"prompt":"p"}`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := OpenAI(tc.kind, []byte(tc.body), "", lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.PromptBytes != tc.want {
+				t.Fatalf("PromptBytes %d, want %d", r.PromptBytes, tc.want)
+			}
+		})
+	}
+	r, _ := Invocations([]byte(big), "", lim)
+	if r.PromptBytes != len(big) {
+		t.Fatalf("invocations: PromptBytes %d, want %d", r.PromptBytes, len(big))
+	}
+}
+
+func TestTokenIDOfTheWrongType(t *testing.T) {
+	// Valid JSON, so a field error rather than a syntax error.
+	for _, body := range []string{`{"prompt":[1,{}]}`, `{"prompt":[[1],["a"]]}`, `{"prompt":[1.5]}`} {
+		_, err := OpenAI(Completions, []byte(body), "", lim)
+		var se *SyntaxError
+		if err == nil || errors.As(err, &se) || Param(err) != "prompt" {
+			t.Errorf("%s: %v, want an error on prompt", body, err)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func FuzzOpenAI(f *testing.F) {
@@ -15,8 +17,20 @@ func FuzzOpenAI(f *testing.F) {
 		`{"prompt":"x","cache_salt":"s"}`,
 		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}]}`,
 		"{\"prompt\":\"\xff\"}", `[`, `{"a":}`,
+		// Escape-heavy, non-ASCII and surrogate-pair text, cut by the
+		// 16-character window and 8-byte lookahead at every place.
+		`{"prompt":"` + strings.Repeat(`\u4e2d\u6587`, 8) + `"}`,
+		`{"prompt":"` + strings.Repeat(`\ud83d\ude00`, 12) + `"}`,
+		`{"prompt":"a\ud83d\ud83d\ude00\ude00\ud83dx\ud83d\u0041\ud83d\n"}`,
+		`{"prompt":"a` + strings.Repeat(`\\`, 40) + `"}`,
+		`{"prompt":["` + strings.Repeat(`x\n`, 10) + `","\"\/\b\f\r\t"]}`,
+		`{"messages":[{"role":"user","content":"中文 ` + strings.Repeat(`\u00e9`, 20) + ` ok"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"` + strings.Repeat(`\ud83d\ude00\n`, 6) + `"},{"text":"` + strings.Repeat(`\\`, 9) + `"}]}]}`,
+		`{"\u006dessages":[{"\u0072ole":"user","content":"\u00e9t\u00e9"}],"\u006dodel":"m\u00e9"}`,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"\xe4\xb8\xad\xff\\u4e2d\"}]}",
 	} {
 		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(1))
 	}
 	f.Fuzz(func(t *testing.T, body []byte, k uint8) {
 		kind := Kind(k % 2)
@@ -36,6 +50,11 @@ func FuzzOpenAI(f *testing.F) {
 		if r.WindowBytes > len(r.Text) {
 			t.Fatalf("window %d > text %d", r.WindowBytes, len(r.Text))
 		}
+		if valid && utf8.Valid(body) { // encoding/json replaces invalid UTF-8
+			if want, ok := promptBytes(kind, body); ok && r.PromptBytes != want {
+				t.Fatalf("PromptBytes %d, encoding/json counts %d", r.PromptBytes, want)
+			}
+		}
 		// Re-indenting must not change the key.
 		var buf bytes.Buffer
 		if valid && json.Indent(&buf, body, "", "  ") == nil {
@@ -50,6 +69,48 @@ func FuzzOpenAI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// promptBytes is PromptBytes computed from encoding/json's reading of a
+// body; false when that reading is ambiguous (a part with both a text and
+// a refusal, whose order a map loses).
+func promptBytes(kind Kind, body []byte) (int, bool) {
+	var v map[string]any // exact keys, unlike a struct's fields
+	if json.Unmarshal(body, &v) != nil {
+		return 0, false
+	}
+	n := 0
+	text := func(part any) {
+		if s, ok := part.(string); ok {
+			n += len(s)
+		}
+	}
+	if kind == Completions {
+		text(v["prompt"])
+		if list, ok := v["prompt"].([]any); ok {
+			for _, p := range list {
+				text(p)
+			}
+		}
+		return n, true
+	}
+	messages, _ := v["messages"].([]any)
+	for _, m := range messages {
+		msg, _ := m.(map[string]any)
+		text(msg["content"])
+		parts, _ := msg["content"].([]any)
+		for _, p := range parts {
+			obj, _ := p.(map[string]any)
+			_, hasText := obj["text"]
+			_, hasRefusal := obj["refusal"]
+			if hasText && hasRefusal {
+				return 0, false
+			}
+			text(obj["text"])
+			text(obj["refusal"])
+		}
+	}
+	return n, true
 }
 
 func hasControl(b []byte) bool {

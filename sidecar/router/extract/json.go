@@ -2,7 +2,9 @@ package extract
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -11,7 +13,9 @@ import (
 // because the routing decision must read a 64 KiB body in a few
 // microseconds: encoding/json would allocate the whole document, whereas
 // this only skips what the router does not need (strings are skipped with
-// bytes.IndexByte) and decodes the few strings it keeps.
+// bytes.IndexByte, in time linear in their length whatever their escapes)
+// and decodes the few strings it keeps, only as far as the routing text
+// needs.
 //
 // It checks structure, literals and escapes, but not control characters or
 // UTF-8 inside strings: the backend parses the body anyway and reports
@@ -64,63 +68,227 @@ func (s *scanner) expect(c byte) error {
 	return nil
 }
 
-// str reads a string and returns its raw contents (between the quotes) and
-// whether it holds escapes.
-func (s *scanner) str() ([]byte, bool, error) {
+// jsonString is a string as found in the body.
+type jsonString struct {
+	raw     []byte // between the quotes, escapes undecoded
+	size    int    // length in bytes once decoded
+	escaped bool
+}
+
+// is compares the string with a plain name, decoding escapes if any.
+func (v jsonString) is(name string) bool {
+	if v.size != len(name) {
+		return false
+	}
+	if !v.escaped {
+		return string(v.raw) == name
+	}
+	var buf [32]byte // keys the router looks for are short
+	return string(appendDecoded(buf[:0], v.raw)) == name
+}
+
+// str reads a string in one pass, validating its escapes and counting its
+// decoded size. No byte is searched twice: q is the next quote at or after
+// pos (searched again only once an escaped quote has been passed) and the
+// search for a backslash stops at q. Searching again for the quote after
+// every escape made escape-heavy strings cost their length squared.
+func (s *scanner) str() (jsonString, error) {
 	if err := s.expect('"'); err != nil {
-		return nil, false, err
+		return jsonString{}, err
 	}
-	start, escaped := s.pos, false
+	data := s.data
+	start, pos, q := s.pos, s.pos, -1
+	v := jsonString{}
 	for {
-		q := bytes.IndexByte(s.data[s.pos:], '"')
-		if q < 0 {
-			s.pos = len(s.data)
-			return nil, false, s.fail("unterminated string")
-		}
-		b := bytes.IndexByte(s.data[s.pos:s.pos+q], '\\')
-		if b < 0 {
-			s.pos += q + 1
-			return s.data[start : s.pos-1], escaped, nil
-		}
-		escaped = true
-		s.pos += b + 1
-		if s.pos >= len(s.data) {
-			return nil, false, s.fail("unterminated escape")
-		}
-		switch s.data[s.pos] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			s.pos++
-		case 'u':
-			if s.pos+5 > len(s.data) || !isHex4(s.data[s.pos+1:s.pos+5]) {
-				return nil, false, s.fail("bad \\u escape")
+		if q < pos {
+			i := bytes.IndexByte(data[pos:], '"')
+			if i < 0 {
+				s.pos = len(data)
+				return jsonString{}, s.fail("unterminated string")
 			}
-			s.pos += 5
-		default:
-			return nil, false, s.fail("bad escape")
+			q = pos + i
 		}
+		if data[pos] != '\\' { // escapes often follow one another
+			i := -1
+			if pos+8 <= q { // the first word here, saving a call between escapes
+				x := binary.LittleEndian.Uint64(data[pos:]) ^ ('\\' * ones)
+				if m := (x - ones) &^ x & highs; m != 0 {
+					i = bits.TrailingZeros64(m) >> 3
+				}
+			}
+			if i < 0 {
+				i = indexBackslash(data[pos:q])
+			}
+			if i < 0 {
+				v.size += q - pos
+				s.pos = q + 1
+				v.raw = data[start:q]
+				return v, nil
+			}
+			v.size += i
+			pos += i
+		}
+		// An escape; it cannot run past q, which is not part of any.
+		v.escaped = true
+		if e := data[pos+1]; e != 'u' {
+			if simpleEscapes[e] == 0 {
+				s.pos = pos
+				return jsonString{}, s.fail("bad escape")
+			}
+			v.size++
+			pos += 2
+			continue
+		}
+		// A run of \uXXXX outside the surrogates, the bulk of text
+		// escaped as ASCII, is decoded here; the rest by escapeSize. The
+		// quote at q is no hex digit, so an escape that ends by q is in
+		// the string.
+		for pos+6 <= q && data[pos] == '\\' && data[pos+1] == 'u' {
+			a, b, c, d := hexDigits[data[pos+2]], hexDigits[data[pos+3]], hexDigits[data[pos+4]], hexDigits[data[pos+5]]
+			r := a<<12 | b<<8 | c<<4 | d
+			if a|b|c|d > 0xf || r&0xf800 == 0xd800 {
+				break
+			}
+			pos += 6
+			switch {
+			case r < 0x80:
+				v.size++
+			case r < 0x800:
+				v.size += 2
+			default:
+				v.size += 3
+			}
+		}
+		if pos >= q || data[pos] != '\\' {
+			continue
+		}
+		n, w := escapeSize(data[pos:])
+		if w == 0 {
+			s.pos = pos
+			return jsonString{}, s.fail("bad \\u escape")
+		}
+		v.size += n
+		pos += w
 	}
 }
 
-func isHex4(b []byte) bool {
-	for _, c := range b {
-		if hexVal(c) < 0 {
-			return false
+// Bytes repeated in a word, and their high bits, to find a byte in a word.
+const ones, highs = 0x0101010101010101, 0x8080808080808080
+
+// indexBackslash is bytes.IndexByte(b, '\\'), faster for the few bytes
+// between escapes: it tests the first words itself, as the call's setup
+// costs more than they do.
+func indexBackslash(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b) && i < 32; i += 8 {
+		// A zero byte of x is a backslash; the lowest high bit of m
+		// marks the first (borrows only mark bytes above a zero).
+		x := binary.LittleEndian.Uint64(b[i:]) ^ ('\\' * ones)
+		if m := (x - ones) &^ x & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
-	return true
-}
-
-func hexVal(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
+	if i < 32 {
+		for ; i < len(b); i++ {
+			if b[i] == '\\' {
+				return i
+			}
+		}
+		return -1
+	}
+	if j := bytes.IndexByte(b[i:], '\\'); j >= 0 {
+		return i + j
 	}
 	return -1
 }
+
+// escapeSize returns the decoded size and the length of the escape at the
+// start of raw (raw[0] is a backslash), or a length of 0 if it is invalid.
+// It is escape without building the rune, for the scanner's hot loop.
+func escapeSize(raw []byte) (size, width int) {
+	if len(raw) < 2 {
+		return 0, 0
+	}
+	if raw[1] != 'u' {
+		if simpleEscapes[raw[1]] == 0 {
+			return 0, 0
+		}
+		return 1, 2
+	}
+	r := u4(raw)
+	switch {
+	case r < 0:
+		return 0, 0
+	case r < 0x80:
+		return 1, 6
+	case r < 0x800:
+		return 2, 6
+	case r&0xfc00 == 0xd800 && len(raw) >= 12:
+		if r2 := u4(raw[6:]); r2&0xfc00 == 0xdc00 { // r2 < 0 is not a low half
+			return 4, 12
+		}
+	}
+	return 3, 6 // the rest of the BMP, or U+FFFD for half a surrogate pair
+}
+
+// simpleEscapes maps the byte after a backslash to what it stands for, 0
+// for none (and for u, handled apart).
+var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escape decodes the escape at the start of raw (raw[0] is a backslash):
+// the character and the length of the escape, 0 if it is invalid. A \u
+// escape of the high half of a surrogate pair takes the low half with it
+// when that follows; an unpaired half is U+FFFD, as in encoding/json.
+func escape(raw []byte) (rune, int) {
+	if len(raw) < 2 {
+		return 0, 0
+	}
+	if raw[1] != 'u' {
+		c := simpleEscapes[raw[1]]
+		if c == 0 {
+			return 0, 0
+		}
+		return rune(c), 2
+	}
+	r := u4(raw)
+	if r < 0 {
+		return 0, 0
+	}
+	if utf16.IsSurrogate(r) {
+		if d := utf16.DecodeRune(r, u4(raw[6:])); d != utf8.RuneError {
+			return d, 12
+		}
+		return utf8.RuneError, 6
+	}
+	return r, 6
+}
+
+// u4 decodes \uXXXX at the start of b, or returns -1.
+func u4(b []byte) rune {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return -1
+	}
+	h := hexDigits[b[2]]<<12 | hexDigits[b[3]]<<8 | hexDigits[b[4]]<<4 | hexDigits[b[5]]
+	if hexDigits[b[2]]|hexDigits[b[3]]|hexDigits[b[4]]|hexDigits[b[5]] > 0xf {
+		return -1
+	}
+	return rune(h)
+}
+
+// hexDigits maps a byte to its value as a hex digit, or to 0x10 (more than
+// a digit) if it is none.
+var hexDigits = func() (t [256]int32) {
+	for i := range t {
+		t[i] = 0x10
+	}
+	for i := range 10 {
+		t['0'+i] = int32(i)
+	}
+	for i := range 6 {
+		t['a'+i], t['A'+i] = int32(10+i), int32(10+i)
+	}
+	return t
+}()
 
 // skip reads and discards one value, returning its raw bytes.
 func (s *scanner) skip(depth int) ([]byte, error) {
@@ -132,9 +300,9 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	var err error
 	switch {
 	case c == '"':
-		_, _, err = s.str()
+		_, err = s.str()
 	case c == '{':
-		err = s.object(depth, func(_ []byte, _ bool) error { _, err := s.skip(depth + 1); return err })
+		err = s.object(depth, func(jsonString) error { _, err := s.skip(depth + 1); return err })
 	case c == '[':
 		err = s.array(depth, func() error { _, err := s.skip(depth + 1); return err })
 	case c == 't':
@@ -205,7 +373,7 @@ func (s *scanner) number() error {
 
 // object reads {…}, calling member for each key with the scanner positioned
 // at the value, which member must consume.
-func (s *scanner) object(depth int, member func(key []byte, escaped bool) error) error {
+func (s *scanner) object(depth int, member func(key jsonString) error) error {
 	if err := s.expect('{'); err != nil {
 		return err
 	}
@@ -214,14 +382,14 @@ func (s *scanner) object(depth int, member func(key []byte, escaped bool) error)
 		return nil
 	}
 	for {
-		key, esc, err := s.str()
+		key, err := s.str()
 		if err != nil {
 			return err
 		}
 		if err := s.expect(':'); err != nil {
 			return err
 		}
-		if err := member(key, esc); err != nil {
+		if err := member(key); err != nil {
 			return err
 		}
 		switch s.peek() {
@@ -261,60 +429,21 @@ func (s *scanner) array(depth int, elem func() error) error {
 	}
 }
 
-// keyIs compares a raw key with a plain name; escaped keys are decoded.
-func keyIs(raw []byte, escaped bool, name string) bool {
-	if !escaped {
-		return string(raw) == name
-	}
-	return string(unescape(nil, raw)) == name
-}
-
-// unescape appends the decoded contents of a valid raw JSON string.
-// Unpaired surrogates become U+FFFD, as encoding/json does.
-func unescape(dst, raw []byte) []byte {
+// appendDecoded appends the decoded contents of a string's raw bytes, which
+// str validated.
+func appendDecoded(dst, raw []byte) []byte {
 	for len(raw) > 0 {
 		i := bytes.IndexByte(raw, '\\')
 		if i < 0 {
 			return append(dst, raw...)
 		}
 		dst = append(dst, raw[:i]...)
-		raw = raw[i:]
-		switch c := raw[1]; c {
-		case 'u':
-			r := rune(hex4(raw[2:6]))
-			raw = raw[6:]
-			if utf16.IsSurrogate(r) {
-				r2 := rune(utf8.RuneError)
-				if len(raw) >= 6 && raw[0] == '\\' && raw[1] == 'u' {
-					r2 = rune(hex4(raw[2:6]))
-				}
-				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-					raw = raw[6:]
-					r = d
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-			continue
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		default: // '"', '\\', '/'
-			dst = append(dst, c)
+		r, w := escape(raw[i:])
+		if w == 0 { // not from str; keep the rest as it is
+			return append(dst, raw[i:]...)
 		}
-		raw = raw[2:]
+		dst = utf8.AppendRune(dst, r)
+		raw = raw[i+w:]
 	}
 	return dst
-}
-
-func hex4(b []byte) int {
-	return hexVal(b[0])<<12 | hexVal(b[1])<<8 | hexVal(b[2])<<4 | hexVal(b[3])
 }
