@@ -18,6 +18,7 @@ func fleet(n int) []Instance {
 
 func newPolicy(t testing.TB, s Strategy, n int, tune Tuning) *Policy {
 	t.Helper()
+	tune.BenchmarkStrategies = true
 	p := New(tune)
 	if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n),
 		Adapters: map[string][]string{"lora-a": {"vllm-1", "vllm-3"}, "lora-empty": nil}}); err != nil {
