@@ -13,9 +13,35 @@ package policy
 //     prefilling one 60k-token prompt is far busier than one decoding ten
 //     short chats, though it has fewer requests.
 
+// Placement compares loads and shares, so replicas agree only if they
+// compare the same numbers. A replica with peers therefore takes its own
+// counts as it last reported them, not as they are now: replica A then sees
+// A-as-reported + B-as-reported, and so does B, up to the reports that
+// crossed since. (Its own live counts still bound what it sends itself; see
+// overThreshold.) Without peers the live counts are the whole picture.
+
+// globalShare is the instance's recent share of decisions of every replica.
+func (p *Policy) globalShare(s *stat) int64 {
+	if p.shared.Load() {
+		return s.pubShare.Load() + s.peerShare.Load()
+	}
+	return s.share.Load()
+}
+
+// requests is the instance's requests in flight from every replica.
+func (p *Policy) requests(s *stat) int64 {
+	if p.shared.Load() {
+		return s.pubRequests.Load() + s.peerRequests.Load()
+	}
+	return s.inFlight.Load()
+}
+
 // tokenLoad is an instance's token load, from every replica.
 func (p *Policy) tokenLoad(s *stat) int64 {
-	return s.prefill.Load() + s.peerPrefill.Load() + p.tuning.DecodeTokens*s.requests()
+	if p.shared.Load() {
+		return s.pubPrefill.Load() + s.peerPrefill.Load() + p.tuning.DecodeTokens*(s.pubRequests.Load()+s.peerRequests.Load())
+	}
+	return s.prefill.Load() + p.tuning.DecodeTokens*s.inFlight.Load()
 }
 
 // localSlice is the part of the threshold this replica may fill on its
@@ -34,7 +60,7 @@ func (p *Policy) localSlice(threshold int64) int64 {
 func (p *Policy) overThreshold(t *table, m int) bool {
 	s := t.members[m].stat
 	threshold := int64(t.cfg.ConcurrencyThreshold)
-	return s.requests() >= threshold || s.inFlight.Load() >= p.localSlice(threshold)
+	return p.requests(s) >= threshold || s.inFlight.Load() >= p.localSlice(threshold)
 }
 
 // tokenCap is the token load above which an instance counts as overloaded:

@@ -31,6 +31,9 @@ func (p *Policy) LocalReport(since uint64) Report {
 	var r Report
 	p.stats.each(func(id string, s *stat) {
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
+		s.pubRequests.Store(l.Requests)
+		s.pubPrefill.Store(l.PrefillTokens)
+		s.pubShare.Store(l.Share)
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
 			r.Loads = append(r.Loads, l)
 		}
@@ -98,6 +101,7 @@ func (p *Policy) recomputePeers() {
 			sum[l.ID] = s
 		}
 	}
+	p.shared.Store(len(p.peers.byName) > 0)
 	p.stats.each(func(id string, s *stat) {
 		l := sum[id]
 		s.peerRequests.Store(max(l.Requests, 0))

@@ -231,7 +231,9 @@ type Policy struct {
 	// included), which sizes this replica's slice of the threshold.
 	replicas atomic.Int64
 	peers    peers
-	log      *placementLog
+	// shared is set while peers' reports are counted (see globalShare).
+	shared atomic.Bool
+	log    *placementLog
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -497,7 +499,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			if onlyAvailable && !p.available(t, m) {
 				continue
 			}
-			if best < 0 || t.members[m].stat.requests() < t.members[order[best]].stat.requests() {
+			if best < 0 || p.requests(t.members[m].stat) < p.requests(t.members[order[best]].stat) {
 				best = i
 			}
 		}

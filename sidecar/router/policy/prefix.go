@@ -257,7 +257,7 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 		if !e.has(t.members[m].stat.token) {
 			continue
 		}
-		if float64(t.members[m].stat.globalShare()) <= bound {
+		if float64(p.globalShare(t.members[m].stat)) <= bound {
 			return m
 		}
 		return p.relieve(t, set, m, avg)
@@ -272,8 +272,8 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
 	best := m
 	for _, c := range set[:min(len(set), placementChoices)] {
-		share := t.members[c].stat.globalShare()
-		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.globalShare()) {
+		share := p.globalShare(t.members[c].stat)
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < p.globalShare(t.members[best].stat)) {
 			best = c
 		}
 	}
@@ -301,7 +301,7 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	avg := p.averageShare(t, set)
 	best, within := set[0], -1
 	for _, m := range set[:min(len(set), choices)] {
-		share := t.members[m].stat.globalShare()
+		share := p.globalShare(t.members[m].stat)
 		if float64(share) <= p.tuning.ShareSlack*avg+1 {
 			if within < 0 {
 				within = m
@@ -312,7 +312,7 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 			}
 			return within
 		}
-		if share < t.members[best].stat.globalShare() {
+		if share < p.globalShare(t.members[best].stat) {
 			best = m
 		}
 	}
@@ -332,7 +332,7 @@ func (p *Policy) muchLighter(a, b *stat) bool {
 func (p *Policy) averageShare(t *table, set []int) float64 {
 	var sum int64
 	for _, m := range set {
-		sum += t.members[m].stat.globalShare()
+		sum += p.globalShare(t.members[m].stat)
 	}
 	return float64(sum) / float64(len(set))
 }
@@ -379,11 +379,11 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, string) {
 	var total int64
 	for _, m := range order {
-		total += t.members[m].stat.requests()
+		total += p.requests(t.members[m].stat)
 	}
 	limit := capOf(p.tuning.BalanceFactor, total+1, len(order))
 	for i, m := range order[1:] {
-		if p.available(t, m) && !p.overThreshold(t, m) && t.members[m].stat.requests()+1 <= limit {
+		if p.available(t, m) && !p.overThreshold(t, m) && p.requests(t.members[m].stat)+1 <= limit {
 			return moveToFront(order, i+1), reason
 		}
 	}

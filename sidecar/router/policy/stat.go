@@ -21,15 +21,14 @@ type stat struct {
 	// The peers' latest reports, summed (see ApplyPeer); written only by
 	// recomputePeers.
 	peerRequests, peerPrefill, peerShare atomic.Int64
+	// What this replica last reported of itself (see view).
+	pubRequests, pubPrefill, pubShare atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
 
 // requests is the instance's in-flight requests from every router replica.
 func (s *stat) requests() int64 { return s.inFlight.Load() + s.peerRequests.Load() }
-
-// globalShare is the instance's recent share of decisions of every replica.
-func (s *stat) globalShare() int64 { return s.share.Load() + s.peerShare.Load() }
 
 // statRegistry hands out one stat per instance ID for the process lifetime
 // of that ID, so counters survive reloads. IDs are pod names; a fleet churns
