@@ -336,7 +336,10 @@ type Choice struct {
 	prefill int64
 	// prompt is the request's whole prompt in tokens: what a fallback
 	// instance, not expected to hold any of it, is charged.
-	prompt    int64
+	prompt int64
+	// hit is the fraction of the prompt the chosen instance is expected to
+	// hold (0 for strategies that do not match prefixes).
+	hit       float64
 	prefilled atomic.Bool
 	done      atomic.Bool
 
@@ -443,7 +446,7 @@ func (p *Policy) Pick(req Request) (*Choice, error) {
 	// The prefill expected on the chosen instance: what of the prompt it is
 	// not expected to hold. Strategies that do not match prefixes know
 	// nothing of the cache and charge the whole prompt.
-	c.prefill = max(0, c.prompt-p.tokensOf(c.MatchChars))
+	c.prefill = c.prompt - int64(float64(c.prompt)*c.hit)
 	c.charge()
 	p.countShare(c.t, c.order[0])
 	return c, nil

@@ -3,6 +3,7 @@ package policy
 import (
 	"math"
 	"slices"
+	"sort"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
@@ -60,17 +61,18 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	var hbuf [96]uint64
 	var sbuf, pbuf [32]int
 	w := p.replicaSets(t, req, allowed, hbuf[:0], sbuf[:0], pbuf[:0])
+	depths := recordDepths(w.leaf, len(w.hashes))
+	x := p.expect(req, t.blockSize, w, depths)
 	if commit {
 		p.pop.record(w.hashes)
 	}
-	depths := recordDepths(w.leaf, len(w.hashes))
-	x := p.expect(req, t.blockSize, w, depths)
 	chosen := p.place(t, w)
 	c.AnchorDepth = w.leaf
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
 
 	m := t.members[c.order[0]]
 	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
+	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
 	if commit && c.Spill == SpillNone {
 		// Guard spills are not remembered, so that a key returns to its own
 		// instance once the overload is over instead of following the spill.
@@ -172,19 +174,27 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 // prompt less what the instance is expected to hold, from the prefix index
 // at the recorded depths.
 type expectation struct {
-	prompt        int64
-	bs, textLen   int
-	shared        int
-	n             int
-	depths        [maxRecordDepths]int
-	entries       [maxRecordDepths]indexEntry
-	bytesPerToken float64
+	prompt      int64
+	bs, textLen int
+	shared      int
+	seen        int // leading blocks that earlier requests carried too
+	hashed      int // blocks hashed
+	n           int
+	depths      [maxRecordDepths]int
+	entries     [maxRecordDepths]indexEntry
 }
 
 func (p *Policy) expect(req Request, bs int, w walk, depths []int) expectation {
-	x := expectation{prompt: p.promptTokens(req), bs: bs, textLen: len(req.Text), shared: w.shared, bytesPerToken: p.tuning.BytesPerToken}
+	x := expectation{prompt: p.promptTokens(req), bs: bs, textLen: len(req.Text), shared: w.shared}
 	x.n = copy(x.depths[:], depths)
+	x.hashed = len(w.hashes)
 	p.index.entries(w.hashes, x.depths[:x.n], x.entries[:x.n])
+	// The index records a few depths per request (geometrically spaced),
+	// so a match found at one depth may well go on to just before the next.
+	// Blocks that earlier requests also carried are taken as held wherever
+	// the key lives: counts only fall along a chain, so the first block no
+	// request carried before is found by bisection.
+	x.seen = sort.Search(len(w.hashes), func(d int) bool { return p.pop.estimate(w.hashes[d]) == 0 })
 	return x
 }
 
@@ -199,15 +209,31 @@ func (x *expectation) hitBytes(token uint32, withShared bool) int {
 			break
 		}
 	}
+	if match > 0 {
+		match = max(match, x.seen)
+	}
 	if withShared {
 		match = max(match, x.shared)
 	}
 	return min(match*x.bs, x.textLen)
 }
 
+// hitFraction is the part of the prompt the instance is expected to hold:
+// the part of the hashed text it holds. The prompt may go on past the
+// hashed text (the window, and the lookahead only when the walk read it);
+// the rest is taken to hit at the same rate, which is right for a long
+// shared document and for a conversation resent turn after turn.
+func (x *expectation) hitFraction(token uint32, withShared bool) float64 {
+	hashed := min(x.hashed*x.bs, x.textLen)
+	if hashed == 0 {
+		return 0
+	}
+	return float64(x.hitBytes(token, withShared)) / float64(hashed)
+}
+
 // own is the prefill the request would bring to the instance.
 func (x *expectation) own(token uint32) int64 {
-	return max(0, x.prompt-int64(math.Ceil(float64(x.hitBytes(token, true))/x.bytesPerToken)))
+	return x.prompt - int64(float64(x.prompt)*x.hitFraction(token, true))
 }
 
 // recordDepths are the depths remembered in the index for a request: the
@@ -344,10 +370,11 @@ func (p *Policy) averageShare(t *table, set []int) float64 {
 // the first instance under the threshold and BalanceFactor × the average
 // requests in flight, else goes to the least loaded. Overloaded in tokens,
 // it walks to the first instance under the threshold and the token cap
-// where it would also finish its prefill sooner (its load plus the prompt
-// it would prefill there, cold, below the preferred's load plus the little
-// left to prefill there); if there is none it stays: token overload is a
-// preference, the threshold a limit.
+// where it would clearly finish its prefill sooner (its load plus the
+// prompt it would prefill there, cold, TokenBalance times below the
+// preferred's load plus the little left to prefill there: a spill costs a
+// cold copy of the prefix, worth it only for a real gain); if there is
+// none it stays: token overload is a preference, the threshold a limit.
 func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	first := order[0]
 	switch {
@@ -366,7 +393,7 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	for i, m := range order[1:] {
 		o := t.members[m].stat
 		l := p.tokenLoad(o)
-		if p.available(t, m) && !p.overThreshold(t, m) && l <= limit && l+x.own(o.token) < stay {
+		if p.available(t, m) && !p.overThreshold(t, m) && l <= limit && p.tuning.TokenBalance*float64(l+x.own(o.token)) < float64(stay) {
 			return moveToFront(order, i+1), SpillTokens
 		}
 	}

@@ -126,7 +126,9 @@ func TestTokenGuardSpillsOffALongPrefill(t *testing.T) {
 		c.Done()
 	}
 	// One 60k-token prompt prefilling on the same instance: spill.
-	huge := pick(t, p, Request{Text: short.Text, WindowBytes: short.WindowBytes, PromptBytes: 240000})
+	// Its beginning is the key's, the rest a document new to the fleet.
+	long := string(short.Text) + randomText(rand.New(rand.NewPCG(1, 1)), 8000)
+	huge := pick(t, p, Request{Text: []byte(long), WindowBytes: 4096, PromptBytes: 240000})
 	if huge.Instance().ID != home.Instance().ID {
 		t.Fatalf("the long prompt went to %s, not the key's home %s", huge.Instance().ID, home.Instance().ID)
 	}
