@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -35,7 +36,10 @@ const (
 	DefaultConcurrencyThresh = 10
 )
 
-// Strategy is how the router picks an instance for a request.
+// Strategy is how the router picks an instance for a request. It is the one
+// strategy type of the project: the router's policy registers an
+// implementation for each value (sidecar/router/policy), and the CRD's enum
+// (api/v1alpha1 RoutingStrategy) lists the same names.
 type Strategy string
 
 const (
@@ -44,13 +48,20 @@ const (
 	StrategyPrefixAware              Strategy = "PREFIX_AWARE"
 )
 
-// Valid reports whether s is one of the known strategies.
-func (s Strategy) Valid() bool {
-	switch s {
-	case StrategyRandom, StrategyLeastOutstandingRequests, StrategyPrefixAware:
-		return true
+// Strategies are the strategies a routing document may name, in the order
+// messages list them.
+var Strategies = []Strategy{StrategyRandom, StrategyLeastOutstandingRequests, StrategyPrefixAware}
+
+// Valid reports whether s is one of Strategies.
+func (s Strategy) Valid() bool { return slices.Contains(Strategies, s) }
+
+// ErrUnknownStrategy says s is not one of the given strategies, naming them.
+func ErrUnknownStrategy(s Strategy, known []Strategy) error {
+	names := make([]string, len(known))
+	for i, k := range known {
+		names[i] = string(k)
 	}
-	return false
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(names, ", "))
 }
 
 // Document is the routing configuration of one LLMEndpoint.
@@ -213,7 +224,7 @@ func (d *Document) Validate() error {
 		errs = append(errs, fmt.Errorf("kind: %q, want %q", d.Kind, Kind))
 	}
 	if !d.Strategy.Valid() {
-		errs = append(errs, fmt.Errorf("strategy: %q is not one of RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE", d.Strategy))
+		errs = append(errs, fmt.Errorf("strategy: %w", ErrUnknownStrategy(d.Strategy, Strategies)))
 	}
 	if p := d.PrefixAware.PrefixLength; p < MinPrefixLength || p > MaxPrefixLength {
 		errs = append(errs, fmt.Errorf("prefixAware.prefixLength: %d is outside %d..%d", p, MinPrefixLength, MaxPrefixLength))

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,7 +54,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.listen, "listen", ":8080", "traffic address")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted (413 above)")
-	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy: RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE or SAGEMAKER_BASELINE (benchmarks)")
+	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy, benchmark-only ones included (benchmarks): "+strategyNames())
 	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
 	fs.DurationVar(&f.ejectBase, "eject-base", time.Second, "first ejection of a failing instance; doubles per consecutive failure")
@@ -72,6 +73,10 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index (about 48 bytes per entry)")
 	fs.IntVar(&f.tuning.SketchWidth, "sketch-width", d.SketchWidth, "PREFIX_AWARE: counters per row of the popularity sketch (2 rows × 4 bytes)")
 	fs.Int64Var(&f.tuning.DecayEvery, "decay-every", d.DecayEvery, "PREFIX_AWARE: decisions between halvings of popularity and share counts")
+	fs.Float64Var(&f.tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "token load: prompt text bytes per estimated token")
+	fs.Int64Var(&f.tuning.DecodeTokens, "decode-tokens", d.DecodeTokens, "token load: prefill-token equivalent of one request in flight")
+	fs.Float64Var(&f.tuning.TokenBalance, "token-balance", d.TokenBalance, "PREFIX_AWARE: an instance over this multiple of the average token load counts as overloaded")
+	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -82,10 +87,23 @@ func parseFlags(args []string) (*flags, error) {
 	if f.configDir != "" && f.configFile != "" {
 		return nil, errors.New("--config-dir and --config-file are exclusive")
 	}
-	if s := policy.Strategy(f.strategyOverride); s != "" && !s.Valid() {
-		return nil, fmt.Errorf("--strategy-override %q is not a strategy", s)
+	if s := policy.Strategy(f.strategyOverride); s != "" {
+		if err := policy.ValidStrategy(s, true); err != nil {
+			return nil, fmt.Errorf("--strategy-override: %w", err)
+		}
+		// Only the override may name a benchmark strategy, never the
+		// routing document.
+		f.tuning.BenchmarkStrategies = true
 	}
 	return f, nil
+}
+
+func strategyNames() string {
+	var names []string
+	for _, s := range policy.Strategies(true) {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
 }
 
 func main() {

@@ -34,19 +34,19 @@ func hashString(seed uint64, s string) uint64 {
 	return d.Sum64()
 }
 
-// ScopeSeed is the first link of a request's block chain. Model (or
+// scopeSeed is the first link of a request's block chain. Model (or
 // adapter) and tenant are part of it, so identical text from different
 // tenants or adapters never shares a chain, exactly as vLLM keeps their KV
 // blocks apart (LoRA name and cache_salt are extra keys of its first block).
-func ScopeSeed(hashSeed uint64, model, tenant string) uint64 {
+func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
 	return hashString(hashSeed, model+"\x00"+tenant)
 }
 
-// BlockChain appends to dst the chained hashes of text cut into blocks of
+// blockChain appends to dst the chained hashes of text cut into blocks of
 // blockSize bytes (the last one may be partial): h[i] = xxh(h[i-1] ‖ block i).
 // Chaining makes a block's hash stand for the whole beginning up to it, so
 // two requests share h[i] only if they share their first i+1 blocks.
-func BlockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
+func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
 	var d xxhash.Digest
 	var b [8]byte
 	h := seed

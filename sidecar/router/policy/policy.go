@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -10,34 +11,12 @@ import (
 	"time"
 )
 
-// Strategy names a routing strategy.
-type Strategy string
-
-const (
-	Random                   Strategy = "RANDOM"
-	LeastOutstandingRequests Strategy = "LEAST_OUTSTANDING_REQUESTS"
-	PrefixAware              Strategy = "PREFIX_AWARE"
-	// Baseline is the comparison point for benchmarks, not offered by the
-	// CRD: one hash of the first prefixLength, consistent (HRW) placement,
-	// overflow to the least loaded instance when over the threshold. It is
-	// what a router without block matching or a load-aware walk would do.
-	Baseline Strategy = "SAGEMAKER_BASELINE"
-)
-
-// Valid reports whether the policy implements s.
-func (s Strategy) Valid() bool {
-	switch s {
-	case Random, LeastOutstandingRequests, PrefixAware, Baseline:
-		return true
-	}
-	return false
-}
-
 // Spill reasons, as counted in metrics.
 const (
 	SpillNone        = ""
 	SpillConcurrency = "concurrency_threshold" // preferred over the threshold, walked its order
 	SpillAllBusy     = "all_busy"              // nobody under threshold and cap: least loaded
+	SpillTokens      = "token_load"            // preferred far above the average token load
 	SpillUnhealthy   = "unhealthy"             // preferred instance ejected by health checks
 )
 
@@ -100,6 +79,27 @@ type Tuning struct {
 	// DecayEvery is how many decisions between halvings of the popularity
 	// and share counts: the memory of the policy, in requests.
 	DecayEvery int64
+	// BytesPerToken converts prompt text bytes into estimated tokens.
+	BytesPerToken float64
+	// DecodeTokens is the load, in prefill-token equivalents, of one
+	// request in flight (decoding, or waiting to): an instance's token load
+	// is its unprefilled prompt tokens plus DecodeTokens per request.
+	DecodeTokens int64
+	// TokenBalance is when the preferred instance counts as overloaded by
+	// tokens: its token load is over TokenBalance × the candidates' average
+	// (and over TokenFloor). It is also how much lighter (as a ratio) the
+	// second HRW choice must be to take a new key from the first.
+	TokenBalance float64
+	// TokenFloor is the token load under which an instance never counts as
+	// overloaded, so that a lightly loaded fleet never spills (about one
+	// engine step's token budget).
+	TokenFloor int64
+	// PlacementLog is how many placements the policy keeps for peers to
+	// pull (LocalReport); a peer further behind gets Truncated.
+	PlacementLog int
+	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
+	// for the router's --strategy-override.
+	BenchmarkStrategies bool
 	// Now is the clock used for ejection deadlines (tests replace it).
 	Now func() time.Time
 }
@@ -115,6 +115,11 @@ func DefaultTuning() Tuning {
 		IndexEntries:   1 << 18,
 		SketchWidth:    1 << 16,
 		DecayEvery:     4096,
+		BytesPerToken:  4,
+		DecodeTokens:   256,
+		TokenBalance:   1.5,
+		TokenFloor:     8192,
+		PlacementLog:   1 << 16,
 		Now:            time.Now,
 	}
 }
@@ -148,6 +153,21 @@ func (t Tuning) withDefaults() Tuning {
 	if t.DecayEvery <= 0 {
 		t.DecayEvery = d.DecayEvery
 	}
+	if t.BytesPerToken <= 0 {
+		t.BytesPerToken = d.BytesPerToken
+	}
+	if t.DecodeTokens <= 0 {
+		t.DecodeTokens = d.DecodeTokens
+	}
+	if t.TokenBalance <= 1 {
+		t.TokenBalance = d.TokenBalance
+	}
+	if t.TokenFloor <= 0 {
+		t.TokenFloor = d.TokenFloor
+	}
+	if t.PlacementLog <= 0 {
+		t.PlacementLog = d.PlacementLog
+	}
 	if t.Now == nil {
 		t.Now = d.Now
 	}
@@ -165,17 +185,31 @@ type Request struct {
 	Text []byte
 	// WindowBytes is how many bytes of Text form the window.
 	WindowBytes int
+	// PromptBytes is the length of the whole prompt text, which the routing
+	// text may stop short of; 0 means len(Text). It sizes the request's
+	// prefill in the token load.
+	PromptBytes int
+}
+
+// promptTokens estimates the request's prompt tokens.
+func (p *Policy) promptTokens(req Request) int64 {
+	return p.tokensOf(cmp.Or(req.PromptBytes, len(req.Text)))
+}
+
+func (p *Policy) tokensOf(bytes int) int64 {
+	return int64(math.Ceil(float64(bytes) / p.tuning.BytesPerToken))
 }
 
 type member struct {
 	Instance
 	idHash uint64
 	weight float64
-	stat   *Stat
+	stat   *stat
 }
 
 type table struct {
 	cfg       Config
+	strategy  strategy
 	members   []member
 	adapters  map[string][]int
 	all       []int
@@ -193,24 +227,35 @@ type Policy struct {
 	index      *prefixIndex
 	shareSince atomic.Int64
 	shareDecay atomic.Bool
+	// replicas is the number of router replicas sharing the fleet (self
+	// included), which sizes this replica's slice of the threshold.
+	replicas atomic.Int64
+	peers    peers
+	// shared is set while peers' reports are counted (see globalShare).
+	shared atomic.Bool
+	log    *placementLog
 }
 
 // New returns a policy with no instances; call Update before Pick.
 func New(t Tuning) *Policy {
 	t = t.withDefaults()
-	return &Policy{
+	p := &Policy{
 		tuning: t,
 		pop:    newPopularity(t.SketchWidth, t.DecayEvery),
 		index:  newPrefixIndex(t.IndexEntries),
+		log:    newPlacementLog(t.PlacementLog),
 	}
+	p.replicas.Store(1)
+	return p
 }
 
 // Update installs a new configuration. Live counters follow instances by ID.
 func (p *Policy) Update(cfg Config) error {
-	if !cfg.Strategy.Valid() {
-		return fmt.Errorf("strategy %q is not implemented", cfg.Strategy)
+	impl, err := p.lookup(cfg.Strategy)
+	if err != nil {
+		return fmt.Errorf("strategy: %w", err)
 	}
-	t := &table{cfg: cfg, adapters: make(map[string][]int, len(cfg.Adapters))}
+	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters))}
 	pos := make(map[string]int, len(cfg.Instances))
 	keep := make(map[string]bool, len(cfg.Instances))
 	for i, in := range cfg.Instances {
@@ -236,15 +281,9 @@ func (p *Policy) Update(cfg Config) error {
 	}
 	p.table.Store(t)
 	p.stats.prune(keep)
+	// Instances new to the registry start with the peers' current loads.
+	p.recomputePeers()
 	return nil
-}
-
-// Strategy is the strategy in force.
-func (p *Policy) Strategy() Strategy {
-	if t := p.table.Load(); t != nil {
-		return t.cfg.Strategy
-	}
-	return ""
 }
 
 // LookaheadBytes is how far past the window the caller should extract text.
@@ -267,8 +306,9 @@ func (p *Policy) Eject(id string, until time.Time) {
 // Readmit ends an ejection early (a health check passed).
 func (p *Policy) Readmit(id string) { p.stats.get(id).ejectedUntil.Store(0) }
 
-// InFlight returns the in-flight count of an instance.
-func (p *Policy) InFlight(id string) int64 { return p.stats.get(id).InFlight() }
+// InFlight returns the number of this replica's requests in flight to an
+// instance.
+func (p *Policy) InFlight(id string) int64 { return p.stats.get(id).inFlight.Load() }
 
 // Instances returns the configured instances.
 func (p *Policy) Instances() []Instance {
@@ -286,12 +326,22 @@ func (p *Policy) Healthy(id string) bool {
 
 // Choice is the outcome of a decision: the instance to use first and the
 // order to fall back along after connection failures. The chosen instance
-// is counted in flight until Done.
+// is counted in flight until Done, and its estimated prefill in its token
+// load until Prefilled (or Done).
 type Choice struct {
 	t     *table
 	order []int
 	pos   int
-	done  bool
+	// prefill is the token load charged to the current instance.
+	prefill int64
+	// prompt is the request's whole prompt in tokens: what a fallback
+	// instance, not expected to hold any of it, is charged.
+	prompt int64
+	// hit is the fraction of the prompt the chosen instance is expected to
+	// hold (0 for strategies that do not match prefixes).
+	hit       float64
+	prefilled atomic.Bool
+	done      atomic.Bool
 
 	Strategy Strategy
 	// Spill is why the preferred instance was not used ("" if it was).
@@ -306,23 +356,50 @@ type Choice struct {
 // Instance is the current target.
 func (c *Choice) Instance() Instance { return c.t.members[c.order[c.pos]].Instance }
 
+func (c *Choice) stat() *stat { return c.t.members[c.order[c.pos]].stat }
+
 // Next moves to the next instance of the preference order after a failure
 // before any byte was exchanged; false when the order is exhausted.
 func (c *Choice) Next() bool {
-	if c.done || c.pos+1 >= len(c.order) {
+	if c.done.Load() || c.pos+1 >= len(c.order) {
 		return false
 	}
-	c.t.members[c.order[c.pos]].stat.inFlight.Add(-1)
+	c.release()
 	c.pos++
-	c.t.members[c.order[c.pos]].stat.inFlight.Add(1)
+	c.prefill = c.prompt
+	c.charge()
 	return true
+}
+
+// Prefilled says the instance has prefilled the prompt (the first token,
+// or the whole non-streamed response, arrived): the request leaves the
+// instance's prefill load and counts as decoding until Done.
+func (c *Choice) Prefilled() {
+	if !c.done.Load() && !c.prefilled.Swap(true) {
+		c.stat().prefill.Add(-c.prefill)
+	}
 }
 
 // Done releases the in-flight slot; calling it twice is harmless.
 func (c *Choice) Done() {
-	if !c.done {
-		c.done = true
-		c.t.members[c.order[c.pos]].stat.inFlight.Add(-1)
+	if !c.done.Swap(true) {
+		c.release()
+	}
+}
+
+func (c *Choice) charge() {
+	s := c.stat()
+	s.inFlight.Add(1)
+	if !c.prefilled.Load() {
+		s.prefill.Add(c.prefill)
+	}
+}
+
+func (c *Choice) release() {
+	s := c.stat()
+	s.inFlight.Add(-1)
+	if !c.prefilled.Load() {
+		s.prefill.Add(-c.prefill)
 	}
 }
 
@@ -361,6 +438,32 @@ func (p *Policy) healthy(t *table, set []int) []int {
 
 // Pick decides where a request goes and counts it in flight there.
 func (p *Policy) Pick(req Request) (*Choice, error) {
+	c, err := p.decide(req, true)
+	if err != nil {
+		return nil, err
+	}
+	c.prompt = p.promptTokens(req)
+	// The prefill expected on the chosen instance: what of the prompt it is
+	// not expected to hold. Strategies that do not match prefixes know
+	// nothing of the cache and charge the whole prompt.
+	c.prefill = c.prompt - int64(float64(c.prompt)*c.hit)
+	c.charge()
+	p.countShare(c.t, c.order[0])
+	return c, nil
+}
+
+// Peek returns the instance Pick would choose for req now, recording
+// nothing: no in-flight count, share, popularity or placement. Comparing
+// Peeks of two replicas measures their agreement.
+func (p *Policy) Peek(req Request) (string, error) {
+	c, err := p.decide(req, false)
+	if err != nil {
+		return "", err
+	}
+	return c.Instance().ID, nil
+}
+
+func (p *Policy) decide(req Request, commit bool) (*Choice, error) {
 	t := p.table.Load()
 	if t == nil {
 		return nil, ErrNoInstance
@@ -370,19 +473,7 @@ func (p *Policy) Pick(req Request) (*Choice, error) {
 		return nil, err
 	}
 	c := &Choice{t: t, Strategy: t.cfg.Strategy}
-	switch t.cfg.Strategy {
-	case Random:
-		c.order = p.healthy(t, allowed)
-		rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
-	case LeastOutstandingRequests:
-		c.order = p.leastLoadedOrder(t, p.healthy(t, allowed))
-	case Baseline:
-		c.order, c.Spill = p.baseline(t, req, allowed)
-	default:
-		p.prefixAware(t, req, allowed, c)
-	}
-	t.members[c.order[0]].stat.inFlight.Add(1)
-	p.countShare(t, c.order[0])
+	t.strategy.decide(p, t, req, allowed, c, commit)
 	return c, nil
 }
 
@@ -391,34 +482,9 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return int(t.members[a].stat.inFlight.Load() - t.members[b].stat.inFlight.Load())
+		return cmp.Compare(t.members[a].stat.requests(), t.members[b].stat.requests())
 	})
 	return order
-}
-
-// baseline is one hash of the whole window, HRW placement, and overflow to
-// the least loaded instance anywhere.
-func (p *Policy) baseline(t *table, req Request, set []int) ([]int, string) {
-	seed := ScopeSeed(t.cfg.HashSeed, req.Model, req.Tenant)
-	key := seed
-	if w := min(req.WindowBytes, len(req.Text)); w > 0 {
-		var buf [1]uint64
-		key = BlockChain(buf[:0], seed, req.Text[:w], w)[0]
-	}
-	order := rank(t, set, key, nil)
-	first := order[0]
-	if p.available(t, first) && t.members[first].stat.inFlight.Load() < int64(t.cfg.ConcurrencyThreshold) {
-		return order, SpillNone
-	}
-	best := p.leastLoaded(t, order)
-	if best == 0 {
-		return order, SpillNone
-	}
-	order[0], order[best] = order[best], order[0]
-	if !p.available(t, first) {
-		return order, SpillUnhealthy
-	}
-	return order, SpillAllBusy
 }
 
 // available reports whether an instance is not ejected.
@@ -436,7 +502,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			if onlyAvailable && !p.available(t, m) {
 				continue
 			}
-			if best < 0 || t.members[m].stat.inFlight.Load() < t.members[order[best]].stat.inFlight.Load() {
+			if best < 0 || p.requests(t.members[m].stat) < p.requests(t.members[order[best]].stat) {
 				best = i
 			}
 		}
@@ -495,6 +561,6 @@ func (p *Policy) PickAny() (*Choice, error) {
 		return nil, ErrNoInstance
 	}
 	c := &Choice{t: t, Strategy: t.cfg.Strategy, order: p.leastLoadedOrder(t, p.healthy(t, t.all))}
-	t.members[c.order[0]].stat.inFlight.Add(1)
+	c.charge()
 	return c, nil
 }

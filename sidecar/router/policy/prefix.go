@@ -3,6 +3,9 @@ package policy
 import (
 	"math"
 	"slices"
+	"sort"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
 
 // popularityPrior is added to the request count when turning sketch counts
@@ -10,39 +13,80 @@ import (
 // does not take every prefix for a dominant one and scatter its first keys.
 const popularityPrior = 32
 
+// PrefixAware sends requests that share a prompt prefix to the instance
+// that holds it, within the load guard.
+const PrefixAware = routing.StrategyPrefixAware
+
+func init() { register(PrefixAware, prefixAware{}, false) }
+
 // prefixAware places a request in three steps.
 //
-//  1. Replica sets. Walking the block chain from the first block, each
-//     block's recent popularity f (fraction of requests that began with the
-//     same blocks) says how many instances its prefix deserves:
-//     r = ⌈f × N / ReplicaLoad⌉. Where r is smaller than the current set,
-//     the set shrinks to the r highest-HRW instances for that block's hash.
-//     A prefix shared by everyone keeps the whole fleet (its KV blocks end
-//     up warm everywhere, which costs one prompt per instance), a popular
-//     document keeps a few instances, and the first block specific enough
-//     for one instance — the anchor — picks inside its parent's set. The
-//     walk may read past the window (LookaheadBytes) only while every block
-//     so far is dominant, which is what separates users behind a system
-//     prompt longer than the window.
-//  2. Placement of the anchor inside the parent set. If the prefix index
-//     says a member was recently sent this anchor (or a deeper block), the
-//     request sticks to it; otherwise the anchor's HRW order is walked to
-//     the first member whose recent request share is within ShareSlack of
-//     the set's average. With equal shares that is the HRW winner, so
-//     replicas with the same configuration agree, and since the index only
-//     remembers where earlier requests went — mostly HRW winners — it
-//     converges to the same answer rather than diverging.
-//  3. The overload guard: over ConcurrencyThreshold in flight (or ejected),
-//     the request walks the same order — parent set first, which is warm for
-//     the shared part, then the rest of the fleet — to the first instance
-//     under both the threshold and BalanceFactor × average in flight; if
-//     none, the least loaded.
-func (p *Policy) prefixAware(t *table, req Request, allowed []int, c *Choice) {
-	seed := ScopeSeed(t.cfg.HashSeed, req.Model, req.Tenant)
+//  1. Replica sets (replicaSets). Walking the block chain from the first
+//     block, each block's recent popularity f (fraction of requests that
+//     began with the same blocks) says how many instances its prefix
+//     deserves: r = ⌈f × N / ReplicaLoad⌉. Where r is smaller than the
+//     current set, the set shrinks to the r highest-HRW instances for that
+//     block's hash. A prefix shared by everyone keeps the whole fleet (its
+//     KV blocks end up warm everywhere, which costs one prompt per
+//     instance), a popular document keeps a few instances, and the first
+//     block specific enough for one instance — the anchor — picks inside
+//     its parent's set. The walk may read past the window (LookaheadBytes)
+//     only while every block so far is dominant, which is what separates
+//     users behind a system prompt longer than the window.
+//  2. Placement of the anchor inside the parent set (place). If the prefix
+//     index says a member was recently sent this anchor (or a deeper
+//     block), the request sticks to it; otherwise the anchor's HRW order is
+//     walked to the first member whose recent request share is within
+//     ShareSlack of the set's average. Shares are global (every replica's
+//     decisions) and the index holds every replica's placements, so
+//     replicas decide alike.
+//  3. The overload guard (guard) on the fallback order (fallbackOrder: the
+//     parent set first, which is warm for the shared part, then the rest of
+//     the fleet in the anchor's order).
+type prefixAware struct{}
+
+// walk is what the replica-set walk learnt of a request.
+type walk struct {
+	hashes []uint64
+	// parent is the set the anchor was placed in, in the anchor's order;
+	// choices is how far down it placement may go.
+	parent  []int
+	choices int
+	// leaf is the anchor's depth; shared is how many leading blocks are
+	// popular (likely cached on any instance of their set).
+	leaf, shared int
+}
+
+func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Choice, commit bool) {
+	var hbuf [96]uint64
+	var sbuf, pbuf [32]int
+	w := p.replicaSets(t, req, allowed, hbuf[:0], sbuf[:0], pbuf[:0])
+	depths := recordDepths(w.leaf, len(w.hashes))
+	x := p.expect(req, t.blockSize, w, depths)
+	if commit {
+		p.pop.record(w.hashes)
+	}
+	chosen := p.place(t, w)
+	c.AnchorDepth = w.leaf
+	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
+
+	m := t.members[c.order[0]]
+	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
+	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
+	if commit && c.Spill == SpillNone {
+		// Guard spills are not remembered, so that a key returns to its own
+		// instance once the overload is over instead of following the spill.
+		p.index.addDepths(w.hashes, depths, m.stat.token)
+		p.log.add(w.hashes, depths, m.ID)
+	}
+}
+
+// replicaSets walks the block chain (step 1), using the given buffers.
+func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint64, set, pbuf []int) walk {
+	seed := scopeSeed(t.cfg.HashSeed, req.Model, req.Tenant)
 	bs := t.blockSize
 	window := min(req.WindowBytes, len(req.Text))
-	var hbuf [96]uint64
-	hashes := BlockChain(hbuf[:0], seed, req.Text[:window], bs)
+	hashes = blockChain(hashes, seed, req.Text[:window], bs)
 	if len(hashes) == 0 {
 		hashes = append(hashes, seed)
 	}
@@ -51,10 +95,8 @@ func (p *Policy) prefixAware(t *table, req Request, allowed []int, c *Choice) {
 	// lookahead bytes; lookahead blocks start where the window ends.
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
-	var sbuf, pbuf [32]int
-	set := append(sbuf[:0], allowed...)
-	var parent []int
-	leaf, shared := -1, 0
+	set = append(set, allowed...)
+	w := walk{leaf: -1, choices: placementChoices}
 	for i := 0; ; i++ {
 		if i == len(hashes) {
 			if len(lookahead) == 0 {
@@ -64,85 +106,142 @@ func (p *Policy) prefixAware(t *table, req Request, allowed []int, c *Choice) {
 			// read on, hashing the whole lookahead at once so that its
 			// blocks' popularity is learnt together rather than one block
 			// per generation of requests.
-			hashes = BlockChain(hashes, hashes[i-1], lookahead, bs)
+			hashes = blockChain(hashes, hashes[i-1], lookahead, bs)
 			lookahead = nil
 		}
 		h := hashes[i]
 		est := p.pop.estimate(h)
-		if est >= 2 && shared == i {
-			shared = i + 1
+		if est >= 2 && w.shared == i {
+			w.shared = i + 1
 		}
 		r := int(math.Ceil(float64(est) / total * n / p.tuning.ReplicaLoad))
 		r = max(1, min(r, len(set)))
 		if r == len(set) {
 			continue
 		}
-		ranked := rank(t, set, h, pbuf[:0])
+		ranked := rank(t, set, h, pbuf)
 		if r == 1 {
-			parent, leaf = ranked, i
+			w.parent, w.leaf = ranked, i
 			break
 		}
 		set = append(set[:0], ranked[:r]...)
 	}
-	p.pop.record(hashes)
-
-	chosen, choices := -1, placementChoices
-	if leaf < 0 {
+	w.hashes = hashes
+	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
 		// served by the replica set; balance by share over all of it.
-		leaf = len(hashes) - 1
-		parent = rank(t, set, hashes[leaf], pbuf[:0])
-		choices = len(parent)
-	} else if d, e := p.index.deepest(hashes, leaf); d >= 0 {
-		chosen = p.sticky(t, parent, e)
+		w.leaf = len(hashes) - 1
+		w.parent = rank(t, set, hashes[w.leaf], pbuf)
+		w.choices = len(w.parent)
 	}
-	if chosen < 0 {
-		chosen = p.byShare(t, parent, choices)
-	}
-	c.AnchorDepth = leaf
+	return w
+}
 
-	// The fallback order: the parent set (warm for the shared part) in the
-	// anchor's order, then everyone else in the same key's order.
+// place chooses the anchor's instance in its parent set (step 2).
+func (p *Policy) place(t *table, w walk) int {
+	if w.choices == placementChoices {
+		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
+			if m := p.sticky(t, w.parent, e); m >= 0 {
+				return m
+			}
+		}
+	}
+	return p.byShare(t, w.parent, w.choices)
+}
+
+// fallbackOrder is the order to try instances in: chosen, the rest of the
+// parent set (warm for the shared part) in the anchor's order, then
+// everyone else in the same key's order.
+func fallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 	order := make([]int, 0, len(allowed))
 	order = append(order, chosen)
-	for _, m := range parent {
+	for _, m := range w.parent {
 		if m != chosen {
 			order = append(order, m)
 		}
 	}
-	if len(parent) < len(allowed) {
-		for _, m := range rank(t, allowed, hashes[leaf], nil) {
-			if !slices.Contains(parent, m) {
+	if len(w.parent) < len(allowed) {
+		for _, m := range rank(t, allowed, w.hashes[w.leaf], nil) {
+			if !slices.Contains(w.parent, m) {
 				order = append(order, m)
 			}
 		}
 	}
-	c.order, c.Spill = p.guard(t, order)
+	return order
+}
 
-	token := t.members[c.order[0]].stat.token
-	depths := recordDepths(leaf, len(hashes))
+// expectation is what a request is expected to cost each instance: its
+// prompt less what the instance is expected to hold, from the prefix index
+// at the recorded depths.
+type expectation struct {
+	prompt      int64
+	bs, textLen int
+	shared      int
+	seen        int // leading blocks that earlier requests carried too
+	hashed      int // blocks hashed
+	n           int
+	depths      [maxRecordDepths]int
+	entries     [maxRecordDepths]indexEntry
+}
+
+func (p *Policy) expect(req Request, bs int, w walk, depths []int) expectation {
+	x := expectation{prompt: p.promptTokens(req), bs: bs, textLen: len(req.Text), shared: w.shared}
+	x.n = copy(x.depths[:], depths)
+	x.hashed = len(w.hashes)
+	p.index.entries(w.hashes, x.depths[:x.n], x.entries[:x.n])
+	// The index records a few depths per request (geometrically spaced),
+	// so a match found at one depth may well go on to just before the next.
+	// Blocks that earlier requests also carried are taken as held wherever
+	// the key lives: counts only fall along a chain, so the first block no
+	// request carried before is found by bisection.
+	x.seen = sort.Search(len(w.hashes), func(d int) bool { return p.pop.estimate(w.hashes[d]) == 0 })
+	return x
+}
+
+// hitBytes is how much of the routing text the instance with the token is
+// expected to hold: the deepest recorded block it was sent, or (withShared)
+// the popular leading blocks, which any instance of their set holds.
+func (x *expectation) hitBytes(token uint32, withShared bool) int {
 	match := 0
-	for _, d := range slices.Backward(depths) {
-		if e, ok := p.index.get(hashes[d]); ok && e.has(token) {
-			match = d + 1
+	for i := x.n - 1; i >= 0; i-- {
+		if x.entries[i].has(token) {
+			match = x.depths[i] + 1
 			break
 		}
 	}
-	c.MatchChars = min(match*bs, len(req.Text))
-	if c.Spill == SpillNone {
-		c.MatchChars = min(max(match, shared)*bs, len(req.Text))
-		// Guard spills are not remembered, so that a key returns to its own
-		// instance once the overload is over instead of following the spill.
-		p.index.addDepths(hashes, depths, token)
+	if match > 0 {
+		match = max(match, x.seen)
 	}
+	if withShared {
+		match = max(match, x.shared)
+	}
+	return min(match*x.bs, x.textLen)
+}
+
+// hitFraction is the part of the prompt the instance is expected to hold:
+// the part of the hashed text it holds. The prompt may go on past the
+// hashed text (the window, and the lookahead only when the walk read it);
+// the rest is taken to hit at the same rate, which is right for a long
+// shared document and for a conversation resent turn after turn.
+func (x *expectation) hitFraction(token uint32, withShared bool) float64 {
+	hashed := min(x.hashed*x.bs, x.textLen)
+	if hashed == 0 {
+		return 0
+	}
+	return float64(x.hitBytes(token, withShared)) / float64(hashed)
+}
+
+// own is the prefill the request would bring to the instance.
+func (x *expectation) own(token uint32) int64 {
+	return x.prompt - int64(float64(x.prompt)*x.hitFraction(token, true))
 }
 
 // recordDepths are the depths remembered in the index for a request: the
 // anchor and then geometrically deeper blocks, enough to recognise a long
 // match (a growing conversation) at a small, fixed cost per request.
 func recordDepths(leaf, n int) []int {
-	out := make([]int, 0, 12)
-	for step := 0; leaf+step < n; step = max(1, step*2) {
+	out := make([]int, 0, maxRecordDepths)
+	for step := 0; leaf+step < n && len(out) < maxRecordDepths-1; step = max(1, step*2) {
 		out = append(out, leaf+step)
 	}
 	if last := n - 1; last > leaf && out[len(out)-1] != last {
@@ -150,6 +249,10 @@ func recordDepths(leaf, n int) []int {
 	}
 	return out
 }
+
+// maxRecordDepths bounds recordDepths: 2^14 blocks is far more than any
+// routing text has.
+const maxRecordDepths = 16
 
 // stickySlack is the absolute slack (in decisions) of the stickiness bound:
 // it keeps the first few hundred decisions, when shares are small numbers,
@@ -160,45 +263,43 @@ const stickySlack = 16
 // Request share is kept even by moving a few keys (each move costs a cold
 // prefill) rather than letting busy keys pile up on one instance, but a key
 // over MoveSlack × the average moves only onto one of its own first
-// choices that is within ShareSlack of the average (see relieve), never sideways between
-// busy instances: after a scale-out every old instance is above the new
-// average, so the keys that leave go to the new one and none moves between
-// two instances that were both there before. MoveSlack is above ShareSlack (hysteresis), so
-// keys near the bound do not ping-pong.
+// choices that is within ShareSlack of the average (see relieve), never
+// sideways between busy instances: after a scale-out every old instance is
+// above the new average, so the keys that leave go to the new one and none
+// moves between two instances that were both there before. MoveSlack is
+// above ShareSlack (hysteresis), so keys near the bound do not ping-pong.
+//
+// When the index names two holders, the one earlier in the key's own order
+// is taken, not the most recent: replicas that placed a key before hearing
+// of each other's placement then settle on the same holder, whatever order
+// the placements reached them in.
 func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
 	avg := p.averageShare(t, set)
 	bound := p.tuning.MoveSlack*avg + stickySlack
 	if p.tuning.ShareSlack < 0 {
 		bound = math.Inf(1)
 	}
-	// The most recent placement first: the index records only placements
-	// the policy made (not guard spills), so this is where the key lives.
-	for _, tok := range e {
-		if tok == 0 {
+	for _, m := range set {
+		if !e.has(t.members[m].stat.token) {
 			continue
 		}
-		for _, m := range set {
-			if t.members[m].stat.token != tok {
-				continue
-			}
-			if float64(t.members[m].stat.share.Load()) <= bound {
-				return m
-			}
-			return p.relieve(t, set, m, avg)
+		if float64(p.globalShare(t.members[m].stat)) <= bound {
+			return m
 		}
+		return p.relieve(t, set, m, avg)
 	}
 	return -1
 }
 
 // relieve picks where a key living on the over-share member m goes: the
 // least-shared of the key's first placementChoices members that is within
-// ShareSlack of the average, or m itself when none is (moving onto another busy instance
-// would cost a cold prefill and balance nothing).
+// ShareSlack of the average, or m itself when none is (moving onto another
+// busy instance would cost a cold prefill and balance nothing).
 func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
 	best := m
 	for _, c := range set[:min(len(set), placementChoices)] {
-		share := t.members[c].stat.share.Load()
-		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.share.Load()) {
+		share := p.globalShare(t.members[c].stat)
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < p.globalShare(t.members[best].stat)) {
 			best = c
 		}
 	}
@@ -211,60 +312,105 @@ func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
 // each cached prefix) to two instances however often it is moved.
 const placementChoices = 2
 
-// byShare walks the first choices members of set (in the key's order) to
-// the first whose recent share is within ShareSlack of the set's average;
-// if none is, the one of them with the smallest share.
+// byShare places a new key: among the first choices members of set (in
+// the key's order), the first whose recent share is within ShareSlack of
+// the set's average (+1, so that the first decisions, when every share is
+// a handful, do not place keys on noise); if none is, the one with the
+// smallest share. A member within the share bound still gives way to the
+// next one within it when its token load is over TokenBalance × the
+// other's (and TokenFloor): the key is cold on both, and prefilling it
+// behind a long queue is what the tail latency is made of.
 func (p *Policy) byShare(t *table, set []int, choices int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
 	avg := p.averageShare(t, set)
-	best := set[0]
+	best, within := set[0], -1
 	for _, m := range set[:min(len(set), choices)] {
-		share := t.members[m].stat.share.Load()
-		// The √avg slack is about one standard deviation of a count: it
-		// keeps a router that has seen little traffic (or a different
-		// sample of it than its peers) from placing keys on noise, so
-		// replicas agree, and fades relative to the average as counts grow.
+		share := p.globalShare(t.members[m].stat)
 		if float64(share) <= p.tuning.ShareSlack*avg+1 {
-			return m
+			if within < 0 {
+				within = m
+				continue
+			}
+			if p.muchLighter(t.members[m].stat, t.members[within].stat) {
+				return m
+			}
+			return within
 		}
-		if share < t.members[best].stat.share.Load() {
+		if share < p.globalShare(t.members[best].stat) {
 			best = m
 		}
 	}
+	if within >= 0 {
+		return within
+	}
 	return best
+}
+
+// muchLighter reports whether a's token load is so far below b's that a
+// cold request is better off on a.
+func (p *Policy) muchLighter(a, b *stat) bool {
+	lb := p.tokenLoad(b)
+	return lb > p.tuning.TokenFloor && float64(lb) > p.tuning.TokenBalance*float64(p.tokenLoad(a))
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
 	var sum int64
 	for _, m := range set {
-		sum += t.members[m].stat.share.Load()
+		sum += p.globalShare(t.members[m].stat)
 	}
 	return float64(sum) / float64(len(set))
 }
 
 // guard applies the overload guard to a preference order (first = choice).
-func (p *Policy) guard(t *table, order []int) ([]int, string) {
+// The preferred instance is passed over when it is ejected, at the
+// concurrency threshold (see overThreshold), or overloaded in tokens (over
+// tokenCap). Over the threshold or ejected, the request walks the order to
+// the first instance under the threshold and BalanceFactor × the average
+// requests in flight, else goes to the least loaded. Overloaded in tokens,
+// it walks to the first instance under the threshold and the token cap
+// where it would clearly finish its prefill sooner (its load plus the
+// prompt it would prefill there, cold, TokenBalance times below the
+// preferred's load plus the little left to prefill there: a spill costs a
+// cold copy of the prefix, worth it only for a real gain); if there is
+// none it stays: token overload is a preference, the threshold a limit.
+func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	first := order[0]
-	reason := SpillNone
 	switch {
 	case !p.available(t, first):
-		reason = SpillUnhealthy
-	case t.members[first].stat.inFlight.Load() >= int64(t.cfg.ConcurrencyThreshold):
-		reason = SpillConcurrency
-	default:
+		return p.spillByRequests(t, order, SpillUnhealthy)
+	case p.overThreshold(t, first):
+		return p.spillByRequests(t, order, SpillConcurrency)
+	}
+	limit := p.tokenCap(t, order)
+	s := t.members[first].stat
+	load := p.tokenLoad(s)
+	if load <= limit {
 		return order, SpillNone
 	}
+	stay := load + x.own(s.token)
+	for i, m := range order[1:] {
+		o := t.members[m].stat
+		l := p.tokenLoad(o)
+		if p.available(t, m) && !p.overThreshold(t, m) && l <= limit && p.tuning.TokenBalance*float64(l+x.own(o.token)) < float64(stay) {
+			return moveToFront(order, i+1), SpillTokens
+		}
+	}
+	return order, SpillNone
+}
+
+// spillByRequests walks order past its first instance to the first one
+// available, under the threshold and under BalanceFactor × the average
+// requests in flight; if none, the least loaded.
+func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, string) {
 	var total int64
 	for _, m := range order {
-		total += t.members[m].stat.inFlight.Load()
+		total += p.requests(t.members[m].stat)
 	}
 	limit := capOf(p.tuning.BalanceFactor, total+1, len(order))
-	threshold := int64(t.cfg.ConcurrencyThreshold)
 	for i, m := range order[1:] {
-		in := t.members[m].stat.inFlight.Load()
-		if p.available(t, m) && in < threshold && in+1 <= limit {
+		if p.available(t, m) && !p.overThreshold(t, m) && p.requests(t.members[m].stat)+1 <= limit {
 			return moveToFront(order, i+1), reason
 		}
 	}

@@ -90,11 +90,14 @@ type simResult struct {
 }
 
 // simulate routes reqs; with several replicas, requests alternate between
-// independent policies (active-active routers with no shared state).
+// policies that exchange reports every exchangeEvery decisions, as
+// sidecar/router/peers has them do.
 func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurrency, replicas int, tune Tuning) simResult {
 	ps := make([]*Policy, replicas)
 	for i := range ps {
+		tune.BenchmarkStrategies = true
 		ps[i] = New(tune)
+		ps[i].SetReplicas(replicas)
 		if err := ps[i].Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n)}); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +115,20 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 	counts := make([]int, n)
 	hit, total, spills := 0, 0, 0
 	look := p.LookaheadBytes()
+	seen := make([]uint64, replicas*replicas)
 	for k, r := range reqs {
+		if replicas > 1 && k%exchangeEvery == 0 {
+			for to := range ps {
+				for from := range ps {
+					if from != to {
+						rep := ps[from].LocalReport(seen[from*replicas+to])
+						rep.Replica = fmt.Sprint(from)
+						ps[to].ApplyPeer(rep)
+						seen[from*replicas+to] = rep.Seq
+					}
+				}
+			}
+		}
 		p := ps[k%replicas]
 		text := renderText(r.ids, 4096+look)
 		c, err := p.Pick(Request{Text: text, WindowBytes: min(4096, len(text))})
@@ -128,6 +144,9 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 		hit += caches[i].access(keys)
 		total += len(keys)
 		pending = append(pending, c)
+		if n := len(pending); n > prefillLag {
+			pending[n-1-prefillLag].Prefilled() // the first token, a few decisions later
+		}
 		if len(pending) > concurrency {
 			pending[0].Done()
 			pending = pending[1:]

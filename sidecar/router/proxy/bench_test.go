@@ -67,7 +67,7 @@ func BenchmarkDecision(b *testing.B) {
 		for _, ep := range []string{"chat", "invocations"} {
 			b.Run(fmt.Sprintf("%s/%s/64KiB", strategy, ep), func(b *testing.B) {
 				bodies := chatBodies(256, 64<<10)
-				p := policy.New(policy.Tuning{})
+				p := policy.New(policy.Tuning{BenchmarkStrategies: true})
 				ins := make([]policy.Instance, 8)
 				for i := range ins {
 					ins[i] = policy.Instance{ID: fmt.Sprintf("vllm-%d", i), Address: "127.0.0.1:1"}

@@ -1,0 +1,152 @@
+package policy
+
+import (
+	"sync"
+)
+
+// Router replicas share one picture of load and placement by exchanging
+// Reports (sidecar/router/peers pulls them over HTTP): each replica reports
+// its own in-flight work and decayed shares per instance and the
+// placements it made; each adds its peers' latest reports to its own
+// counts, and inserts their placements into its prefix index, so that all
+// replicas compare the same loads and shares and know where every key
+// lives. A peer's report replaces its previous one (applying is
+// idempotent); a peer that is gone is forgotten and the replica falls back
+// to what it sees itself.
+
+// peers holds the latest report of every peer.
+type peers struct {
+	mu     sync.Mutex
+	byName map[string][]InstanceLoad
+}
+
+// SetReplicas sets how many router replicas share the fleet (self
+// included); each replica may fill at most ⌈threshold/n⌉ of an instance's
+// concurrency threshold by itself. n < 1 counts as 1.
+func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
+
+// LocalReport returns this replica's own loads and the placements it
+// logged after since. The caller fills Replica and Epoch.
+func (p *Policy) LocalReport(since uint64) Report {
+	var r Report
+	p.stats.each(func(id string, s *stat) {
+		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
+		s.pubRequests.Store(l.Requests)
+		s.pubPrefill.Store(l.PrefillTokens)
+		s.pubShare.Store(l.Share)
+		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
+			r.Loads = append(r.Loads, l)
+		}
+	})
+	r.Seq, r.Placements, r.Truncated = p.log.since(since)
+	return r
+}
+
+// ApplyPeer replaces a peer's contribution to the loads and shares with r
+// and records its placements in the prefix index.
+func (p *Policy) ApplyPeer(r Report) {
+	p.peers.mu.Lock()
+	if p.peers.byName == nil {
+		p.peers.byName = make(map[string][]InstanceLoad)
+	}
+	p.peers.byName[r.Replica] = r.Loads
+	p.peers.mu.Unlock()
+	p.recomputePeers()
+	if len(r.Placements) == 0 {
+		return
+	}
+	t := p.table.Load()
+	if t == nil {
+		return
+	}
+	tokens := make(map[string]uint32, len(t.members))
+	for _, m := range t.members {
+		tokens[m.ID] = m.stat.token
+	}
+	p.index.addPlacements(r.Placements, tokens)
+}
+
+// ForgetPeer drops a peer's contribution (it is gone, or its reports are
+// stale); its placements stay in the index, where they age out as usual.
+func (p *Policy) ForgetPeer(replica string) {
+	p.peers.mu.Lock()
+	_, ok := p.peers.byName[replica]
+	delete(p.peers.byName, replica)
+	p.peers.mu.Unlock()
+	if ok {
+		p.recomputePeers()
+	}
+}
+
+// Peers is the number of peers whose reports are counted.
+func (p *Policy) Peers() int {
+	p.peers.mu.Lock()
+	defer p.peers.mu.Unlock()
+	return len(p.peers.byName)
+}
+
+// recomputePeers sets every instance's peer counters to the sum of the
+// peers' latest reports. Recomputing (rather than adding differences)
+// keeps the counters right across instances pruned and re-added.
+func (p *Policy) recomputePeers() {
+	p.peers.mu.Lock()
+	defer p.peers.mu.Unlock()
+	sum := make(map[string]InstanceLoad)
+	for _, loads := range p.peers.byName {
+		for _, l := range loads {
+			s := sum[l.ID]
+			s.Requests += l.Requests
+			s.PrefillTokens += l.PrefillTokens
+			s.Share += l.Share
+			sum[l.ID] = s
+		}
+	}
+	p.shared.Store(len(p.peers.byName) > 0)
+	p.stats.each(func(id string, s *stat) {
+		l := sum[id]
+		s.peerRequests.Store(max(l.Requests, 0))
+		s.peerPrefill.Store(max(l.PrefillTokens, 0))
+		s.peerShare.Store(max(l.Share, 0))
+	})
+}
+
+// placementLog is a ring of the most recent placements, numbered from 1,
+// for peers to pull with LocalReport.
+type placementLog struct {
+	mu   sync.Mutex
+	ring []Placement
+	seq  uint64 // number of the last placement logged
+}
+
+func newPlacementLog(n int) *placementLog {
+	return &placementLog{ring: make([]Placement, max(n, 1))}
+}
+
+// add logs that the hashes at depths were placed on instance.
+func (l *placementLog) add(hashes []uint64, depths []int, instance string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range depths {
+		l.seq++
+		l.ring[l.seq%uint64(len(l.ring))] = Placement{Hash: hashes[d], Instance: instance}
+	}
+}
+
+// since returns the last sequence number and the placements after since,
+// truncated to what the ring still holds.
+func (l *placementLog) since(since uint64) (uint64, []Placement, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if since >= l.seq {
+		return l.seq, nil, false
+	}
+	from, truncated := since+1, false
+	if oldest := l.seq - min(l.seq, uint64(len(l.ring))) + 1; from < oldest {
+		from, truncated = oldest, since != 0 || oldest > 1
+	}
+	out := make([]Placement, 0, l.seq-from+1)
+	for s := from; s <= l.seq; s++ {
+		out = append(out, l.ring[s%uint64(len(l.ring))])
+	}
+	return l.seq, out, truncated
+}

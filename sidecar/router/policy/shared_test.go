@@ -1,0 +1,217 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+func TestRegistryMatchesRoutingDocument(t *testing.T) {
+	if got := Strategies(false); !slices.Equal(got, routing.Strategies) {
+		t.Fatalf("production strategies %v, routing document's %v", got, routing.Strategies)
+	}
+	if got := Strategies(true); !slices.Contains(got, Baseline) {
+		t.Fatalf("benchmark strategies %v lack %s", got, Baseline)
+	}
+	err := New(Tuning{}).Update(Config{Strategy: Baseline, Instances: fleet(2)})
+	if err == nil || !strings.Contains(err.Error(), "RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE") {
+		t.Fatalf("baseline without BenchmarkStrategies: %v", err)
+	}
+	if err := ValidStrategy("FASTEST", true); err == nil || !strings.Contains(err.Error(), string(Baseline)) {
+		t.Fatalf("unknown strategy: %v", err)
+	}
+}
+
+func TestPlacementLogTruncates(t *testing.T) {
+	l := newPlacementLog(4)
+	for i := range 6 {
+		l.add([]uint64{uint64(i)}, []int{0}, "a")
+	}
+	seq, ps, trunc := l.since(1)
+	if seq != 6 || len(ps) != 4 || !trunc || ps[0].Hash != 2 {
+		t.Fatalf("since 1: seq %d %v truncated %v", seq, ps, trunc)
+	}
+	if seq, ps, trunc = l.since(4); len(ps) != 2 || trunc || ps[1].Hash != 5 {
+		t.Fatalf("since 4: seq %d %v truncated %v", seq, ps, trunc)
+	}
+	if _, ps, _ = l.since(6); len(ps) != 0 {
+		t.Fatalf("since 6: %v", ps)
+	}
+}
+
+// TestPeerLoadsAddUpAndForget checks that a peer's report counts, is
+// replaced rather than added on re-apply, and is dropped by ForgetPeer.
+func TestPeerLoadsAddUpAndForget(t *testing.T) {
+	p := newPolicy(t, LeastOutstandingRequests, 2, Tuning{})
+	r := Report{Replica: "b", Loads: []InstanceLoad{{ID: "vllm-0", Requests: 5}}}
+	p.ApplyPeer(r)
+	p.ApplyPeer(r)
+	for range 4 { // vllm-0 has 5 in flight elsewhere: vllm-1 gets these
+		if c := pick(t, p, textReq("x")); c.Instance().ID != "vllm-1" {
+			t.Fatalf("went to %s despite the peer's 5 in flight there", c.Instance().ID)
+		}
+	}
+	p.ForgetPeer("b")
+	if c := pick(t, p, textReq("x")); c.Instance().ID != "vllm-0" {
+		t.Fatalf("after ForgetPeer went to %s, want the now idle vllm-0", c.Instance().ID)
+	}
+}
+
+// TestThresholdHoldsAcrossReplicas sends a hot key through three replicas
+// whose reports never reach each other in time (the worst case): each keeps
+// to its slice, so the instance never holds more than threshold + replicas.
+func TestThresholdHoldsAcrossReplicas(t *testing.T) {
+	const replicas, threshold = 3, 10
+	var ps []*Policy
+	for range replicas {
+		p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
+		p.SetReplicas(replicas)
+		ps = append(ps, p)
+	}
+	req := textReq(strings.Repeat("hot prefix ", 300))
+	on := map[string]int{}
+	// 36 requests: fewer than the fleet's 4 × 10, so none needs to go
+	// over a threshold.
+	for i := range 36 {
+		c := pick(t, ps[i%replicas], req)
+		on[c.Instance().ID]++
+	}
+	for id, n := range on {
+		if n > threshold+replicas {
+			t.Fatalf("%s holds %d requests, more than threshold %d + %d replicas", id, n, threshold, replicas)
+		}
+	}
+	// With reports exchanged the global count binds at the threshold.
+	for i, p := range ps {
+		for j, q := range ps {
+			if i != j {
+				r := q.LocalReport(0)
+				r.Replica = fmt.Sprint(j)
+				p.ApplyPeer(r)
+			}
+		}
+	}
+	first := pick(t, ps[0], req)
+	if first.Spill == SpillNone {
+		t.Fatalf("no spill with the instance over the global threshold")
+	}
+}
+
+// TestTokenGuardSpillsOffALongPrefill: an instance prefilling one huge
+// prompt is overloaded for a short cold request, though it has a single
+// request in flight, while ten short decoding requests are not.
+func TestTokenGuardSpillsOffALongPrefill(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1})
+	short := textReq(strings.Repeat("short chat ", 50))
+	home := pick(t, p, short)
+	home.Done()
+	// Ten short requests on the home instance, decoding: no spill.
+	var held []*Choice
+	for range 9 {
+		c := pick(t, p, short)
+		c.Prefilled()
+		held = append(held, c)
+	}
+	if c := pick(t, p, short); c.Spill != SpillNone {
+		t.Fatalf("ten decoding requests made a token spill (%s)", c.Spill)
+	} else {
+		c.Done()
+	}
+	for _, c := range held {
+		c.Done()
+	}
+	// One 60k-token prompt prefilling on the same instance: spill.
+	// Its beginning is the key's, the rest a document new to the fleet.
+	long := string(short.Text) + randomText(rand.New(rand.NewPCG(1, 1)), 8000)
+	huge := pick(t, p, Request{Text: []byte(long), WindowBytes: 4096, PromptBytes: 240000})
+	if huge.Instance().ID != home.Instance().ID {
+		t.Fatalf("the long prompt went to %s, not the key's home %s", huge.Instance().ID, home.Instance().ID)
+	}
+	c := pick(t, p, short)
+	if c.Spill != SpillTokens || c.Instance().ID == home.Instance().ID {
+		t.Fatalf("behind a 60k-token prefill: %s (%q), want a token spill", c.Instance().ID, c.Spill)
+	}
+	c.Done()
+	huge.Prefilled()
+	if c := pick(t, p, short); c.Spill != SpillNone || c.Instance().ID != home.Instance().ID {
+		t.Fatalf("after the prefill: %s (%q), want home again", c.Instance().ID, c.Spill)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	a := newPolicy(t, PrefixAware, 7, Tuning{SketchWidth: 1 << 10, IndexEntries: 1 << 12})
+	r := rand.New(rand.NewPCG(13, 14))
+	var reqs []Request
+	for range 500 {
+		req := textReq(randomText(r, 800))
+		reqs = append(reqs, req)
+		pick(t, a, req).Done()
+	}
+	snap := a.Snapshot()
+	b := newPolicy(t, PrefixAware, 7, Tuning{SketchWidth: 1 << 10, IndexEntries: 1 << 12})
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	x, err := decodeSnapshot(snap, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := decodeSnapshot(b.Snapshot(), 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(x.counts, y.counts) || x.total != y.total || !maps.Equal(sharesOf(x), sharesOf(y)) {
+		t.Fatal("shares or sketch differ after a round trip")
+	}
+	if a.IndexEntries() != b.IndexEntries() {
+		t.Fatalf("index %d entries, restored %d", a.IndexEntries(), b.IndexEntries())
+	}
+	for i, req := range reqs {
+		x, _ := a.Peek(req)
+		y, _ := b.Peek(req)
+		if x != y {
+			t.Fatalf("request %d: %s before, %s restored", i, x, y)
+		}
+	}
+	wrong := New(Tuning{SketchWidth: 1 << 11})
+	if err := wrong.Restore(snap); err == nil {
+		t.Fatal("restored a snapshot of another sketch width")
+	}
+	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x02"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
+		if err := b.Restore(bad); err == nil {
+			t.Fatalf("restored garbage of %d bytes", len(bad))
+		}
+	}
+}
+
+func sharesOf(s *decodedSnapshot) map[string]uint64 {
+	out := map[string]uint64{}
+	for i, id := range s.ids {
+		out[id] = s.shares[i]
+	}
+	return out
+}
+
+func FuzzRestore(f *testing.F) {
+	p := newPolicy(f, PrefixAware, 3, Tuning{SketchWidth: 16, IndexEntries: 64})
+	for i := range 20 {
+		pick(f, p, textReq(fmt.Sprintf("prompt %d", i))).Done()
+	}
+	f.Add(p.Snapshot())
+	f.Add([]byte("WRPS\x01\x01\x01a"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		q := New(Tuning{SketchWidth: 16, IndexEntries: 64})
+		if err := q.Restore(data); err != nil {
+			return
+		}
+		// Whatever was accepted round-trips into an accepted snapshot.
+		if err := New(Tuning{SketchWidth: 16, IndexEntries: 64}).Restore(q.Snapshot()); err != nil {
+			t.Fatalf("re-snapshot refused: %v", err)
+		}
+	})
+}

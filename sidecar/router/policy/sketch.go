@@ -1,0 +1,70 @@
+package policy
+
+import "sync/atomic"
+
+// popularity estimates what fraction of recent requests carried a given
+// block hash, with a count-min sketch of fixed size whose counts are halved
+// every decayEvery requests. Its memory is fixed (rows × width counters)
+// whatever the traffic, and it only ever over-estimates, by about
+// blocks-per-request ÷ width of the traffic: far below the fractions that
+// matter here (a share of one instance).
+type popularity struct {
+	counts     []atomic.Uint32 // rows × width
+	width      uint64
+	total      atomic.Int64 // decayed number of requests
+	decayEvery int64
+	since      atomic.Int64
+	decaying   atomic.Bool
+}
+
+const sketchRows = 2
+
+func newPopularity(width int, decayEvery int64) *popularity {
+	w := uint64(1)
+	for w < uint64(width) {
+		w <<= 1
+	}
+	return &popularity{counts: make([]atomic.Uint32, sketchRows*w), width: w, decayEvery: decayEvery}
+}
+
+func (p *popularity) slot(row int, h uint64) *atomic.Uint32 {
+	x := h
+	if row == 1 {
+		x = mix64(h ^ 0x9e3779b97f4a7c15)
+	}
+	return &p.counts[uint64(row)*p.width+(x&(p.width-1))]
+}
+
+// estimate returns the count of h (an over-estimate by construction).
+func (p *popularity) estimate(h uint64) uint32 {
+	a := p.slot(0, h).Load()
+	if b := p.slot(1, h).Load(); b < a {
+		return b
+	}
+	return a
+}
+
+// record counts one request carrying the given hashes.
+func (p *popularity) record(hashes []uint64) {
+	for _, h := range hashes {
+		p.slot(0, h).Add(1)
+		p.slot(1, h).Add(1)
+	}
+	p.total.Add(1)
+	if p.since.Add(1) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
+		// Halving keeps the estimate about the last ~2×decayEvery requests;
+		// a concurrent increment may be halved or not, which is noise well
+		// below the fractions the policy compares.
+		p.since.Store(0)
+		for i := range p.counts {
+			if v := p.counts[i].Load(); v != 0 {
+				p.counts[i].Store(v / 2)
+			}
+		}
+		p.total.Store(p.total.Load() / 2)
+		p.decaying.Store(false)
+	}
+}
+
+// Bytes is the sketch's fixed memory.
+func (p *popularity) Bytes() int { return len(p.counts) * 4 }

@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// stat is the live state of one instance, kept by ID across config reloads
+// so that requests started under an old document are still counted (and
+// released) on the same counters.
+type stat struct {
+	token    uint32       // small stable number used in the prefix index
+	inFlight atomic.Int64 // requests sent through this router and not finished
+	// prefill estimates the prompt tokens of this router's requests that
+	// the instance has yet to prefill (charged at the decision, released at
+	// the first token).
+	prefill atomic.Int64
+	// share is a decayed count of decisions that chose this instance: the
+	// router's recent request share, which placement of new keys balances.
+	share atomic.Int64
+	// The peers' latest reports, summed (see ApplyPeer); written only by
+	// recomputePeers.
+	peerRequests, peerPrefill, peerShare atomic.Int64
+	// What this replica last reported of itself (see view).
+	pubRequests, pubPrefill, pubShare atomic.Int64
+	// ejectedUntil is a unix-nano deadline set by passive or active health.
+	ejectedUntil atomic.Int64
+}
+
+// requests is the instance's in-flight requests from every router replica.
+func (s *stat) requests() int64 { return s.inFlight.Load() + s.peerRequests.Load() }
+
+// statRegistry hands out one stat per instance ID for the process lifetime
+// of that ID, so counters survive reloads. IDs are pod names; a fleet churns
+// through few enough of them that the registry needs no eviction beyond
+// dropping IDs that have been absent and idle (see prune).
+type statRegistry struct {
+	mu    sync.Mutex
+	byID  map[string]*stat
+	token uint32
+}
+
+func (r *statRegistry) get(id string) *stat {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID == nil {
+		r.byID = make(map[string]*stat)
+	}
+	s, ok := r.byID[id]
+	if !ok {
+		r.token++
+		s = &stat{token: r.token}
+		r.byID[id] = s
+	}
+	return s
+}
+
+// each calls f for every instance the registry holds, under its lock.
+func (r *statRegistry) each(f func(id string, s *stat)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, s := range r.byID {
+		f(id, s)
+	}
+}
+
+// prune forgets instances that are no longer configured and have nothing in
+// flight, so a long-lived router does not accumulate every pod ever seen.
+func (r *statRegistry) prune(keep map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, s := range r.byID {
+		if !keep[id] && s.inFlight.Load() == 0 {
+			delete(r.byID, id)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"cmp"
+	"slices"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+// Strategy names a routing strategy: the routing document's own type, so
+// the document, the CRD enum and the policy share one vocabulary.
+type Strategy = routing.Strategy
+
+// strategy is one routing strategy. decide fills c.order (the instance to
+// use first, then the fallback order) and c.Spill for req among the allowed
+// instances. With commit false it is a Peek: it must leave everything the
+// policy learns (popularity, prefix index, placement log) untouched. The
+// caller counts the chosen instance in flight and in the shares.
+type strategy interface {
+	decide(p *Policy, t *table, req Request, allowed []int, c *Choice, commit bool)
+}
+
+// registration is one entry of the strategy table.
+type registration struct {
+	impl strategy
+	// benchmark marks a comparison point for benchmarks: usable only with
+	// Tuning.BenchmarkStrategies (the router's --strategy-override), and not
+	// a value of the routing document.
+	benchmark bool
+}
+
+// strategies is the table of every strategy, filled by register from each
+// strategy's own file.
+var strategies = map[Strategy]registration{}
+
+// register adds a strategy to the table; each strategy file calls it once
+// from init.
+func register(s Strategy, impl strategy, benchmark bool) {
+	if _, dup := strategies[s]; dup {
+		panic("policy: strategy " + string(s) + " registered twice")
+	}
+	strategies[s] = registration{impl: impl, benchmark: benchmark}
+}
+
+// Strategies lists the registered strategies, the routing document's first
+// in its order; benchmark strategies only when withBenchmark is set.
+func Strategies(withBenchmark bool) []Strategy {
+	var out []Strategy
+	for s, r := range strategies {
+		if !r.benchmark || withBenchmark {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b Strategy) int {
+		return cmp.Or(cmp.Compare(docOrder(a), docOrder(b)), cmp.Compare(a, b))
+	})
+	return out
+}
+
+// docOrder is the position of s in the routing document's list (after it
+// if absent).
+func docOrder(s Strategy) int {
+	if i := slices.Index(routing.Strategies, s); i >= 0 {
+		return i
+	}
+	return len(routing.Strategies)
+}
+
+// ValidStrategy returns an error naming the choices unless s is registered
+// (benchmark strategies count only when withBenchmark is set).
+func ValidStrategy(s Strategy, withBenchmark bool) error {
+	if r, ok := strategies[s]; ok && (!r.benchmark || withBenchmark) {
+		return nil
+	}
+	return routing.ErrUnknownStrategy(s, Strategies(withBenchmark))
+}
+
+// lookup returns the implementation of s under the policy's tuning.
+func (p *Policy) lookup(s Strategy) (strategy, error) {
+	if err := ValidStrategy(s, p.tuning.BenchmarkStrategies); err != nil {
+		return nil, err
+	}
+	return strategies[s].impl, nil
+}

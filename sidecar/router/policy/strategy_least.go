@@ -1,0 +1,15 @@
+package policy
+
+import routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+
+// LeastOutstandingRequests sends each request to the healthy instance with
+// the fewest requests in flight from all router replicas together.
+const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
+
+func init() { register(LeastOutstandingRequests, leastOutstanding{}, false) }
+
+type leastOutstanding struct{}
+
+func (leastOutstanding) decide(p *Policy, t *table, _ Request, allowed []int, c *Choice, _ bool) {
+	c.order = p.leastLoadedOrder(t, p.healthy(t, allowed))
+}
