@@ -40,6 +40,7 @@ type flags struct {
 	maxAttempts                                  int
 	tuning                                       policy.Tuning
 	verbosity                                    int
+	peers                                        peerFlags
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -73,6 +74,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.tuning.SketchWidth, "sketch-width", d.SketchWidth, "PREFIX_AWARE: counters per row of the popularity sketch (2 rows × 4 bytes)")
 	fs.Int64Var(&f.tuning.DecayEvery, "decay-every", d.DecayEvery, "PREFIX_AWARE: decisions between halvings of popularity and share counts")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
+	f.peers.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -84,6 +86,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if s := policy.Strategy(f.strategyOverride); s != "" && !s.Valid() {
 		return nil, fmt.Errorf("--strategy-override %q is not a strategy", s)
+	}
+	if err := f.peers.validate(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -160,6 +165,9 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
+		return err
+	}
 	traffic := &http.Server{Addr: f.listen, Handler: closeWhileDraining(&draining, r.Handler()), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
 	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout}
 
