@@ -21,6 +21,7 @@ import (
 type peerFlags struct {
 	static, service, portName, podIP, replica string
 	interval, staleAfter, bootstrapWait       time.Duration
+	peerPort                                  int
 	debugRoute                                bool
 }
 
@@ -28,6 +29,7 @@ func (p *peerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.static, "peers", "", "host:port,... of the other replicas' metrics listeners (benchmarks, tests; may list this replica too)")
 	fs.StringVar(&p.service, "peer-service", "", "namespace/name of a Service selecting the router pods: peers are its EndpointSlices' serving endpoints")
 	fs.StringVar(&p.portName, "peer-port-name", "metrics", "with --peer-service: the Service port of the peers' metrics listener")
+	fs.IntVar(&p.peerPort, "peer-port", 0, "with --peer-service: the peers' metrics port when the Service has no --peer-port-name port (0: required)")
 	fs.StringVar(&p.podIP, "pod-ip", os.Getenv("POD_IP"), "this pod's IP, left out of --peer-service endpoints (default $POD_IP)")
 	fs.StringVar(&p.replica, "replica-name", os.Getenv("POD_NAME"), "this replica's stable name in peer reports (default $POD_NAME, else the hostname)")
 	fs.DurationVar(&p.interval, "peer-interval", peers.DefaultInterval, "how often each peer's load report is pulled")
@@ -47,6 +49,9 @@ func (p *peerFlags) validate() error {
 		if _, _, err := peers.ParseServiceRef(p.service); err != nil {
 			return fmt.Errorf("--peer-service: %w", err)
 		}
+	}
+	if p.peerPort < 0 || p.peerPort > 65535 {
+		return fmt.Errorf("--peer-port %d: not a port", p.peerPort)
 	}
 	if p.replica == "" {
 		h, err := os.Hostname()
@@ -95,7 +100,7 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 		if err != nil {
 			return err
 		}
-		disc = peers.EndpointSlices{Client: client, Namespace: ns, Service: name, PortName: f.peers.portName, SelfIP: f.peers.podIP}
+		disc = peers.EndpointSlices{Client: client, Namespace: ns, Service: name, PortName: f.peers.portName, Port: int32(f.peers.peerPort), SelfIP: f.peers.podIP}
 	default:
 		return nil
 	}

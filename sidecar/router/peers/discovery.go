@@ -57,8 +57,12 @@ type EndpointSlices struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Service   string
-	// PortName is the Service port of the peers' metrics listener.
+	// PortName is the Service port of the peers' metrics listener; when
+	// the Service has no such port (the client-facing Service, which may be
+	// a LoadBalancer, must not expose metrics), Port is used with the
+	// endpoints' addresses.
 	PortName string
+	Port     int32
 	// SelfIP is this pod's IP, left out of the peers.
 	SelfIP string
 }
@@ -106,7 +110,7 @@ func (e EndpointSlices) Run(ctx context.Context, update func([]string)) error {
 		if err != nil {
 			return fmt.Errorf("list EndpointSlices of %s/%s: %w", e.Namespace, e.Service, err)
 		}
-		addrs := peerAddrs(items, e.PortName, e.SelfIP)
+		addrs := peerAddrs(items, e.PortName, e.Port, e.SelfIP)
 		if first || !slices.Equal(addrs, last) {
 			update(addrs)
 			last, first = addrs, false
@@ -119,14 +123,14 @@ func (e EndpointSlices) Run(ctx context.Context, update func([]string)) error {
 	}
 }
 
-// peerAddrs takes the serving endpoints' addresses with the named port,
-// sorted and without duplicates (a pod may appear in two slices while
+// peerAddrs takes the serving endpoints' addresses with the named port (or
+// the fallback port), sorted and without duplicates (a pod may appear in two slices while
 // they are rebalanced). Serving, not only ready, keeps a terminating
 // replica that still finishes requests in the picture until it stops.
-func peerAddrs(items []*discoveryv1.EndpointSlice, portName, selfIP string) []string {
+func peerAddrs(items []*discoveryv1.EndpointSlice, portName string, fallback int32, selfIP string) []string {
 	var out []string
 	for _, s := range items {
-		var port int32
+		port := fallback
 		for _, p := range s.Ports {
 			if p.Name != nil && *p.Name == portName && p.Port != nil {
 				port = *p.Port
