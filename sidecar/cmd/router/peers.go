@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,7 +32,7 @@ func (p *peerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.portName, "peer-port-name", "metrics", "with --peer-service: the Service port of the peers' metrics listener")
 	fs.IntVar(&p.peerPort, "peer-port", 0, "with --peer-service: the peers' metrics port when the Service has no --peer-port-name port (0: required)")
 	fs.StringVar(&p.podIP, "pod-ip", os.Getenv("POD_IP"), "this pod's IP, left out of --peer-service endpoints (default $POD_IP)")
-	fs.StringVar(&p.replica, "replica-name", os.Getenv("POD_NAME"), "this replica's stable name in peer reports (default $POD_NAME, else the hostname)")
+	fs.StringVar(&p.replica, "replica-name", os.Getenv("POD_NAME"), "this replica's stable name in peer reports (default $POD_NAME, else hostname-pid)")
 	fs.DurationVar(&p.interval, "peer-interval", peers.DefaultInterval, "how often each peer's load report is pulled")
 	fs.DurationVar(&p.staleAfter, "peer-stale-after", peers.DefaultStaleAfter, "a peer failing this long is left out of the load picture until it answers again")
 	fs.DurationVar(&p.bootstrapWait, "peer-bootstrap-wait", peers.DefaultBootstrapWait, "at start, how long to try to restore placements from a peer before serving without them")
@@ -54,11 +55,13 @@ func (p *peerFlags) validate() error {
 		return fmt.Errorf("--peer-port %d: not a port", p.peerPort)
 	}
 	if p.replica == "" {
+		// Outside a pod several replicas may share a host (benchmarks,
+		// tests); the pid keeps their names apart.
 		h, err := os.Hostname()
 		if err != nil || h == "" {
 			return errors.New("--replica-name: no POD_NAME and no hostname")
 		}
-		p.replica = h
+		p.replica = h + "-" + strconv.Itoa(os.Getpid())
 	}
 	return nil
 }
