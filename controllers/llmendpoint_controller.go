@@ -82,6 +82,8 @@ type LLMEndpointReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;patch
 // The router Role grants get/list/watch on one ConfigMap; granting needs holding.
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// The router Role grants list/watch on EndpointSlices (router replicas find each other).
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
 // Pods are read for the routing configuration and annotated with their deletion cost.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch

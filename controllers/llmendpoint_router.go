@@ -79,8 +79,11 @@ func buildRouterServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount 
 
 // buildRouterRole lets the routers read their one ConfigMap through the
 // API (a watch reloads faster than the kubelet refreshes a mounted volume)
-// and nothing else. List and watch are limited by name too, so the router
-// must list and watch with a metadata.name field selector.
+// and find each other: list and watch EndpointSlices in the namespace (their
+// names are generated, so they cannot be limited by name; the router
+// selects its Service's by label). ConfigMap list and watch are limited by
+// name too, so the router must list and watch with a metadata.name field
+// selector.
 func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
 	return &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
@@ -90,6 +93,10 @@ func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
 			Resources:     []string{"configmaps"},
 			ResourceNames: []string{routingConfigMapName(ep)},
 			Verbs:         []string{"get", "list", "watch"},
+		}, {
+			APIGroups: []string{"discovery.k8s.io"},
+			Resources: []string{"endpointslices"},
+			Verbs:     []string{"list", "watch"},
 		}},
 	}
 }
@@ -135,7 +142,13 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--drain-delay=" + strconv.Itoa(routerDrainSeconds) + "s",
 			"--shutdown-timeout=" + strconv.Itoa(routerShutdownSeconds) + "s",
+			// Replicas share one picture of load: peers are the client
+			// Service's endpoints, reached on the metrics port, which
+			// that Service (possibly a LoadBalancer) does not expose.
+			"--peer-service=" + ep.Namespace + "/" + routerServiceName(ep),
+			"--peer-port=" + strconv.Itoa(routerMetricsPort),
 		},
+		Env: []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")},
 		Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
@@ -223,4 +236,10 @@ func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha
 		}
 	}
 	return nil
+}
+
+// fieldEnv passes a pod field through the downward API (APIVersion set as
+// the API server defaults it, so applying it again changes nothing).
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
 }

@@ -58,9 +58,20 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if q := c.Resources.Requests[corev1.ResourceCPU]; q.String() != tt.wantCPU {
 				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
 			}
-			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing", "--drain-delay=5s", "--shutdown-timeout=60s"}
+			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing", "--drain-delay=5s", "--shutdown-timeout=60s",
+				"--peer-service=team/chat", "--peer-port=9090"}
 			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
+			}
+			// The replica's name and the IP it leaves out of its peers.
+			wantEnv := map[string]string{"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && wantEnv[e.Name] == e.ValueFrom.FieldRef.FieldPath {
+					delete(wantEnv, e.Name)
+				}
+			}
+			if len(wantEnv) != 0 {
+				t.Errorf("downward API env missing: %v (env %+v)", wantEnv, c.Env)
 			}
 			if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
 				t.Errorf("routing mount %+v: want the directory, never a subPath", c.VolumeMounts)
@@ -93,6 +104,8 @@ func TestBuildRouterRBAC(t *testing.T) {
 	sa, role, rb := buildRouterServiceAccount(ep), buildRouterRole(ep), buildRouterRoleBinding(ep)
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"chat-routing"}, Verbs: []string{"get", "list", "watch"},
+	}, {
+		APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"},
 	}}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("role rules (-want +got):\n%s", diff)

@@ -41,6 +41,7 @@ type flags struct {
 	maxAttempts                                  int
 	tuning                                       policy.Tuning
 	verbosity                                    int
+	peers                                        peerFlags
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -78,6 +79,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.Float64Var(&f.tuning.TokenBalance, "token-balance", d.TokenBalance, "PREFIX_AWARE: an instance over this multiple of the average token load counts as overloaded")
 	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
+	f.peers.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -94,6 +96,9 @@ func parseFlags(args []string) (*flags, error) {
 		// Only the override may name a benchmark strategy, never the
 		// routing document.
 		f.tuning.BenchmarkStrategies = true
+	}
+	if err := f.peers.validate(); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -178,6 +183,9 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
+		return err
+	}
 	traffic := &http.Server{Addr: f.listen, Handler: closeWhileDraining(&draining, r.Handler()), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
 	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout}
 

@@ -166,7 +166,13 @@ func newFixture(t testing.TB, n int, opts Options, adapters ...routingv1alpha1.A
 
 func (f *fixture) post(t testing.TB, path, body string, header ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, strings.NewReader(body))
+	return postURL(t, f.srv.URL+path, body, header...)
+}
+
+// postURL posts a JSON body with header name/value pairs.
+func postURL(t testing.TB, url, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])

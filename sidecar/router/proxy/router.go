@@ -248,41 +248,14 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		r.reject(w, "", http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			r.reject(w, st.strategy, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
-				fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes), 0)
-			return
-		}
-		r.reject(w, st.strategy, http.StatusBadRequest, "invalid_request_error", "", "", "could not read the request body", 0)
-		return
-	}
+	body, bad := r.readBody(w, req)
 	decideStart := time.Now()
-	tenant := req.Header.Get(extract.TenantHeader)
-	if tenant == "" {
-		tenant = req.Header.Get(extract.TenantHeaderAlias)
-	}
-	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
-	if st.strategy == policy.PrefixAware {
-		lim.Lookahead = r.policy.LookaheadBytes()
-	}
 	var x extract.Request
-	switch ep {
-	case endpointInvocations:
-		x, err = extract.Invocations(body, tenant, lim)
-	case endpointChat:
-		x, err = extract.OpenAI(extract.Chat, body, tenant, lim)
-	case endpointCompletions:
-		x, err = extract.OpenAI(extract.Completions, body, tenant, lim)
+	if bad == nil {
+		x, bad = r.extractRouting(req, st, ep, body)
 	}
-	if err != nil {
-		param := extract.Param(err)
-		if errors.Is(err, extract.ErrBadTenant) && param == "" {
-			param = extract.TenantHeader
-		}
-		r.reject(w, st.strategy, http.StatusBadRequest, "invalid_request_error", "", param, err.Error(), 0)
+	if bad != nil {
+		r.reject(w, st.strategy, bad.status, "invalid_request_error", bad.code, bad.param, bad.msg, 0)
 		return
 	}
 	choice, err := r.policy.Pick(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})

@@ -1,0 +1,84 @@
+// Package peers is the transport that gives every router replica one shared
+// picture of load and placement: each replica serves its own report on its
+// metrics port and pulls its peers' reports every interval. What a report
+// contains and how reports merge is the policy's business
+// (sidecar/router/policy); this package only moves them, finds the peers
+// and says, in metrics, when the shared picture degrades.
+package peers
+
+import (
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// Paths served under the router's metrics listener.
+const (
+	Prefix       = "/peer/v1/"
+	ReportPath   = Prefix + "report"
+	SnapshotPath = Prefix + "snapshot"
+)
+
+// State is what the transport needs from the policy; *policy.Policy
+// implements it.
+type State interface {
+	// LocalReport is this replica's own work, with the placements after
+	// since (Replica and Epoch are filled by the transport).
+	LocalReport(since uint64) policy.Report
+	// ApplyPeer merges a peer's report, replacing its previous one.
+	ApplyPeer(r policy.Report)
+	// ForgetPeer drops what a peer reported (it is gone or unreachable).
+	ForgetPeer(replica string)
+	// SetReplicas tells the policy how many router replicas share the
+	// traffic, this one included.
+	SetReplicas(n int)
+	// Snapshot and Restore carry the whole placement state to a replica
+	// that starts, so it agrees with the others at once.
+	Snapshot() []byte
+	Restore(b []byte) error
+	// Peek is where a request would go, without counting it anywhere.
+	Peek(req policy.Request) (string, error)
+}
+
+// Options configures both sides of the exchange.
+type Options struct {
+	// Replica is this replica's stable name (its pod name).
+	Replica string
+	// Interval is the pull period per peer.
+	Interval time.Duration
+	// StaleAfter is how long a peer may fail before its report is dropped
+	// and the router falls back to what it knows without it.
+	StaleAfter time.Duration
+	// BootstrapWait bounds the wait for a snapshot at start.
+	BootstrapWait time.Duration
+	// MaxReportBytes and MaxSnapshotBytes bound what is served and read.
+	MaxReportBytes, MaxSnapshotBytes int64
+}
+
+// Defaults of the flags.
+const (
+	DefaultInterval         = 100 * time.Millisecond
+	DefaultStaleAfter       = time.Second
+	DefaultBootstrapWait    = 3 * time.Second
+	DefaultMaxReportBytes   = 4 << 20
+	DefaultMaxSnapshotBytes = 64 << 20
+)
+
+func (o Options) withDefaults() Options {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.StaleAfter <= 0 {
+		o.StaleAfter = DefaultStaleAfter
+	}
+	if o.BootstrapWait <= 0 {
+		o.BootstrapWait = DefaultBootstrapWait
+	}
+	if o.MaxReportBytes <= 0 {
+		o.MaxReportBytes = DefaultMaxReportBytes
+	}
+	if o.MaxSnapshotBytes <= 0 {
+		o.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	return o
+}

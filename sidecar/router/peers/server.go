@@ -1,0 +1,116 @@
+package peers
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// gzipAbove is the report size from which compressing pays for its CPU
+// (below about one packet it only adds latency).
+const gzipAbove = 1400
+
+// Server answers peers' pulls from this replica's state.
+type Server struct {
+	opts  Options
+	state State
+	// epoch tells peers this process from an earlier one of the same
+	// replica, whose Seq numbers meant something else.
+	epoch uint64
+}
+
+// NewServer serves state's reports and snapshots.
+func NewServer(opts Options, state State) *Server {
+	return &Server{opts: opts.withDefaults(), state: state, epoch: rand.Uint64() | 1}
+}
+
+// Epoch identifies this process in its reports.
+func (s *Server) Epoch() uint64 { return s.epoch }
+
+// Handler serves GET /peer/v1/report?since=N and GET /peer/v1/snapshot.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+ReportPath, s.serveReport)
+	mux.HandleFunc("GET "+SnapshotPath, s.serveSnapshot)
+	return mux
+}
+
+func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
+	var since uint64
+	if v := req.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			http.Error(w, "since: not an unsigned integer", http.StatusBadRequest)
+			return
+		}
+		since = n
+	}
+	r := s.state.LocalReport(since)
+	r.Replica, r.Epoch = s.opts.Replica, s.epoch
+	body, err := encodeBounded(r, s.opts.MaxReportBytes)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Vary", "Accept-Encoding")
+	if len(body) < gzipAbove || !acceptsGzip(req) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+		return
+	}
+	w.Header().Set("Content-Encoding", "gzip")
+	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	_, _ = zw.Write(body)
+	_ = zw.Close()
+}
+
+// encodeBounded encodes a report within limit bytes, dropping its oldest
+// placements (and saying so with Truncated) when it does not fit: a peer
+// that falls behind then gets the recent placements, which matter most.
+func encodeBounded(r policy.Report, limit int64) ([]byte, error) {
+	for {
+		body, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode report: %w", err)
+		}
+		if int64(len(body)) <= limit {
+			return body, nil
+		}
+		if len(r.Placements) == 0 {
+			return nil, fmt.Errorf("report of %d bytes exceeds %d without placements", len(body), limit)
+		}
+		n := len(r.Placements)
+		r.Placements = r.Placements[n-n/2:]
+		r.Truncated = true
+	}
+}
+
+func acceptsGzip(req *http.Request) bool {
+	for part := range strings.SplitSeq(req.Header.Get("Accept-Encoding"), ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(name, "gzip") {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
+	b := s.state.Snapshot()
+	if int64(len(b)) > s.opts.MaxSnapshotBytes {
+		// A starting peer would refuse it anyway; say why here.
+		http.Error(w, fmt.Sprintf("snapshot of %d bytes exceeds the %d-byte limit", len(b), s.opts.MaxSnapshotBytes),
+			http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+}

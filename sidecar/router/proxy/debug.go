@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/warmroute/warmroute/sidecar/router/extract"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// Traffic paths by endpoint, for the debug route's ?endpoint=.
+var endpointPaths = map[string]endpoint{
+	"/invocations":         endpointInvocations,
+	"/v1/chat/completions": endpointChat,
+	"/v1/completions":      endpointCompletions,
+}
+
+// DebugRoute serves POST /debug/route[?endpoint=/v1/completions]: it reads
+// an inference body exactly as the traffic port would (default
+// /v1/chat/completions) and answers {"instance":"<id>"} from peek, without
+// sending the request or counting it anywhere, so benchmarks and e2e tests
+// measure whether replicas agree. Never exposed on the traffic port.
+func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		st := r.state.Load()
+		if st == nil {
+			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
+			return
+		}
+		path := req.URL.Query().Get("endpoint")
+		if path == "" {
+			path = "/v1/chat/completions"
+		}
+		ep, ok := endpointPaths[path]
+		if !ok {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "endpoint", "endpoint must be a traffic path: /v1/chat/completions, /v1/completions or /invocations", 0)
+			return
+		}
+		body, bad := r.readBody(w, req)
+		var x extract.Request
+		if bad == nil {
+			x, bad = r.extractRouting(req, st, ep, body)
+		}
+		if bad != nil {
+			writeError(w, bad.status, "invalid_request_error", bad.code, bad.param, bad.msg, 0)
+			return
+		}
+		id, err := peek(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})
+		x.Release()
+		switch {
+		case errors.Is(err, policy.ErrUnknownModel):
+			writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
+				fmt.Sprintf("The model `%s` does not exist.", x.Model), 0)
+			return
+		case err != nil:
+			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "", "no instance can serve this model right now", 1)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Instance string `json:"instance"`
+		}{id})
+	})
+}
