@@ -172,7 +172,7 @@ func TestStreamingFlushesEachChunk(t *testing.T) {
 
 func TestRetriesOnConnectionFailureAndEjects(t *testing.T) {
 	b := newBackend(t, "live")
-	r := New(Options{EjectBase: time.Minute})
+	r := New(Options{AllowLoopbackBackends: true, EjectBase: time.Minute})
 	dead := deadAddr(t)
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"dead": dead, "live": b.addr()})); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestRetriesOnConnectionFailureAndEjects(t *testing.T) {
 
 func TestActiveHealthChecks(t *testing.T) {
 	b := newBackend(t, "live")
-	r := New(Options{HealthInterval: 20 * time.Millisecond, EjectBase: time.Minute})
+	r := New(Options{AllowLoopbackBackends: true, HealthInterval: 20 * time.Millisecond, EjectBase: time.Minute})
 	dead := deadAddr(t)
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"dead": dead, "live": b.addr()})); err != nil {
 		t.Fatal(err)
