@@ -120,6 +120,7 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 		"--metrics-listen", "127.0.0.1:0",
 		"--strategy-override", string(strategy),
 		"--shutdown-timeout", "5s",
+		"--allow-loopback-backends", // the simulators listen on loopback
 	}, dir)
 	if err != nil {
 		return err
