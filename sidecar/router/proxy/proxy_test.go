@@ -305,7 +305,7 @@ func TestReloadDropsNoRequest(t *testing.T) {
 	}
 }
 
-func TestModelsFromAHealthyBackend(t *testing.T) {
+func TestModelsAndHealthPaths(t *testing.T) {
 	f := newFixture(t, 2, Options{})
 	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/v1/models", nil)
 	resp, err := http.DefaultClient.Do(req)
