@@ -123,12 +123,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	if image == "" {
 		image = opts.RouterImage
 	}
-	resources := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("100m"),
-			corev1.ResourceMemory: resource.MustParse("128Mi"),
-		},
-	}
+	resources := defaultRouterResources()
 	if spec.Resources != nil {
 		resources = *spec.Resources.DeepCopy()
 	}
@@ -148,12 +143,12 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			"--peer-service=" + ep.Namespace + "/" + routerServiceName(ep),
 			"--peer-port=" + strconv.Itoa(routerMetricsPort),
 		},
-		Env: []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")},
 		Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		Resources: resources,
+		Env:       routerEnv(resources),
 		// A directory mount, never subPath: the kubelet updates only
 		// directory mounts when the ConfigMap changes.
 		VolumeMounts: []corev1.VolumeMount{{
@@ -199,6 +194,37 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			},
 		},
 	}
+}
+
+// defaultRouterResources bound a router that spec.router.resources leaves
+// unbounded. The memory limit matters most: the router derives its request
+// buffer budget from it (half), and GOMEMLIMIT follows it, so a burst of
+// large uploads meets 503s instead of the OOM killer.
+func defaultRouterResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("2"),
+			corev1.ResourceMemory: resource.MustParse("1Gi"),
+		},
+	}
+}
+
+// routerEnv names the replica for its peers (POD_NAME, POD_IP) and sets
+// GOMEMLIMIT to 90% of the container's memory limit, so the
+// Go runtime collects harder as it nears the limit rather than being
+// killed at it; the rest is room for memory the runtime does not count.
+func routerEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
+	// The pod's own name and address identify the replica to its peers.
+	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
+	limit, ok := res.Limits[corev1.ResourceMemory]
+	if !ok || limit.Value() <= 0 {
+		return env
+	}
+	return append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(limit.Value()/10*9, 10)})
 }
 
 // buildRouterService is the client-facing Service; its URL is

@@ -154,3 +154,30 @@ func TestBuildRouterService(t *testing.T) {
 		})
 	}
 }
+
+func TestRouterMemoryLimitAndGOMEMLIMIT(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		resources *corev1.ResourceRequirements
+		wantLimit string
+		wantEnv   []corev1.EnvVar
+	}{
+		{"defaults", nil, "1Gi", []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "966367638"}}},
+		{"user limit", &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
+			"2Gi", []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "1932735276"}}},
+		{"user resources without a limit", &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+			"0", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Router.Resources = tc.resources })
+			c := buildRouterDeployment(ep, testOptions).Spec.Template.Spec.Containers[0]
+			if q := c.Resources.Limits[corev1.ResourceMemory]; q.String() != tc.wantLimit {
+				t.Errorf("memory limit %s, want %s", q.String(), tc.wantLimit)
+			}
+			want := append([]corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}, tc.wantEnv...)
+			if diff := cmp.Diff(want, c.Env); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -327,7 +327,10 @@ type RouterSpec struct {
 	Image string `json:"image,omitempty"`
 
 	// resources are the router container's requests and limits. Defaults to
-	// requests of 100m CPU and 128Mi memory.
+	// requests of 100m CPU and 128Mi memory and limits of 2 CPUs and 1Gi
+	// memory. The router buffers request bodies up to half the memory limit
+	// and sets GOMEMLIMIT to 90% of it; without a memory limit it buffers
+	// up to 1 GiB.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 

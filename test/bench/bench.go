@@ -105,6 +105,7 @@ type Report struct {
 	Remap    []Remap
 	Decision []DecisionLatency
 	Proxy    ProxyOverhead
+	Uploads  UploadMemory
 }
 
 // WorkloadFacts describe a generated workload.
@@ -177,6 +178,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("proxy overhead: %w", err)
 	}
 	rep.Proxy = p
+	cfg.log("router memory under large uploads")
+	if rep.Uploads, err = cfg.measureUploads(ctx); err != nil {
+		return nil, fmt.Errorf("upload memory: %w", err)
+	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
 }

@@ -104,7 +104,7 @@ func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Str
 	return f, nil
 }
 
-func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy policy.Strategy) error {
+func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy policy.Strategy, extra ...string) error {
 	doc, err := c.routingDocument(f.sims)
 	if err != nil {
 		return err
@@ -114,13 +114,14 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 		return fmt.Errorf("write routing document: %w", err)
 	}
 	name := "router-" + strings.ToLower(string(strategy))
-	f.router, err = process.Start(name, c.RouterBinary, []string{
+	f.router, err = process.Start(name, c.RouterBinary, append([]string{
 		"--config-file", docPath,
 		"--listen", "127.0.0.1:0",
 		"--metrics-listen", "127.0.0.1:0",
 		"--strategy-override", string(strategy),
 		"--shutdown-timeout", "5s",
-	}, dir)
+		"--allow-loopback-backends", // the simulators listen on loopback
+	}, extra...), dir)
 	if err != nil {
 		return err
 	}

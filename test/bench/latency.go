@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -235,4 +238,128 @@ func (c *Config) measureProxy(ctx context.Context) (ProxyOverhead, error) {
 		RoutedP50: quantile(routed, 0.5), RoutedP99: quantile(routed, 0.99)}
 	o.AddedP50, o.AddedP99 = o.RoutedP50-o.DirectP50, o.RoutedP99-o.DirectP99
 	return o, nil
+}
+
+// UploadMemory is the router's memory under a burst of large uploads, with
+// small requests sent meanwhile.
+type UploadMemory struct {
+	Uploads, UploadBytes int
+	// Budget is the router's --max-buffered-bytes; PeakRSS its peak
+	// resident set (VmHWM) over the burst.
+	Budget, PeakRSS int64
+	// Forwarded, Refused and Failed count the uploads forwarded, refused
+	// (503) and cut by a connection error.
+	Forwarded, Refused, Failed int
+	// SmallOK and SmallFailed count the small requests sent during the
+	// burst; SmallP99 is their latency.
+	SmallOK, SmallFailed int
+	SmallP99             time.Duration
+}
+
+// measureUploads sends 64 concurrent 16 MiB chat bodies through the router
+// with a 256 MiB buffer budget, and small requests meanwhile; it reports
+// the router's peak RSS (Linux /proc) against the budget.
+func (c *Config) measureUploads(ctx context.Context) (UploadMemory, error) {
+	const uploads, budget = 64, 256 << 20
+	dir := filepath.Join(c.WorkDir, "uploads")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return UploadMemory{}, err
+	}
+	sims, err := c.startSims(1, proxyTimeScale)
+	if err != nil {
+		return UploadMemory{}, err
+	}
+	f := &fleet{sims: sims}
+	defer f.stop()
+	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, "--max-buffered-bytes", strconv.Itoa(budget)); err != nil {
+		return UploadMemory{}, err
+	}
+	big, _ := workload.Body(workload.Request{MaxTokens: 1, Messages: []workload.Message{
+		{Role: "user", Content: randomText(rand.New(rand.NewPCG(c.Seed, 5)), 16<<20-1024)},
+	}}, workload.Options{Model: c.Model})
+	small, _ := workload.Body(workload.Request{MaxTokens: 1, Messages: []workload.Message{{Role: "user", Content: "hi"}}}, workload.Options{Model: c.Model})
+	client := workload.NewClient()
+	defer client.CloseIdleConnections()
+	post := func(body []byte) (int, time.Duration, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.routerURL+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return 0, 0, err
+		}
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, time.Since(t0), nil
+	}
+	m := UploadMemory{Uploads: uploads, UploadBytes: len(big), Budget: budget}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range uploads {
+		wg.Go(func() {
+			code, _, err := post(big)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				// The router answers 503 without reading the body and
+				// closes; a client still writing may see the reset first.
+				m.Failed++
+			case code == http.StatusServiceUnavailable:
+				m.Refused++
+			default:
+				m.Forwarded++
+			}
+		})
+	}
+	done := make(chan struct{})
+	var smallTimes []time.Duration
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			default:
+			}
+			code, d, err := post(small)
+			mu.Lock()
+			if err == nil && code == http.StatusOK {
+				m.SmallOK++
+				smallTimes = append(smallTimes, d)
+			} else {
+				m.SmallFailed++
+			}
+			finished := m.Forwarded+m.Refused+m.Failed == uploads
+			mu.Unlock()
+			if finished {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	<-done
+	if len(smallTimes) > 0 {
+		m.SmallP99 = quantile(smallTimes, 0.99)
+	}
+	m.PeakRSS, err = peakRSS(f.router.Pid())
+	return m, err
+}
+
+// peakRSS reads a process's peak resident set size (VmHWM) in bytes.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read router memory: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }

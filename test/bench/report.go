@@ -253,7 +253,21 @@ func (r *Report) Markdown() string {
 	p("| path | p50 | p99 |\n|---|---:|---:|\n| direct | %s | %s |\n| through the router | %s | %s |\n| **added by the router** | **%s** | %s |\n",
 		micros(pr.DirectP50), micros(pr.DirectP99), micros(pr.RoutedP50), micros(pr.RoutedP99), micros(pr.AddedP50), micros(pr.AddedP99))
 	p("\nAmazon reports 1.3–1.9 ms of routing overhead per request for its prefix-aware router.\n")
+	p("%s", uploadsSection(r.Uploads))
 	return b.String()
+}
+
+// uploadsSection reports the router's memory under a burst of large uploads.
+func uploadsSection(u UploadMemory) string {
+	if u.Uploads == 0 {
+		return ""
+	}
+	mib := func(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
+	return fmt.Sprintf("\n**Memory under large uploads** (%d concurrent uploads of %s each through the router binary with `--max-buffered-bytes` %s, small chat requests sent meanwhile, one at a time):\n\n"+
+		"| buffer budget | router peak RSS | RSS above the budget | uploads forwarded / refused (503) / cut | small requests answered / failed | small p99 |\n|---:|---:|---:|---:|---:|---:|\n"+
+		"| %s | %s | %s | %d / %d / %d | %d / %d | %s |\n",
+		u.Uploads, mib(int64(u.UploadBytes)), mib(u.Budget), mib(u.Budget), mib(u.PeakRSS), mib(u.PeakRSS-u.Budget),
+		u.Forwarded, u.Refused, u.Failed, u.SmallOK, u.SmallFailed, u.SmallP99.Round(time.Millisecond))
 }
 
 // Write renders the report to dir/benchmarks.md and its plots to dir/img.

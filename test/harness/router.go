@@ -58,6 +58,8 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 			"--health-interval=500ms",
 			"--shutdown-timeout=10s",
 			"--drain-delay=1s",
+			// Simulated pods listen on loopback IPs (127.1.0.x).
+			"--allow-loopback-backends",
 		}, extra...),
 	}
 	if err := r.start(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -101,7 +102,7 @@ type PrefixAware struct {
 type Instance struct {
 	// ID is stable for the instance's life (the pod name).
 	ID string `json:"id"`
-	// Address is host:port of its HTTP server.
+	// Address is IP:port of its HTTP server (an IP literal, never a name).
 	Address string `json:"address"`
 	// Weight scales its share of keys; 0 means 1.
 	Weight int `json:"weight,omitempty"`
@@ -271,18 +272,45 @@ func (d *Document) Validate() error {
 	return nil
 }
 
+// validAddress accepts an IP:port literal that names one reachable host.
+// Host names are refused (the router would resolve them per connection,
+// and the operator writes pod IPs), and so are addresses that cannot be a
+// pod's: unspecified (this host), link-local (169.254.0.0/16 holds cloud
+// metadata services) and multicast. Loopback passes here; the router
+// refuses it unless told otherwise, since in a pod it is the router itself.
 func validAddress(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return err
-	}
-	if host == "" {
-		return fmt.Errorf("%q has no host", addr)
+		return fmt.Errorf("%q is not IP:port: %w", addr, err)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("%q has no valid port", addr)
 	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("%q: the host must be an IP address literal (a pod IP), not a name", addr)
+	}
+	ip = ip.Unmap()
+	switch {
+	case ip.IsUnspecified():
+		return fmt.Errorf("%q: the unspecified address names no instance", addr)
+	case ip.IsLinkLocalUnicast():
+		return fmt.Errorf("%q: link-local addresses (169.254.0.0/16, fe80::/10) are refused; they reach node-local services such as cloud metadata, not pods", addr)
+	case ip.IsMulticast():
+		return fmt.Errorf("%q: multicast addresses name no instance", addr)
+	}
 	return nil
+}
+
+// IsLoopbackAddress reports whether a valid instance address is on
+// loopback (127.0.0.0/8, ::1).
+func IsLoopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // InstanceWeight is the instance's weight with the default applied.

@@ -33,7 +33,10 @@ import (
 type flags struct {
 	configDir, configFile, configMap, kubeconfig string
 	listen, metricsListen                        string
-	maxBodyBytes                                 int64
+	maxBodyBytes, maxBufferedBytes               int64
+	maxHeaderBytes                               int
+	bodyReadTimeout, streamIdleTimeout           time.Duration
+	allowLoopbackBackends                        bool
 	strategyOverride                             string
 	poll, healthInterval, ejectBase, ejectMax    time.Duration
 	readHeaderTimeout, idleTimeout, shutdown     time.Duration
@@ -54,7 +57,12 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
 	fs.StringVar(&f.listen, "listen", ":8080", "traffic address")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
-	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted (413 above)")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
+	fs.Int64Var(&f.maxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 above)")
+	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
+	fs.DurationVar(&f.streamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
+	fs.BoolVar(&f.allowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
 	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy, benchmark-only ones included (benchmarks): "+strategyNames())
 	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
@@ -130,15 +138,24 @@ func main() {
 }
 
 func run(ctx context.Context, f *flags, log logr.Logger) error {
+	budget, source := bufferBudget(f.maxBufferedBytes, cgroupRoot)
+	log.Info("request buffer budget", "bytes", budget, "source", source)
+	if budget < f.maxBodyBytes {
+		log.Info("warning: --max-buffered-bytes is below --max-body-bytes; the largest bodies will always be refused", "budget", budget, "maxBodyBytes", f.maxBodyBytes)
+	}
 	r := proxy.New(proxy.Options{
-		MaxBodyBytes:     f.maxBodyBytes,
-		MaxAttempts:      f.maxAttempts,
-		EjectBase:        f.ejectBase,
-		EjectMax:         f.ejectMax,
-		HealthInterval:   f.healthInterval,
-		StrategyOverride: policy.Strategy(f.strategyOverride),
-		Tuning:           f.tuning,
-		Log:              log,
+		MaxBodyBytes:          f.maxBodyBytes,
+		MaxBufferedBytes:      budget,
+		BodyReadTimeout:       f.bodyReadTimeout,
+		StreamIdleTimeout:     f.streamIdleTimeout,
+		AllowLoopbackBackends: f.allowLoopbackBackends,
+		MaxAttempts:           f.maxAttempts,
+		EjectBase:             f.ejectBase,
+		EjectMax:              f.ejectMax,
+		HealthInterval:        f.healthInterval,
+		StrategyOverride:      policy.Strategy(f.strategyOverride),
+		Tuning:                f.tuning,
+		Log:                   log,
 	})
 	m := r.Metrics()
 	loader := &config.Loader{Apply: r.Apply, Log: log.WithName("config"),
@@ -186,8 +203,8 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
 		return err
 	}
-	traffic := &http.Server{Addr: f.listen, Handler: closeWhileDraining(&draining, r.Handler()), ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout}
-	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout}
+	traffic := trafficServer(f, closeWhileDraining(&draining, r.Handler()), log)
+	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout, ErrorLog: proxy.StdLogger(log.WithName("http"))}
 
 	errc := make(chan error, 2)
 	for _, srv := range []*http.Server{traffic, adminSrv} {
@@ -227,6 +244,14 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil
+}
+
+// trafficServer is the client-facing server with its limits: header size
+// (431 above), header time, idle keep-alive; net/http's own errors go to
+// the structured log.
+func trafficServer(f *flags, h http.Handler, log logr.Logger) *http.Server {
+	return &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout,
+		MaxHeaderBytes: f.maxHeaderBytes, ErrorLog: proxy.StdLogger(log.WithName("http"))}
 }
 
 // closeWhileDraining answers with "Connection: close" once draining is set,

@@ -66,7 +66,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "routing.json"), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := parseFlags([]string{"--config-dir", dir, "--listen", freeAddr(t), "--metrics-listen", freeAddr(t), "--health-interval", "0"})
+	f, err := parseFlags([]string{"--config-dir", dir, "--listen", freeAddr(t), "--metrics-listen", freeAddr(t), "--health-interval", "0", "--allow-loopback-backends"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +107,58 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + f.listen + "/ping"); err == nil {
 		t.Fatal("still accepting after shutdown")
+	}
+}
+
+func TestBufferBudgetFromTheContainerLimit(t *testing.T) {
+	write := func(dir, name, content string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name string
+		root string
+		flag int64
+		want int64
+	}{
+		{"v2 limit", write(t.TempDir(), "memory.max", "1073741824\n"), 0, 512 << 20},
+		{"v2 no limit", write(t.TempDir(), "memory.max", "max\n"), 0, fallbackBufferBudget},
+		{"v1 limit", write(t.TempDir(), "memory/memory.limit_in_bytes", "268435456\n"), 0, 128 << 20},
+		{"v1 no limit", write(t.TempDir(), "memory/memory.limit_in_bytes", "9223372036854771712\n"), 0, fallbackBufferBudget},
+		{"no cgroup", t.TempDir(), 0, fallbackBufferBudget},
+		{"flag wins", write(t.TempDir(), "memory.max", "1073741824\n"), 64 << 20, 64 << 20},
+	} {
+		if got, _ := bufferBudget(tc.flag, tc.root); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestLargeHeadersGet431(t *testing.T) {
+	f, err := parseFlags([]string{"--config-file", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config = trafficServer(f, srv.Config.Handler, logr.Discard())
+	srv.Start()
+	defer srv.Close()
+	for size, want := range map[int]int{32 << 10: 200, 128 << 10: http.StatusRequestHeaderFieldsTooLarge} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ping", nil)
+		req.Header.Set("X-Big", strings.Repeat("h", size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%d-byte header: %d, want %d", size, resp.StatusCode, want)
+		}
 	}
 }

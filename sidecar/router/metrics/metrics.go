@@ -20,13 +20,21 @@ type Metrics struct {
 	Spills           *prometheus.CounterVec   // reason
 	DecisionDuration prometheus.Histogram     // seconds
 	TimeToFirstByte  *prometheus.HistogramVec // stream
-	UpstreamErrors   *prometheus.CounterVec   // backend, kind
-	Retries          prometheus.Counter
-	Ejections        *prometheus.CounterVec // backend, source
-	ConfigReloads    *prometheus.CounterVec // result
-	ConfigGeneration prometheus.Gauge
-	PrefixMatchChars prometheus.Histogram
-	BackendHealthy   *prometheus.GaugeVec // backend
+	// TimeToFirstToken is observed at a stream's first event carrying
+	// output; vLLM sends a stream's headers before prefill, so headers
+	// (TimeToFirstByte) say nothing about the first token.
+	TimeToFirstToken prometheus.Histogram
+	// TimeToFullResponse is a non-streaming response's whole duration,
+	// its only honest "first token".
+	TimeToFullResponse prometheus.Histogram
+	StaleConnRetries   prometheus.Counter
+	UpstreamErrors     *prometheus.CounterVec // backend, kind
+	Retries            prometheus.Counter
+	Ejections          *prometheus.CounterVec // backend, source
+	ConfigReloads      *prometheus.CounterVec // result
+	ConfigGeneration   prometheus.Gauge
+	PrefixMatchChars   prometheus.Histogram
+	BackendHealthy     *prometheus.GaugeVec // backend
 }
 
 // Gauges are read from the router at scrape time, so they can never drift
@@ -34,6 +42,8 @@ type Metrics struct {
 type Gauges struct {
 	IndexEntries func() float64
 	IndexBytes   func() float64
+	// Buffered is the request body bytes held against the buffer budget.
+	Buffered func() float64
 	// InFlight reports requests in flight per configured backend.
 	InFlight func(report func(backend string, n float64))
 }
@@ -45,17 +55,25 @@ func New(g Gauges) *Metrics {
 	m := &Metrics{
 		Registry: r,
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
-			Help: "Requests by backend, strategy and outcome (2xx, 4xx, 5xx, error, canceled, rejected)."}, []string{"backend", "strategy", "outcome"}),
+			Help: "Requests by backend, strategy and outcome (2xx, 4xx, 5xx; error: no answer; canceled: the client left before the answer began; rejected: refused by the router; client_disconnect, upstream_reset, upstream_timeout: a response cut mid-way by the client, by the backend, or by the stream idle timeout)."}, []string{"backend", "strategy", "outcome"}),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "spills_total",
 			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy)."}, []string{"reason"}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time to extract the routing key and pick an instance.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)}),
 		TimeToFirstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_byte_seconds",
-			Help:    "Time from receiving a request to the first response byte from the backend.",
+			Help:    "Time from receiving a request to the backend's response headers (vLLM sends a stream's headers before prefill: see time_to_first_token_seconds).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"stream"}),
+		TimeToFirstToken: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_first_token_seconds",
+			Help:    "Streams: time from receiving a request to the first event carrying output.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		TimeToFullResponse: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "time_to_full_response_seconds",
+			Help:    "Non-streaming requests: time from receiving a request to the end of the response.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		StaleConnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "stale_connection_retries_total",
+			Help: "Requests resent on a new connection after a pooled one turned out closed by the backend."}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_errors_total",
-			Help: "Failures talking to a backend, by kind (connect, response)."}, []string{"backend", "kind"}),
+			Help: "Failures talking to a backend, by kind (connect, response; reset and stream_idle: a response cut mid-way)."}, []string{"backend", "kind"}),
 		Retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "retries_total",
 			Help: "Requests retried on the next instance after a connection failure."}),
 		Ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "ejections_total",
@@ -70,16 +88,28 @@ func New(g Gauges) *Metrics {
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
 	}
-	r.MustRegister(m.Requests, m.Spills, m.DecisionDuration, m.TimeToFirstByte, m.UpstreamErrors,
+	r.MustRegister(m.Requests, m.Spills, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
 		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_bytes",
 			Help: "Estimated memory of the prefix index and popularity sketch (bounded by flags)."}, g.IndexBytes),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "buffered_request_bytes",
+			Help: "Request body bytes held against the buffer budget (--max-buffered-bytes)."}, g.Buffered),
 		inFlightCollector{desc: prometheus.NewDesc(ns+"_in_flight_requests", "Requests in flight from this router, per backend.",
 			[]string{"backend"}, nil), report: g.InFlight},
 	)
 	return m
+}
+
+// DeleteBackend drops every series of a backend that left the routing
+// document. Instance names are pod names, new with every rollout, so
+// keeping them would grow the registry without bound.
+func (m *Metrics) DeleteBackend(id string) {
+	l := prometheus.Labels{"backend": id}
+	for _, v := range []*prometheus.MetricVec{m.Requests.MetricVec, m.UpstreamErrors.MetricVec, m.Ejections.MetricVec, m.BackendHealthy.MetricVec} {
+		v.DeletePartialMatch(l)
+	}
 }
 
 type inFlightCollector struct {

@@ -155,6 +155,7 @@ func newFixture(t testing.TB, n int, opts Options, adapters ...routingv1alpha1.A
 	if opts.EjectBase == 0 {
 		opts.EjectBase = time.Minute
 	}
+	opts.AllowLoopbackBackends = true
 	f.router = New(opts)
 	if err := f.router.Apply(document(routingv1alpha1.StrategyPrefixAware, addrs, adapters...)); err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func BenchmarkDecision(b *testing.B) {
 // the same process, and reports both medians and their difference.
 func BenchmarkProxyAddedLatency(b *testing.B) {
 	be := newBackend(b, "vllm-0")
-	r := New(Options{})
+	r := New(Options{AllowLoopbackBackends: true})
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"vllm-0": be.addr()})); err != nil {
 		b.Fatal(err)
 	}

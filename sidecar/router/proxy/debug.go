@@ -38,21 +38,22 @@ func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Hand
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "endpoint", "endpoint must be a traffic path: /v1/chat/completions, /v1/completions or /invocations", 0)
 			return
 		}
-		body, bad := r.readBody(w, req)
+		body, held, bad := r.readRequest(w, req)
+		defer r.budget.release(held)
 		var x extract.Request
 		if bad == nil {
 			x, bad = r.extractRouting(req, st, ep, body)
 		}
 		if bad != nil {
-			writeError(w, bad.status, "invalid_request_error", bad.code, bad.param, bad.msg, 0)
+			writeError(w, bad.status, bad.typ, bad.code, bad.param, bad.msg, bad.retryAfter)
 			return
 		}
-		id, err := peek(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})
+		id, err := peek(policyRequest(x))
 		x.Release()
 		switch {
 		case errors.Is(err, policy.ErrUnknownModel):
 			writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-				fmt.Sprintf("The model `%s` does not exist.", x.Model), 0)
+				fmt.Sprintf("The model `%s` does not exist.", truncate(x.Model, maxEchoBytes)), 0)
 			return
 		case err != nil:
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "", "no instance can serve this model right now", 1)

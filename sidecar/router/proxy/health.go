@@ -16,7 +16,10 @@ func (r *Router) RunHealthChecks(ctx context.Context) {
 	if r.opts.HealthInterval <= 0 {
 		return
 	}
-	client := &http.Client{Transport: r.upstream, Timeout: max(r.opts.HealthInterval/2, time.Second)}
+	client := &http.Client{Transport: r.upstream, Timeout: max(r.opts.HealthInterval/2, time.Second),
+		// A redirect is not health: following one would probe whatever
+		// the backend points at instead of the backend.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	ticker := time.NewTicker(r.opts.HealthInterval)
 	defer ticker.Stop()
 	for {
@@ -39,9 +42,9 @@ func (r *Router) RunHealthChecks(ctx context.Context) {
 				switch {
 				case ctx.Err() != nil:
 				case err != nil || resp.StatusCode != http.StatusOK:
-					r.failed(in.ID, "active")
+					r.failed(in.ID, "active", false)
 				default:
-					r.succeeded(in.ID)
+					r.succeeded(in.ID, true)
 				}
 			})
 		}

@@ -172,7 +172,7 @@ func TestStreamingFlushesEachChunk(t *testing.T) {
 
 func TestRetriesOnConnectionFailureAndEjects(t *testing.T) {
 	b := newBackend(t, "live")
-	r := New(Options{EjectBase: time.Minute})
+	r := New(Options{AllowLoopbackBackends: true, EjectBase: time.Minute})
 	dead := deadAddr(t)
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"dead": dead, "live": b.addr()})); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestRetriesOnConnectionFailureAndEjects(t *testing.T) {
 
 func TestActiveHealthChecks(t *testing.T) {
 	b := newBackend(t, "live")
-	r := New(Options{HealthInterval: 20 * time.Millisecond, EjectBase: time.Minute})
+	r := New(Options{AllowLoopbackBackends: true, HealthInterval: 20 * time.Millisecond, EjectBase: time.Minute})
 	dead := deadAddr(t)
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"dead": dead, "live": b.addr()})); err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestReloadDropsNoRequest(t *testing.T) {
 	}
 }
 
-func TestModelsFromAHealthyBackend(t *testing.T) {
+func TestModelsAndHealthPaths(t *testing.T) {
 	f := newFixture(t, 2, Options{})
 	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/v1/models", nil)
 	resp, err := http.DefaultClient.Do(req)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
@@ -12,22 +11,42 @@ import (
 
 // badRequest is a request refused before routing, as the client sees it.
 type badRequest struct {
-	status           int
-	code, param, msg string
+	status                int
+	typ, code, param, msg string
+	retryAfter            int
 }
 
-// readBody reads the request body within MaxBodyBytes.
-func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, *badRequest) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &badRequest{http.StatusRequestEntityTooLarge, "request_too_large", "",
-				fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes)}
-		}
-		return nil, &badRequest{http.StatusBadRequest, "", "", "could not read the request body"}
+func invalid(status int, code, param, msg string) *badRequest {
+	return &badRequest{status: status, typ: "invalid_request_error", code: code, param: param, msg: msg}
+}
+
+// readRequest reads the body within the router's limits (readBody) and
+// turns a refusal into what the client sees. The caller releases held
+// from the buffer budget once it no longer needs the body.
+func (r *Router) readRequest(w http.ResponseWriter, req *http.Request) (body []byte, held int64, bad *badRequest) {
+	body, held, err := r.readBody(w, req)
+	if err == nil {
+		return body, held, nil
 	}
-	return body, nil
+	// The body may be left unread: close the connection after answering.
+	w.Header().Set("Connection", "close")
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return nil, held, invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
+			fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes))
+	case errors.Is(err, errBodyTimeout):
+		return nil, held, invalid(http.StatusRequestTimeout, "request_timeout", "",
+			fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
+	case errors.Is(err, errOverBudget):
+		return nil, held, &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
+			msg: "the router is holding as many request bodies as it may; retry shortly", retryAfter: 1}
+	}
+	return nil, held, invalid(http.StatusBadRequest, "", "", "could not read the request body")
+}
+
+// policyRequest is what the policy is told of an extracted request.
+func policyRequest(x extract.Request) policy.Request {
+	return policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes}
 }
 
 // extractRouting reads what the policy needs from a body sent to ep, under
@@ -56,7 +75,7 @@ func (r *Router) extractRouting(req *http.Request, st *state, ep endpoint, body 
 		if errors.Is(err, extract.ErrBadTenant) && param == "" {
 			param = extract.TenantHeader
 		}
-		return x, &badRequest{http.StatusBadRequest, "", param, err.Error()}
+		return x, invalid(http.StatusBadRequest, "", param, err.Error())
 	}
 	return x, nil
 }

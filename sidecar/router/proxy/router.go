@@ -11,8 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,18 @@ import (
 type Options struct {
 	// MaxBodyBytes is the largest request body accepted (413 above it).
 	MaxBodyBytes int64
+	// MaxBufferedBytes bounds the request bodies held at once across all
+	// requests (503 with Retry-After past it).
+	MaxBufferedBytes int64
+	// BodyReadTimeout bounds the time a client has to send its body (408).
+	BodyReadTimeout time.Duration
+	// StreamIdleTimeout bounds the silence between chunks of a backend's
+	// response; a backend that stalls is cut off and ejected.
+	StreamIdleTimeout time.Duration
+	// AllowLoopbackBackends accepts loopback instance addresses (local
+	// clusters and tests); in a cluster they would point at the router's
+	// own pod.
+	AllowLoopbackBackends bool
 	// MaxAttempts bounds how many instances a request tries when
 	// connections fail before anything was sent.
 	MaxAttempts int
@@ -52,6 +66,8 @@ type Options struct {
 type state struct {
 	doc      *routingv1alpha1.Document
 	strategy policy.Strategy
+	ids      map[string]bool
+	models   []byte // the /v1/models answer
 }
 
 // Router serves traffic.
@@ -62,8 +78,19 @@ type Router struct {
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
 
+	budget budget
+
 	mu       sync.Mutex
-	failures map[string]int // consecutive passive failures per instance
+	failures map[string]failure // per instance, since its last success
+}
+
+// failure is an instance's run of consecutive failures.
+type failure struct {
+	n int
+	// stalled: the last failure was a stream gone silent, which a passing
+	// /health check says nothing about, so only a completed request (or
+	// the back-off running out) brings the instance back.
+	stalled bool
 }
 
 // New returns a router with no document; it answers 503 until Apply.
@@ -78,9 +105,19 @@ func New(opts Options) *Router {
 		opts.EjectMax = 30 * time.Second
 	}
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = 16 << 20
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]int{}}
+	if opts.MaxBufferedBytes <= 0 {
+		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if opts.BodyReadTimeout <= 0 {
+		opts.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if opts.StreamIdleTimeout <= 0 {
+		opts.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}}
+	r.budget.limit = opts.MaxBufferedBytes
 	if r.opts.Metrics == nil {
 		r.opts.Metrics = metrics.New(r.Gauges())
 	}
@@ -93,11 +130,26 @@ func New(opts Options) *Router {
 		Transport:      roundTripFunc(r.roundTrip),
 		ModifyResponse: r.modifyResponse,
 		ErrorHandler:   r.proxyError,
-		ErrorLog:       nil,
+		ErrorLog:       StdLogger(opts.Log.WithName("reverseproxy")),
 		BufferPool:     bufferPool{},
 	}
 	return r
 }
+
+// Defaults of the limits (the router's flags show the same).
+const (
+	DefaultMaxBodyBytes      = 16 << 20
+	DefaultMaxBufferedBytes  = 1 << 30
+	DefaultBodyReadTimeout   = 30 * time.Second
+	DefaultStreamIdleTimeout = 60 * time.Second
+)
+
+// upstreamIdleConnTimeout closes pooled backend connections before vLLM
+// does: its server (uvicorn) closes a kept-alive connection after 5 s idle,
+// and a request written onto a connection the server is closing that very
+// moment fails. Closing ours first leaves that race to the rare case the
+// stale-connection retry in roundTrip covers.
+const upstreamIdleConnTimeout = 4 * time.Second
 
 // NewTransport is tuned for many concurrent, long-lived requests to a few
 // backends on the cluster network: generous idle pools (so bursts do not
@@ -109,7 +161,7 @@ func NewTransport() *http.Transport {
 		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       upstreamIdleConnTimeout,
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
@@ -121,6 +173,7 @@ func (r *Router) Gauges() metrics.Gauges {
 	return metrics.Gauges{
 		IndexEntries: func() float64 { return float64(r.policy.IndexEntries()) },
 		IndexBytes:   func() float64 { return float64(r.policy.MemoryBytes()) },
+		Buffered:     func() float64 { return float64(r.budget.used.Load()) },
 		InFlight: func(report func(backend string, n float64)) {
 			for _, in := range r.policy.Instances() {
 				report(in.ID, float64(r.policy.InFlight(in.ID)))
@@ -135,8 +188,17 @@ func (r *Router) Metrics() *metrics.Metrics { return r.opts.Metrics }
 // Policy exposes the policy (metrics, tests).
 func (r *Router) Policy() *policy.Policy { return r.policy }
 
-// Apply installs a routing document; it is the config loader's Apply.
+// Apply installs a routing document; it is the config loader's Apply. An
+// error leaves the document in force unchanged.
 func (r *Router) Apply(doc *routingv1alpha1.Document) error {
+	if !r.opts.AllowLoopbackBackends {
+		for i, in := range doc.Instances {
+			if routingv1alpha1.IsLoopbackAddress(in.Address) {
+				return fmt.Errorf("apply routing document: instances[%d].address: %q is a loopback address, "+
+					"which in a pod is the router itself (start the router with --allow-loopback-backends on a local cluster)", i, in.Address)
+			}
+		}
+	}
 	strategy := policy.Strategy(doc.Strategy)
 	if r.opts.StrategyOverride != "" {
 		strategy = r.opts.StrategyOverride
@@ -149,8 +211,10 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 		ConcurrencyThreshold: doc.PrefixAware.ConcurrencyThreshold,
 		Adapters:             make(map[string][]string, len(doc.Adapters)),
 	}
+	ids := make(map[string]bool, len(doc.Instances))
 	for _, in := range doc.Instances {
 		cfg.Instances = append(cfg.Instances, policy.Instance{ID: in.ID, Address: in.Address, Weight: in.InstanceWeight()})
+		ids[in.ID] = true
 	}
 	for _, a := range doc.Adapters {
 		cfg.Adapters[a.Name] = a.Ready
@@ -159,20 +223,27 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	if err := r.policy.Update(cfg); err != nil {
 		return fmt.Errorf("apply routing document: %w", err)
 	}
-	r.state.Store(&state{doc: doc, strategy: strategy})
+	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
 	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
-	keep := map[string]bool{}
 	for _, in := range doc.Instances {
-		keep[in.ID] = true
 		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.policy.Healthy(in.ID)))
 	}
+	// Forget removed instances: their series (instance names are pod
+	// names, new with every rollout) and their failure runs.
 	if prev != nil {
-		for _, in := range prev.doc.Instances {
-			if !keep[in.ID] {
-				r.opts.Metrics.BackendHealthy.DeleteLabelValues(in.ID)
+		for id := range prev.ids {
+			if !ids[id] {
+				r.opts.Metrics.DeleteBackend(id)
 			}
 		}
 	}
+	r.mu.Lock()
+	for id := range r.failures {
+		if !ids[id] {
+			delete(r.failures, id)
+		}
+	}
+	r.mu.Unlock()
 	return nil
 }
 
@@ -183,14 +254,26 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// Ready reports whether a document with at least one instance is in force.
-func (r *Router) Ready() bool {
-	s := r.state.Load()
-	return s != nil && len(s.doc.Instances) > 0
+// Ready reports whether a document is in force. A document without
+// instances keeps the router ready: while every instance restarts, clients
+// get 503 with Retry-After from it rather than connection refused.
+func (r *Router) Ready() bool { return r.state.Load() != nil }
+
+// Handler serves the traffic port. Until the first document arrives every
+// path but /healthz answers 503.
+func (r *Router) Handler() http.Handler {
+	mux := r.routes()
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.state.Load() == nil && req.URL.Path != "/healthz" {
+			w.Header().Set("Connection", "close") // the body is left unread
+			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})
 }
 
-// Handler serves the traffic port.
-func (r *Router) Handler() http.Handler {
+func (r *Router) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /invocations", func(w http.ResponseWriter, req *http.Request) { r.serveInference(w, req, endpointInvocations) })
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { r.serveInference(w, req, endpointChat) })
@@ -199,18 +282,18 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("GET /ping", r.serveHealthz)
 	r.HealthRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "no route for "+req.Method+" "+req.URL.Path, 0)
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "no route for "+req.Method+" "+truncate(req.URL.Path, maxEchoBytes), 0)
 	})
 	return mux
 }
 
 // HealthRoutes adds /healthz (the process serves) and /readyz (a routing
-// document with instances is in force).
+// document is in force).
 func (r *Router) HealthRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", r.serveHealthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
-			http.Error(w, "no routing document with instances yet", http.StatusServiceUnavailable)
+			http.Error(w, "no routing document yet", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
@@ -232,11 +315,35 @@ const (
 // route is the per-request state the transport needs, carried in the
 // request context from the handler through ReverseProxy.
 type route struct {
+	router   *Router
 	choice   *policy.Choice
 	body     []byte
 	start    time.Time
 	stream   bool
 	attempts int
+	// staleRetried: the one retry on a pooled connection the backend had
+	// closed is spent.
+	staleRetried bool
+	// cancel ends the upstream request (cause errStreamIdle on a stall).
+	cancel   context.CancelCauseFunc
+	upstream context.Context
+	resp     *responseBody
+	tokenAt  time.Time
+}
+
+// firstToken is called once, when the first streamed event carrying output
+// passes through: the instance has finished this request's prefill, so its
+// prompt leaves the instance's prefill load (a non-streamed response shows
+// no such moment and stays counted as prefill until it is done).
+func (rt *route) firstToken() {
+	rt.choice.Prefilled()
+	rt.tokenAt = time.Now()
+	rt.router.opts.Metrics.TimeToFirstToken.Observe(rt.tokenAt.Sub(rt.start).Seconds())
+}
+
+// fullResponse is called when a non-streaming response has been read whole.
+func (rt *route) fullResponse() {
+	rt.router.opts.Metrics.TimeToFullResponse.Observe(time.Since(rt.start).Seconds())
 }
 
 type routeKey struct{}
@@ -244,27 +351,24 @@ type routeKey struct{}
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep endpoint) {
 	start := time.Now()
 	st := r.state.Load()
-	if st == nil {
-		r.reject(w, "", http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
-		return
-	}
-	body, bad := r.readBody(w, req)
+	body, held, bad := r.readRequest(w, req)
+	defer r.budget.release(held)
 	decideStart := time.Now()
 	var x extract.Request
 	if bad == nil {
 		x, bad = r.extractRouting(req, st, ep, body)
 	}
 	if bad != nil {
-		r.reject(w, st.strategy, bad.status, "invalid_request_error", bad.code, bad.param, bad.msg, 0)
+		r.reject(w, st.strategy, bad.status, bad.typ, bad.code, bad.param, bad.msg, bad.retryAfter)
 		return
 	}
-	choice, err := r.policy.Pick(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})
+	choice, err := r.policy.Pick(policyRequest(x))
 	x.Release() // the policy keeps hashes, never the text
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	switch {
 	case errors.Is(err, policy.ErrUnknownModel):
 		r.reject(w, st.strategy, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-			fmt.Sprintf("The model `%s` does not exist.", x.Model), 0)
+			fmt.Sprintf("The model `%s` does not exist.", truncate(x.Model, maxEchoBytes)), 0)
 		return
 	case err != nil:
 		r.reject(w, st.strategy, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "",
@@ -280,24 +384,64 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	if ep != endpointInvocations && x.Tenant != "" && !x.HasCacheSalt {
 		body = extract.WithCacheSalt(body, x.Tenant)
 	}
-	rt := &route{choice: choice, body: body, start: start, stream: x.Stream}
+	rt := &route{router: r, choice: choice, body: body, start: start, stream: x.Stream}
 	r.forward(w, req, rt, string(st.strategy))
 }
 
 // forward proxies with the route attached and settles the accounting.
 func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route, strategy string) {
 	sw := &statusWriter{ResponseWriter: w}
+	rt.upstream, rt.cancel = context.WithCancelCause(context.WithValue(req.Context(), routeKey{}, rt))
 	defer func() {
+		// Runs on ReverseProxy's http.ErrAbortHandler panic too (a stream
+		// cut mid-way), which it lets pass on to the server.
+		rt.cancel(nil)
 		// The backend may have changed on retry; settle on the final one.
 		final := rt.choice.Instance().ID
 		rt.choice.Done()
-		outcome := sw.outcome(req.Context())
+		outcome := r.settle(req.Context(), rt, sw)
 		r.opts.Metrics.Requests.WithLabelValues(final, strategy, outcome).Inc()
-		r.opts.Log.V(2).Info("request", "path", req.URL.Path, "backend", final, "status", sw.status, "spill", rt.choice.Spill,
-			"attempts", rt.attempts, "duration", time.Since(rt.start).String())
+		if st := r.state.Load(); st != nil && !st.ids[final] {
+			// Removed while this request ran: do not bring its series back.
+			r.opts.Metrics.DeleteBackend(final)
+		}
+		r.opts.Log.V(2).Info("request", "path", req.URL.Path, "backend", final, "status", sw.status, "outcome", outcome,
+			"spill", rt.choice.Spill, "attempts", rt.attempts, "duration", time.Since(rt.start).String())
 	}()
-	out := req.WithContext(context.WithValue(req.Context(), routeKey{}, rt))
-	r.proxy.ServeHTTP(sw, out)
+	r.proxy.ServeHTTP(sw, req.WithContext(rt.upstream))
+}
+
+// settle names a finished request's outcome and books the backend's part
+// in it: a stream cut by the client, by the backend, or by the idle timeout
+// is not a success, whatever status went out first.
+func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) string {
+	id := rt.choice.Instance().ID
+	resp := rt.resp
+	switch {
+	case sw.status == 0 && client.Err() != nil:
+		return "canceled"
+	case sw.status == 0:
+		return "error"
+	case errors.Is(context.Cause(rt.upstream), errStreamIdle):
+		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "stream_idle").Inc()
+		r.failed(id, "passive", true)
+		return "upstream_timeout"
+	case client.Err() != nil || sw.writeErr != nil:
+		return "client_disconnect"
+	case resp != nil && resp.readErr != nil:
+		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "reset").Inc()
+		return "upstream_reset"
+	}
+	if resp != nil && resp.eof {
+		r.succeeded(id, false)
+	}
+	switch {
+	case sw.status < 300:
+		return "2xx"
+	case sw.status < 500:
+		return "4xx"
+	}
+	return "5xx"
 }
 
 func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, status int, typ, code, param, msg string, retryAfter int) {
@@ -306,15 +450,15 @@ func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, status 
 	writeError(w, status, typ, code, param, msg, retryAfter)
 }
 
-// serveModels answers GET /v1/models from a healthy backend.
-func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
-	choice, err := r.policy.PickAny()
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "", "no instance is available", 1)
-		return
-	}
+// serveModels answers GET /v1/models from the document: the base model and
+// every adapter ready on some instance, which no single instance can tell
+// (each holds only its own adapters). It reads no request body.
+func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
 	st := r.state.Load()
-	r.forward(w, req, &route{choice: choice, start: time.Now()}, string(st.strategy))
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(st.models)))
+	_, _ = w.Write(st.models)
 }
 
 func (r *Router) rewrite(pr *httputil.ProxyRequest) {
@@ -325,6 +469,9 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if rt.body != nil {
 		pr.Out.Body = io.NopCloser(bytes.NewReader(rt.body))
+		// GetBody lets the transport resend on a fresh connection when a
+		// pooled one fails before anything was written.
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(rt.body)), nil }
 		pr.Out.ContentLength = int64(len(rt.body))
 		pr.Out.Header.Set("Content-Length", strconv.Itoa(len(rt.body)))
 	}
@@ -337,7 +484,9 @@ func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { re
 // roundTrip sends the request, moving along the key's preference order when
 // the connection fails before anything was sent (so the request cannot have
 // reached a backend and is safe to send elsewhere), ejecting the failed
-// instance for a back-off.
+// instance for a back-off. A pooled connection that fails with no response
+// is retried once on the same instance: that is the backend closing an
+// idle keep-alive connection as the request went out, not a dead backend.
 func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 	rt := req.Context().Value(routeKey{}).(*route)
 	for {
@@ -351,20 +500,30 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 				out.Body = io.NopCloser(bytes.NewReader(rt.body))
 			}
 		}
+		var reused bool
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+			GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused },
+		}))
 		resp, err := r.upstream.RoundTrip(out)
 		if err == nil {
-			r.succeeded(in.ID)
+			r.readmitAfterConnect(in.ID)
 			return resp, nil
 		}
 		if req.Context().Err() != nil {
 			return nil, err
+		}
+		if reused && !rt.staleRetried && !isConnectError(err) {
+			rt.staleRetried = true
+			r.opts.Metrics.StaleConnRetries.Inc()
+			r.opts.Log.V(1).Info("pooled connection closed by the backend; retrying on a new one", "backend", in.ID, "error", err.Error())
+			continue
 		}
 		if !isConnectError(err) {
 			r.opts.Metrics.UpstreamErrors.WithLabelValues(in.ID, "response").Inc()
 			return nil, err
 		}
 		r.opts.Metrics.UpstreamErrors.WithLabelValues(in.ID, "connect").Inc()
-		r.failed(in.ID, "passive")
+		r.failed(in.ID, "passive", false)
 		if rt.attempts >= r.opts.MaxAttempts || !rt.choice.Next() {
 			return nil, err
 		}
@@ -380,36 +539,69 @@ func isConnectError(err error) bool {
 }
 
 // failed ejects an instance for a back-off that doubles per consecutive
-// failure.
-func (r *Router) failed(id, source string) {
+// failure; stalled marks a stream gone silent.
+func (r *Router) failed(id, source string, stalled bool) {
 	r.mu.Lock()
-	r.failures[id]++
-	n := r.failures[id]
+	if st := r.state.Load(); st != nil && !st.ids[id] {
+		r.mu.Unlock() // removed meanwhile; nothing to eject
+		return
+	}
+	f := r.failures[id]
+	f.n++
+	f.stalled = stalled || f.stalled
+	r.failures[id] = f
 	r.mu.Unlock()
-	d := r.opts.EjectBase << min(n-1, 16)
+	d := r.opts.EjectBase << min(f.n-1, 16)
 	if d > r.opts.EjectMax || d <= 0 {
 		d = r.opts.EjectMax
 	}
 	r.policy.Eject(id, time.Now().Add(d))
 	r.opts.Metrics.Ejections.WithLabelValues(id, source).Inc()
 	r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(0)
-	r.opts.Log.Info("backend ejected", "backend", id, "source", source, "for", d.String(), "consecutiveFailures", n)
+	r.opts.Log.Info("backend ejected", "backend", id, "source", source, "for", d.String(), "consecutiveFailures", f.n, "stalled", f.stalled)
 }
 
-func (r *Router) succeeded(id string) {
+// succeeded ends an instance's failure run and readmits it. A health check
+// (probe) cannot vouch for an instance whose streams stall while /health
+// answers, so it leaves such an instance to its back-off.
+func (r *Router) succeeded(id string, probe bool) {
 	r.mu.Lock()
-	n := r.failures[id]
+	f, ok := r.failures[id]
+	if ok && probe && f.stalled {
+		r.mu.Unlock()
+		return
+	}
 	delete(r.failures, id)
 	r.mu.Unlock()
-	if n > 0 {
+	if ok {
 		r.policy.Readmit(id)
 		r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(1)
 	}
 }
 
+// readmitAfterConnect ends a run of connection failures once a request
+// gets a response again; a stall run needs the response to complete.
+func (r *Router) readmitAfterConnect(id string) {
+	r.mu.Lock()
+	f, ok := r.failures[id]
+	r.mu.Unlock()
+	if ok && !f.stalled {
+		r.succeeded(id, false)
+	}
+}
+
+// modifyResponse wraps the backend's body (see responseBody) and arms the
+// idle timer, which cancels the upstream request with errStreamIdle.
 func (r *Router) modifyResponse(resp *http.Response) error {
 	rt := resp.Request.Context().Value(routeKey{}).(*route)
 	r.opts.Metrics.TimeToFirstByte.WithLabelValues(strconv.FormatBool(rt.stream)).Observe(time.Since(rt.start).Seconds())
+	mediaType, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
+	rt.resp = &responseBody{
+		ReadCloser: resp.Body, rt: rt, after: r.opts.StreamIdleTimeout,
+		sse:  strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream"),
+		idle: time.AfterFunc(r.opts.StreamIdleTimeout, func() { rt.cancel(errStreamIdle) }),
+	}
+	resp.Body = rt.resp
 	return nil
 }
 
@@ -431,7 +623,8 @@ func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error)
 // ReverseProxy's ResponseController reach the real writer's Flush.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status   int
+	writeErr error // the client stopped taking the response
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -445,24 +638,14 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if err != nil && s.writeErr == nil {
+		s.writeErr = err
+	}
+	return n, err
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-func (s *statusWriter) outcome(ctx context.Context) string {
-	switch {
-	case ctx.Err() != nil && s.status == 0:
-		return "canceled"
-	case s.status == 0:
-		return "error"
-	case s.status < 300:
-		return "2xx"
-	case s.status < 500:
-		return "4xx"
-	}
-	return "5xx"
-}
 
 // bufferPool reuses ReverseProxy's copy buffers.
 type bufferPool struct{}

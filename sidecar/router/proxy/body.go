@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// budget is the router-wide bound on buffered request bodies. The router
+// must hold each body whole (to read its routing key and to resend it on a
+// retry), so without a bound enough concurrent large uploads grow the
+// process until the kernel kills it, taking every stream with it. Past the
+// bound a new request is refused with 503 instead.
+type budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// reserve takes n bytes, or reports false without taking any.
+func (b *budget) reserve(n int64) bool {
+	for {
+		cur := b.used.Load()
+		if cur+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+// Reasons readBody refuses a body, each answered differently.
+var (
+	errBodyTooLarge = errors.New("request body too large")
+	errBodyTimeout  = errors.New("request body read timed out")
+	errOverBudget   = errors.New("router buffer budget exhausted")
+)
+
+// chunkedStep is how much budget a body of unknown length reserves at a
+// time as it grows.
+const chunkedStep = 64 << 10
+
+// readBody reads the whole request body within MaxBodyBytes, the body read
+// deadline and the buffer budget. It returns the body and how many budget
+// bytes it holds, to release once the request is done. A declared length
+// over the limit, or one that does not fit the budget, is refused before
+// any byte is read.
+func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (body []byte, held int64, err error) {
+	if req.ContentLength > r.opts.MaxBodyBytes {
+		return nil, 0, errBodyTooLarge
+	}
+	if req.ContentLength >= 0 && !r.budget.reserve(req.ContentLength) {
+		return nil, 0, errOverBudget
+	}
+	held = max(req.ContentLength, 0)
+	// The deadline covers the whole body; it is lifted afterwards so a long
+	// stream is not cut by it. ErrNotSupported (a writer without a
+	// connection, as in some tests) leaves the body unbounded in time.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(r.opts.BodyReadTimeout)); err == nil {
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	}
+	src := http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes)
+	if req.ContentLength >= 0 {
+		body = make([]byte, req.ContentLength)
+		_, err = io.ReadFull(src, body)
+	} else {
+		body, err = r.readGrowing(src, &held)
+	}
+	if err != nil {
+		r.budget.release(held)
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig), errors.Is(err, errBodyTooLarge):
+			return nil, 0, errBodyTooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, 0, errBodyTimeout
+		case errors.Is(err, errOverBudget):
+			return nil, 0, errOverBudget
+		}
+		return nil, 0, fmt.Errorf("read request body: %w", err)
+	}
+	return body, held, nil
+}
+
+// readGrowing reads a body of unknown length (chunked), reserving budget in
+// steps ahead of the buffer's growth; *held tracks what it reserved.
+func (r *Router) readGrowing(src io.Reader, held *int64) ([]byte, error) {
+	var body []byte
+	for {
+		if len(body) == cap(body) {
+			next := min(max(2*int64(cap(body)), chunkedStep), r.opts.MaxBodyBytes+1)
+			if next <= int64(cap(body)) {
+				return nil, errBodyTooLarge // MaxBytesReader reports first; a guard against a loop
+			}
+			if next > *held {
+				if !r.budget.reserve(next - *held) {
+					return nil, errOverBudget
+				}
+				*held = next
+			}
+			grown := make([]byte, len(body), next)
+			copy(grown, body)
+			body = grown
+		}
+		n, err := src.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if err == io.EOF {
+			return body, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
