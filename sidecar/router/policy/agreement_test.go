@@ -129,7 +129,7 @@ func TestReplicasAgree(t *testing.T) {
 	for _, w := range agreementWorkloads() {
 		t.Run(w.Name, func(t *testing.T) {
 			rs := newReplicaSet(t, 2, 1)
-			agree := 0
+			agree, all := 0, 0
 			reqs := workloadRequests(t, w)
 			// Both replicas start cold here, each learning popularity from
 			// its own half: their replica sets differ until each has seen
@@ -137,12 +137,16 @@ func TestReplicasAgree(t *testing.T) {
 			// a peer's snapshot instead; see TestRestartedReplicaAgrees.)
 			warm := len(reqs) / 10
 			for i, req := range reqs {
-				if rs.route(req) && i >= warm {
+				ok := rs.route(req)
+				if ok {
+					all++
+				}
+				if ok && i >= warm {
 					agree++
 				}
 			}
 			frac := float64(agree) / float64(len(reqs)-warm)
-			t.Logf("%s: two replicas agreed on %.2f%% of %d requests after the first %d", w.Name, 100*frac, len(reqs)-warm, warm)
+			t.Logf("%s: two replicas agreed on %.2f%% of %d requests after the first %d, %.2f%% of all", w.Name, 100*frac, len(reqs)-warm, warm, 100*float64(all)/float64(len(reqs)))
 			if frac < 0.98 {
 				t.Fatalf("agreement %.2f%% < 98%%", 100*frac)
 			}

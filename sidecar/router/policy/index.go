@@ -7,8 +7,8 @@ import "sync"
 // entries go into the young one, and when that is full the old generation is
 // dropped and the young one ages, so memory never exceeds capacity entries
 // and what survives is roughly the most recently used (a cheap LRU). Each
-// entry remembers the last two instances that received the block, which is
-// enough to recognise a hot prefix that the policy replicated.
+// entry remembers the last two instances that were placed the block, which
+// is enough to recognise a hot prefix that the policy replicated.
 type prefixIndex struct {
 	mu       sync.Mutex
 	young    map[uint64]indexEntry
@@ -16,7 +16,21 @@ type prefixIndex struct {
 	capacity int
 }
 
-type indexEntry [2]uint32 // instance tokens, most recent first; 0 = none
+// indexEntry is where a block lives: a last-writer-wins register over the
+// placements of every router replica. A placement carries a version: the
+// version of the entry it followed, or one more when it put the key
+// somewhere new (a first placement, a move off a busy instance). The higher
+// version wins, whatever order placements reach a replica in, so replicas
+// that merge the same placements hold the same entry; a key that moved
+// stays where it moved to. Two placements of equal version on different
+// instances were made concurrently by replicas that had not heard of each
+// other: the entry keeps both, tied, and the key's own HRW order settles
+// it (see sticky), again the same on every replica.
+type indexEntry struct {
+	tok [2]uint32 // instance tokens, current holder first; 0 = none
+	ver uint32
+	tie bool // tok[1] was placed at the same version as tok[0]
+}
 
 func newPrefixIndex(capacity int) *prefixIndex {
 	capacity = max(capacity, 2)
@@ -45,20 +59,23 @@ func (x *prefixIndex) deepest(hashes []uint64, from int) (int, indexEntry) {
 	return -1, indexEntry{}
 }
 
-// add records that token was sent the given hashes.
-func (x *prefixIndex) add(hashes []uint64, token uint32) {
+// add records that token was placed the given hashes at version ver.
+func (x *prefixIndex) add(hashes []uint64, token, ver uint32) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, h := range hashes {
-		x.addLocked(h, token)
+		x.addLocked(h, token, ver)
 	}
 }
 
-func (x *prefixIndex) addLocked(h uint64, token uint32) {
+func (x *prefixIndex) addLocked(h uint64, token, ver uint32) {
 	e, _ := x.lookupLocked(h)
-	if !e.has(token) {
-		e = indexEntry{token, e[0]}
-	}
+	x.putLocked(h, e.merge(token, ver))
+}
+
+// putLocked stores an entry in the young generation, ageing the
+// generations when it is full.
+func (x *prefixIndex) putLocked(h uint64, e indexEntry) {
 	if len(x.young) >= x.capacity/2 {
 		x.old = x.young
 		x.young = make(map[uint64]indexEntry, x.capacity/2)
@@ -73,7 +90,33 @@ func (x *prefixIndex) Len() int {
 	return len(x.young) + len(x.old)
 }
 
-func (e indexEntry) has(token uint32) bool { return token != 0 && (e[0] == token || e[1] == token) }
+// merge returns the entry after a placement on token at version ver.
+func (e indexEntry) merge(token, ver uint32) indexEntry {
+	switch {
+	case e.tok[0] == 0:
+		return indexEntry{tok: [2]uint32{token}, ver: ver}
+	case e.tok[0] == token:
+		if ver > e.ver {
+			e.ver, e.tie = ver, false
+		}
+	case ver > e.ver:
+		e = indexEntry{tok: [2]uint32{token, e.tok[0]}, ver: ver}
+	case ver == e.ver:
+		// A concurrent placement elsewhere: both hold the key, neither wins
+		// by recency (tok[1] may be token already, placed at a lower
+		// version: it is tied now).
+		e = indexEntry{tok: [2]uint32{e.tok[0], token}, ver: ver, tie: true}
+	case e.tok[1] == 0:
+		// An older placement: the instance was sent the key, so it may hold
+		// it warm, but it is not where the key lives.
+		e.tok[1] = token
+	}
+	return e
+}
+
+func (e indexEntry) has(token uint32) bool {
+	return token != 0 && (e.tok[0] == token || e.tok[1] == token)
+}
 
 // get returns the entry for one hash.
 func (x *prefixIndex) get(h uint64) (indexEntry, bool) {
@@ -82,14 +125,15 @@ func (x *prefixIndex) get(h uint64) (indexEntry, bool) {
 	return x.lookupLocked(h)
 }
 
-// addDepths records token for the hashes at the given depths.
-func (x *prefixIndex) addDepths(hashes []uint64, depths []int, token uint32) {
+// addDepths records token, at version ver, for the hashes at the given
+// depths.
+func (x *prefixIndex) addDepths(hashes []uint64, depths []int, token, ver uint32) {
 	var buf [16]uint64
 	sel := buf[:0]
 	for _, d := range depths {
 		sel = append(sel, hashes[d])
 	}
-	x.add(sel, token)
+	x.add(sel, token, ver)
 }
 
 // entries looks up the hashes at the given depths in one pass, setting out
@@ -109,7 +153,7 @@ func (x *prefixIndex) addPlacements(ps []Placement, tokens map[string]uint32) {
 	defer x.mu.Unlock()
 	for _, pl := range ps {
 		if tok, ok := tokens[pl.Instance]; ok {
-			x.addLocked(pl.Hash, tok)
+			x.addLocked(pl.Hash, tok, pl.Version)
 		}
 	}
 }

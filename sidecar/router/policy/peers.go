@@ -122,13 +122,14 @@ func newPlacementLog(n int) *placementLog {
 	return &placementLog{ring: make([]Placement, max(n, 1))}
 }
 
-// add logs that the hashes at depths were placed on instance.
-func (l *placementLog) add(hashes []uint64, depths []int, instance string) {
+// add logs that the hashes at depths were placed on instance at version
+// ver.
+func (l *placementLog) add(hashes []uint64, depths []int, instance string, ver uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range depths {
 		l.seq++
-		l.ring[l.seq%uint64(len(l.ring))] = Placement{Hash: hashes[d], Instance: instance}
+		l.ring[l.seq%uint64(len(l.ring))] = Placement{Hash: hashes[d], Instance: instance, Version: ver}
 	}
 }
 

@@ -66,7 +66,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	if commit {
 		p.pop.record(w.hashes)
 	}
-	chosen := p.place(t, w)
+	chosen, ver := p.place(t, w)
 	c.AnchorDepth = w.leaf
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
 
@@ -76,8 +76,8 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	if commit && c.Spill == SpillNone {
 		// Guard spills are not remembered, so that a key returns to its own
 		// instance once the overload is over instead of following the spill.
-		p.index.addDepths(w.hashes, depths, m.stat.token)
-		p.log.add(w.hashes, depths, m.ID)
+		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
+		p.log.add(w.hashes, depths, m.ID, ver)
 	}
 }
 
@@ -137,16 +137,23 @@ func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint
 	return w
 }
 
-// place chooses the anchor's instance in its parent set (step 2).
-func (p *Policy) place(t *table, w walk) int {
+// place chooses the anchor's instance in its parent set (step 2), and the
+// version of the placement: the entry's own when the key stays where it
+// lives, one more when it goes anywhere else.
+func (p *Policy) place(t *table, w walk) (int, uint32) {
+	var ver uint32
 	if w.choices == placementChoices {
 		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
-			if m := p.sticky(t, w.parent, e); m >= 0 {
-				return m
+			ver = e.ver
+			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
+				if moved {
+					ver++
+				}
+				return m, ver
 			}
 		}
 	}
-	return p.byShare(t, w.parent, w.choices)
+	return p.byShare(t, w.parent, w.choices), ver + 1
 }
 
 // fallbackOrder is the order to try instances in: chosen, the rest of the
@@ -259,36 +266,49 @@ const maxRecordDepths = 16
 // from moving keys on noise.
 const stickySlack = 16
 
-// sticky returns the member of set that the index says holds the prefix.
-// Request share is kept even by moving a few keys (each move costs a cold
-// prefill) rather than letting busy keys pile up on one instance, but a key
-// over MoveSlack × the average moves only onto one of its own first
-// choices that is within ShareSlack of the average (see relieve), never
-// sideways between busy instances: after a scale-out every old instance is
-// above the new average, so the keys that leave go to the new one and none
-// moves between two instances that were both there before. MoveSlack is
-// above ShareSlack (hysteresis), so keys near the bound do not ping-pong.
+// sticky returns the member of set that the index says holds the prefix
+// (-1 if none does), and whether that is a move. Request share is kept
+// even by moving a few keys (each move costs a cold prefill) rather than
+// letting busy keys pile up on one instance, but a key over MoveSlack × the
+// average moves only onto one of its own first choices that is within
+// ShareSlack of the average (see relieve), never sideways between busy
+// instances: after a scale-out every old instance is above the new
+// average, so the keys that leave go to the new one and none moves between
+// two instances that were both there before. MoveSlack is above ShareSlack
+// (hysteresis), so keys near the bound do not ping-pong.
 //
-// When the index names two holders, the one earlier in the key's own order
-// is taken, not the most recent: replicas that placed a key before hearing
-// of each other's placement then settle on the same holder, whatever order
-// the placements reached them in.
-func (p *Policy) sticky(t *table, set []int, e indexEntry) int {
-	avg := p.averageShare(t, set)
-	bound := p.tuning.MoveSlack*avg + stickySlack
-	if p.tuning.ShareSlack < 0 {
-		bound = math.Inf(1)
-	}
+// The key lives on the entry's current holder (the highest version, see
+// indexEntry), or on its former holder when the current one is not in the
+// set; when two holders are tied, on the one earlier in the key's order.
+func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
+	home := -1
 	for _, m := range set {
-		if !e.has(t.members[m].stat.token) {
-			continue
+		tok := t.members[m].stat.token
+		if tok == e.tok[0] || e.tie && tok == e.tok[1] {
+			home = m
+			break
 		}
-		if float64(p.globalShare(t.members[m].stat)) <= bound {
-			return m
-		}
-		return p.relieve(t, set, m, avg)
 	}
-	return -1
+	moved := false
+	if home < 0 {
+		// The current holder left the set (scaled in, or the set shrank):
+		// the former holder, if still there, is warm.
+		for _, m := range set {
+			if e.tok[1] != 0 && t.members[m].stat.token == e.tok[1] {
+				home, moved = m, true
+				break
+			}
+		}
+		if home < 0 {
+			return -1, false
+		}
+	}
+	avg := p.averageShare(t, set)
+	if p.tuning.ShareSlack < 0 || float64(p.globalShare(t.members[home].stat)) <= p.tuning.MoveSlack*avg+stickySlack {
+		return home, moved
+	}
+	m := p.relieve(t, set, home, avg)
+	return m, moved || m != home
 }
 
 // relieve picks where a key living on the over-share member m goes: the

@@ -47,4 +47,8 @@ type InstanceLoad struct {
 type Placement struct {
 	Hash     uint64 `json:"hash"`
 	Instance string `json:"instance"`
+	// Version orders placements of the same hash: a placement that moved
+	// the key (or placed it first) has a higher version than the one it
+	// replaced; the highest wins on every replica (see indexEntry).
+	Version uint32 `json:"version,omitempty"`
 }

@@ -30,7 +30,7 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 func TestPlacementLogTruncates(t *testing.T) {
 	l := newPlacementLog(4)
 	for i := range 6 {
-		l.add([]uint64{uint64(i)}, []int{0}, "a")
+		l.add([]uint64{uint64(i)}, []int{0}, "a", 1)
 	}
 	seq, ps, trunc := l.since(1)
 	if seq != 6 || len(ps) != 4 || !trunc || ps[0].Hash != 2 {
@@ -182,7 +182,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err := wrong.Restore(snap); err == nil {
 		t.Fatal("restored a snapshot of another sketch width")
 	}
-	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x02"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
+	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x03"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
 		if err := b.Restore(bad); err == nil {
 			t.Fatalf("restored garbage of %d bytes", len(bad))
 		}

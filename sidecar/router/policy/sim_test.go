@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -86,13 +87,26 @@ func renderText(ids []uint64, maxChars int) []byte {
 
 type simResult struct {
 	hit, share float64
-	spills     int
+	spills     map[string]int
+	// agree is the fraction of requests on which every replica's Peek
+	// named the same instance (1 with one replica).
+	agree float64
 }
 
-// simulate routes reqs; with several replicas, requests alternate between
-// policies that exchange reports every exchangeEvery decisions, as
-// sidecar/router/peers has them do.
-func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurrency, replicas int, tune Tuning) simResult {
+func (r simResult) spillCount() int {
+	n := 0
+	for _, v := range r.spills {
+		n += v
+	}
+	return n
+}
+
+// simulate routes reqs; with several replicas, each request goes to one at
+// random (as behind a Service), and the replicas exchange reports every
+// exchangeEvery decisions, as sidecar/router/peers has them do about every
+// 100 ms. Before each decision every replica is asked where it would send
+// the request (Peek), which measures agreement.
+func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurrency, replicas, exchangeEvery int, tune Tuning) simResult {
 	ps := make([]*Policy, replicas)
 	for i := range ps {
 		tune.BenchmarkStrategies = true
@@ -102,7 +116,6 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 			t.Fatal(err)
 		}
 	}
-	p := ps[0]
 	caches := make([]*lru, n)
 	for i := range caches {
 		caches[i] = newLRU(capBlocks)
@@ -113,9 +126,11 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 	}
 	var pending []*Choice
 	counts := make([]int, n)
-	hit, total, spills := 0, 0, 0
-	look := p.LookaheadBytes()
+	hit, total, agreed := 0, 0, 0
+	spills := map[string]int{}
+	look := ps[0].LookaheadBytes()
 	seen := make([]uint64, replicas*replicas)
+	rng := rand.New(rand.NewPCG(uint64(replicas), simSeed()))
 	for k, r := range reqs {
 		if replicas > 1 && k%exchangeEvery == 0 {
 			for to := range ps {
@@ -129,14 +144,32 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 				}
 			}
 		}
-		p := ps[k%replicas]
 		text := renderText(r.ids, 4096+look)
-		c, err := p.Pick(Request{Text: text, WindowBytes: min(4096, len(text))})
+		req := Request{Text: text, WindowBytes: min(4096, len(text))}
+		agree := true
+		if replicas > 1 {
+			first := ""
+			for i, p := range ps {
+				id, err := p.Peek(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 {
+					first = id
+				} else if id != first {
+					agree = false
+				}
+			}
+		}
+		if agree {
+			agreed++
+		}
+		c, err := ps[rng.IntN(replicas)].Pick(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Spill != SpillNone {
-			spills++
+			spills[c.Spill]++
 		}
 		i := idx[c.Instance().ID]
 		counts[i]++
@@ -159,7 +192,10 @@ func simulate(t *testing.T, reqs []simRequest, s Strategy, n, capBlocks, concurr
 	for _, c := range counts {
 		most = max(most, c)
 	}
-	return simResult{hit: float64(hit) / float64(total), share: float64(most) / (float64(len(reqs)) / float64(n)), spills: spills}
+	return simResult{
+		hit: float64(hit) / float64(total), share: float64(most) / (float64(len(reqs)) / float64(n)),
+		spills: spills, agree: float64(agreed) / float64(len(reqs)),
+	}
 }
 
 func pooled(reqs []simRequest, capBlocks int) float64 {
@@ -330,14 +366,38 @@ func TestSimulate(t *testing.T) {
 		_, _ = fmt.Sscan(v, &tune.ShareSlack)
 	}
 	for _, w := range workloads {
+		if only := os.Getenv("WARMROUTE_SIM_ONLY"); only != "" && !strings.Contains(w.name, only) {
+			continue
+		}
 		oracle := pooled(w.reqs, w.capBlocks*n)
 		line := fmt.Sprintf("%-40s pooled %5.1f%%", w.name, 100*oracle)
+		var one simResult
 		for _, s := range strategies {
-			res := simulate(t, w.reqs, s, n, w.capBlocks, w.concurrency, 1, tune)
-			line += fmt.Sprintf(" | %s %5.1f%% (%3.0f%% of pooled) max/avg %.2f spills %d", s, 100*res.hit, 100*res.hit/oracle, res.share, res.spills)
+			res := simulate(t, w.reqs, s, n, w.capBlocks, w.concurrency, 1, 1, tune)
+			line += fmt.Sprintf(" | %s %5.1f%% (%3.0f%% of pooled) max/avg %.2f spills %d %v", s, 100*res.hit, 100*res.hit/oracle, res.share, res.spillCount(), res.spills)
+			if s == PrefixAware {
+				one = res
+			}
 		}
-		res := simulate(t, w.reqs, PrefixAware, n, w.capBlocks, w.concurrency, 2, tune)
-		line += fmt.Sprintf(" | PREFIX_AWARE, 2 router replicas %5.1f%% (%3.0f%% of pooled) max/avg %.2f", 100*res.hit, 100*res.hit/oracle, res.share)
 		t.Log(line)
+		// Reports every 2 decisions are about every 100 ms at the
+		// benchmark's request rates (4–12/s); every 100 decisions is the
+		// stress case, where the whole in-flight set turns over three
+		// times between reports.
+		for _, every := range []int{2, exchangeEvery} {
+			for _, r := range []int{2, 3} {
+				res := simulate(t, w.reqs, PrefixAware, n, w.capBlocks, w.concurrency, r, every, tune)
+				t.Logf("%-40s   PREFIX_AWARE, %d router replicas, reports every %3d decisions: %5.1f%% (%3.0f%% of pooled, %3.0f%% of 1 replica) max/avg %.2f agree %6.2f%% spills %v",
+					"", r, every, 100*res.hit, 100*res.hit/oracle, 100*res.hit/one.hit, res.share, 100*res.agree, res.spills)
+			}
+		}
 	}
+}
+
+func simSeed() uint64 {
+	var s uint64 = 99
+	if v := os.Getenv("WARMROUTE_SIM_SEED"); v != "" {
+		_, _ = fmt.Sscan(v, &s)
+	}
+	return s
 }

@@ -12,12 +12,14 @@ import (
 // relearning (and disagreeing) for thousands of requests. Format, all
 // integers unsigned varints unless said otherwise:
 //
-//	"WRPS" version(=1 byte)
+//	"WRPS" version(=2, 1 byte)
 //	n, then n × (len, instance ID bytes)      instances referred to below
 //	n × share                                 global decayed share per instance
 //	width, total, 2×width counts              popularity sketch
-//	m, then m × (hash: 8 bytes LE, a, b)      index entries, oldest first;
-//	                                          a, b = instance number + 1, 0 = none
+//	m, then m × (hash: 8 bytes LE, a, b, v)   index entries, oldest first;
+//	                                          a, b = instance number + 1, 0 = none;
+//	                                          v = version×2 + tied (absent in
+//	                                          version 1, read as 0)
 //
 // Its size is bounded by the configuration: 2×width counts (≤ 5 bytes
 // each) and IndexEntries entries (≤ 8+2×3 bytes each) — about 4.5 MB with
@@ -25,7 +27,7 @@ import (
 
 const (
 	snapshotMagic   = "WRPS"
-	snapshotVersion = 1
+	snapshotVersion = 2
 	maxSnapshotIDs  = 1 << 16
 	maxIDBytes      = 1024
 )
@@ -40,7 +42,7 @@ func (p *Policy) Snapshot() []byte {
 		ids = append(ids, id)
 		shares = append(shares, p.globalShare(s))
 	})
-	b := append([]byte(snapshotMagic), snapshotVersion)
+	b := append([]byte(snapshotMagic), byte(snapshotVersion))
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
@@ -60,8 +62,13 @@ func (p *Policy) Snapshot() []byte {
 	for _, gen := range []map[uint64]indexEntry{p.index.old, p.index.young} {
 		for h, e := range gen {
 			b = binary.LittleEndian.AppendUint64(b, h)
-			b = binary.AppendUvarint(b, number[e[0]])
-			b = binary.AppendUvarint(b, number[e[1]])
+			b = binary.AppendUvarint(b, number[e.tok[0]])
+			b = binary.AppendUvarint(b, number[e.tok[1]])
+			tie := uint64(0)
+			if e.tie {
+				tie = 1
+			}
+			b = binary.AppendUvarint(b, uint64(e.ver)<<1|tie)
 		}
 	}
 	return b
@@ -107,19 +114,17 @@ func (p *Policy) Restore(data []byte) error {
 	for _, e := range s.entries {
 		// Oldest first, so that what the index keeps when the snapshot is
 		// larger than this policy's capacity is the most recent.
-		if b := token(e.b); b != 0 {
-			x.addLocked(e.hash, b)
+		if e.a == 0 {
+			continue
 		}
-		if a := token(e.a); a != 0 {
-			x.addLocked(e.hash, a)
-		}
+		x.putLocked(e.hash, indexEntry{tok: [2]uint32{token(e.a), token(e.b)}, ver: uint32(e.v >> 1), tie: e.v&1 == 1})
 	}
 	return nil
 }
 
 type snapshotEntry struct {
-	hash uint64
-	a, b uint64
+	hash    uint64
+	a, b, v uint64
 }
 
 type decodedSnapshot struct {
@@ -170,8 +175,11 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, errors.New("not a policy snapshot")
 	}
-	if v := data[len(snapshotMagic)]; v != snapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d, want %d", v, snapshotVersion)
+	// Version 1 (before placement versions) is still read, so that a
+	// replica restores from a peer not yet upgraded.
+	version := data[len(snapshotMagic)]
+	if version != 1 && version != snapshotVersion {
+		return nil, fmt.Errorf("snapshot version %d, want 1 or %d", version, snapshotVersion)
 	}
 	r := &snapshotReader{b: data[len(snapshotMagic)+1:]}
 	s := &decodedSnapshot{}
@@ -214,6 +222,9 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 		}
 		e.a = r.uvarint("index instance", n)
 		e.b = r.uvarint("index instance", n)
+		if version >= 2 {
+			e.v = r.uvarint("index version", 1<<33-1)
+		}
 		if r.err != nil {
 			return nil, r.err
 		}
