@@ -141,7 +141,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 
 	agentCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.Agent = NewPodAgent(e.Kube, o.Namespace, VLLMSelector, vllmPort, SimFactory(o.Sim, e.Sims))
+	e.Agent = NewPodAgent(e.Kube, o.Namespace, VLLMSelector, vllmContainer, vllmPort, SimFactory(o.Sim, e.Sims))
 	go func() { _ = e.Agent.Run(agentCtx) }()
 	return e, nil
 }
