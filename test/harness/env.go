@@ -57,6 +57,7 @@ type Env struct {
 	Sims     *SimRegistry
 	WorkDir  string
 	opts     Options
+	binDir   string // the control plane's binaries
 	cancel   context.CancelFunc
 	routers  []*Router
 }
@@ -96,6 +97,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	e.binDir = bin
 	progress("starting the local cluster")
 	copts := localcluster.Full()
 	copts.BinDir, copts.WorkDir, copts.PodCIDR = bin, filepath.Join(o.WorkDir, "cluster"), o.PodCIDR
