@@ -153,8 +153,15 @@ type ModelSpec struct {
 	// maxLoras is vLLM's --max-loras, how many LoRA adapters an instance
 	// keeps in GPU memory at once. Setting it enables LoRA with runtime
 	// adapter loading even before spec.loraAdapters lists any, so that the
-	// first adapter restarts no instance. When unset and adapters are
-	// listed, LoRA is enabled with vLLM's default.
+	// first adapter restarts no instance; set it on any endpoint that may
+	// get adapters later. The cost: vLLM reserves GPU memory for maxLoras
+	// adapters of maxLoraRank (less KV cache, so fewer concurrent requests)
+	// and runs its LoRA kernels on every batch, even with no adapter loaded.
+	// When unset, LoRA is enabled only while adapters are listed, so the
+	// first adapter added and the last removed restart every instance.
+	// Adding an adapter on a claim no other adapter uses also restarts them
+	// (the pods mount the new claim); adapters from Hugging Face or on a
+	// mounted claim never do.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
 	// +optional
