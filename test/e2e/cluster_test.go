@@ -120,3 +120,17 @@ func ensureClaim(ctx context.Context, name string) {
 		g.Expect(got.Status.Phase).To(Equal(corev1.ClaimBound))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
+
+// waitRoutable waits until the endpoint's routing document lists n
+// instances, each with a simulator serving it.
+func waitRoutable(ctx context.Context, name string, n int) {
+	Eventually(func(g Gomega) {
+		doc, err := routingDoc(ctx, name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(doc.Instances).To(HaveLen(n))
+		// Other specs' endpoints may have pods too: look for ours.
+		for _, in := range doc.Instances {
+			g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
+		}
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}

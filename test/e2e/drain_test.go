@@ -102,14 +102,7 @@ var _ = Describe("Scaling in while long generations stream", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(router.Stop)
 		Expect(router.WaitReady(ctx, 30*time.Second)).To(Succeed())
-		Eventually(func(g Gomega) {
-			doc, err := routingDoc(ctx, name)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(doc.Instances).To(HaveLen(4))
-			for _, in := range doc.Instances {
-				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
-			}
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		waitRoutable(ctx, name, 4)
 	})
 
 	It("loses no response and truncates none when scaling 4 → 2", func() {
