@@ -16,8 +16,9 @@ limitations under the License.
 
 // Package controllers holds the LLMEndpoint reconciler: it turns an
 // LLMEndpoint into a vLLM Deployment and its headless Service, the routing
-// ConfigMap, and a router Deployment with its ServiceAccount, Role,
-// RoleBinding and client-facing Service, and keeps them true to the spec.
+// ConfigMap, a router Deployment with its ServiceAccount, Role,
+// RoleBinding and client-facing Service, and a PodDisruptionBudget for
+// each Deployment, and keeps them true to the spec.
 package controllers
 
 import (
@@ -28,6 +29,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,6 +87,7 @@ type LLMEndpointReconciler struct {
 // The router Role grants list/watch on EndpointSlices (router replicas find each other).
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // Pods are read for the routing configuration and annotated with their deletion cost.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -131,6 +134,7 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
+	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
 	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())
 	errs = appendErr(errs, "pod deletion costs", err)
 
@@ -180,6 +184,7 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("llmendpoint").
@@ -205,13 +210,14 @@ func CacheOptions() cache.Options {
 	}
 	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*managed)}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:            byLabel,
-		&corev1.ConfigMap{}:      byLabel,
-		&corev1.Service{}:        byLabel,
-		&corev1.ServiceAccount{}: byLabel,
-		&appsv1.Deployment{}:     byLabel,
-		&rbacv1.Role{}:           byLabel,
-		&rbacv1.RoleBinding{}:    byLabel,
+		&corev1.Pod{}:                   byLabel,
+		&corev1.ConfigMap{}:             byLabel,
+		&corev1.Service{}:               byLabel,
+		&corev1.ServiceAccount{}:        byLabel,
+		&appsv1.Deployment{}:            byLabel,
+		&rbacv1.Role{}:                  byLabel,
+		&rbacv1.RoleBinding{}:           byLabel,
+		&policyv1.PodDisruptionBudget{}: byLabel,
 	}}
 }
 

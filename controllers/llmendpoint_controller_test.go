@@ -228,7 +228,19 @@ var _ = Describe("LLMEndpoint validation", func() {
 		}, "spec.model.tensorParallelSize", "must not exceed spec.model.gpus"),
 		Entry("prefix caching disabled", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Model.Args = []string{"--no-enable-prefix-caching"}
-		}, "spec.model.args", "must not disable prefix caching"),
+		}, "spec.model.args", "must not switch prefix caching"),
+		Entry("prefix caching disabled, underscore spelling", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Args = []string{"--no_enable_prefix_caching"}
+		}, "spec.model.args", "must not switch prefix caching"),
+		Entry("vLLM's drain set by hand", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Args = []string{"--shutdown_timeout=600"}
+		}, "spec.model.args", "--shutdown-timeout", "terminationGracePeriodSeconds"),
+		Entry("a vLLM config file", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Args = []string{"--config=/etc/vllm.yaml"}
+		}, "spec.model.args", "--config"),
+		Entry("a grace period with no room to drain", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](20)
+		}, "spec.model.terminationGracePeriodSeconds", "greater than or equal to 30"),
 		Entry("an operator-owned flag", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Model.Args = []string{"--port=9000"}
 		}, "spec.model.args", "--port"),

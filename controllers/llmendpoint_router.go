@@ -35,13 +35,12 @@ import (
 // The router's interface (sidecar/cmd/router): flags, ports, and the
 // health endpoints on its metrics listener.
 const (
-	routerHTTPPort       = 8080
-	routerMetricsPort    = 9090
-	routerConfigDir      = "/etc/warmroute/routing"
-	routerHealthPath     = "/healthz"
-	routerReadinessPath  = "/readyz"
-	defaultRouterReplica = 2
-	defaultServicePort   = 80
+	routerHTTPPort      = 8080
+	routerMetricsPort   = 9090
+	routerConfigDir     = "/etc/warmroute/routing"
+	routerHealthPath    = "/healthz"
+	routerReadinessPath = "/readyz"
+	defaultServicePort  = 80
 )
 
 // After SIGTERM the router keeps serving (not ready, closing connections
@@ -51,10 +50,6 @@ const (
 	routerDrainSeconds    = 5
 	routerShutdownSeconds = 60
 )
-
-func routerReplicas(ep *v1alpha1.LLMEndpoint) int32 {
-	return ptr.Deref(ep.Spec.Router.Replicas, defaultRouterReplica)
-}
 
 func servicePort(ep *v1alpha1.LLMEndpoint) int32 {
 	return ptr.Deref(ep.Spec.Router.Port, defaultServicePort)
@@ -167,7 +162,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(routerReplicas(ep)),
+			Replicas: ptr.To(v1alpha1.RouterReplicas(ep)),
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ep, roleRouter, "warmroute-router")},

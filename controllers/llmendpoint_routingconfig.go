@@ -94,7 +94,7 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) routing.D
 		Strategy:   strategy,
 		PrefixAware: routing.PrefixAware{
 			PrefixLength:         int(ptr.Deref(routingSpec.PrefixAware.PrefixLength, routing.DefaultPrefixLength)),
-			ConcurrencyThreshold: int(ptr.Deref(routingSpec.PrefixAware.ConcurrencyThreshold, routing.DefaultConcurrencyThresh)),
+			ConcurrencyThreshold: int(v1alpha1.ConcurrencyThreshold(ep)),
 		},
 		HashSeed:  hashSeed(ep),
 		Instances: instances,

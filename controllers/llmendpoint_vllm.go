@@ -18,11 +18,13 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,17 +44,8 @@ const (
 	// resourceGPU is the extended resource of NVIDIA's device plugin.
 	resourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
-	modelMountPath = "/mnt/models"
 	cacheMountPath = "/cache"
 
-	defaultReplicas                      = 2
-	defaultGPUs                          = 1
-	defaultTerminationGracePeriodSeconds = 180
-	// preStopSleepSeconds keeps a terminating instance serving while the
-	// routers drop it: the operator rewrites the routing ConfigMap within
-	// a second and the routers reload it from the API at once, so new
-	// requests stop arriving well before vLLM starts draining.
-	preStopSleepSeconds = 15
 	// startupSeconds bounds model download and loading before the startup
 	// probe gives up and the kubelet restarts the container.
 	startupSeconds       = 1800
@@ -67,19 +60,7 @@ const (
 )
 
 // replicas is spec.replicas with the API's default.
-func replicas(ep *v1alpha1.LLMEndpoint) int32 {
-	return ptr.Deref(ep.Spec.Replicas, defaultReplicas)
-}
-
-// gpus is spec.model.gpus with the API's default.
-func gpus(ep *v1alpha1.LLMEndpoint) int32 {
-	return ptr.Deref(ep.Spec.Model.GPUs, defaultGPUs)
-}
-
-// tensorParallelSize defaults to one rank per GPU.
-func tensorParallelSize(ep *v1alpha1.LLMEndpoint) int32 {
-	return ptr.Deref(ep.Spec.Model.TensorParallelSize, max(gpus(ep), 1))
-}
+func replicas(ep *v1alpha1.LLMEndpoint) int32 { return v1alpha1.Replicas(ep) }
 
 // loraEnabled is whether vLLM runs with LoRA and runtime adapter loading.
 // It depends on maxLoras as well as the adapter list, so that a user who
@@ -88,39 +69,81 @@ func loraEnabled(ep *v1alpha1.LLMEndpoint) bool {
 	return len(ep.Spec.LoRAAdapters) > 0 || ep.Spec.Model.MaxLoras != nil
 }
 
-// modelSource is what vLLM is told to serve, and the volume (if any) that
-// holds it.
-func modelSource(uri string) (model string, volume *corev1.Volume) {
-	switch {
-	case strings.HasPrefix(uri, "pvc://"):
-		claim, path, _ := strings.Cut(strings.TrimPrefix(uri, "pvc://"), "/")
-		return strings.TrimSuffix(modelMountPath+"/"+path, "/"), &corev1.Volume{
-			Name: "model",
+// modelVolume is the volume of the model's claim, mounted read-only at
+// v1alpha1.ModelMountPath.
+const modelVolume = "model"
+
+// weightsVolumes are the model's and the adapters' claims as volumes, each
+// claim once, and the vLLM container's mounts of them: the model's claim at
+// v1alpha1.ModelMountPath, every claim an adapter names at
+// v1alpha1.AdapterClaimMountPath (a claim both use is one volume mounted
+// twice). Adding an adapter on a claim not mounted yet changes the pod
+// template, so it restarts the instances; adapters from Hugging Face or on
+// mounted claims do not. URIs that do not parse (the webhook refuses them)
+// are skipped here and fail to load, which status reports.
+func weightsVolumes(ep *v1alpha1.LLMEndpoint) ([]corev1.Volume, []corev1.VolumeMount) {
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	byClaim := map[string]string{} // claim → volume name
+	volumeFor := func(claim, name string) string {
+		if v, ok := byClaim[claim]; ok {
+			return v
+		}
+		byClaim[claim] = name
+		volumes = append(volumes, corev1.Volume{
+			Name: name,
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 				ClaimName: claim,
 				ReadOnly:  true,
 			}},
-		}
-	case strings.HasPrefix(uri, "hf://"):
-		return strings.TrimPrefix(uri, "hf://"), nil
-	default:
-		return uri, nil
+		})
+		return name
 	}
+	if src, err := v1alpha1.ParseWeightsURI(ep.Spec.Model.URI); err == nil && src.OnClaim() {
+		mounts = append(mounts, corev1.VolumeMount{Name: volumeFor(src.Claim, modelVolume), MountPath: v1alpha1.ModelMountPath, ReadOnly: true})
+	}
+	var claims []string
+	for _, a := range ep.Spec.LoRAAdapters {
+		if src, err := v1alpha1.ParseWeightsURI(a.URI); err == nil && src.OnClaim() && !slices.Contains(claims, src.Claim) {
+			claims = append(claims, src.Claim)
+		}
+	}
+	// Sorted, so the order of spec.loraAdapters never changes the template.
+	slices.Sort(claims)
+	for _, c := range claims {
+		mounts = append(mounts, corev1.VolumeMount{Name: volumeFor(c, adapterVolumeName(c)), MountPath: v1alpha1.AdapterClaimMountPath(c), ReadOnly: true})
+	}
+	return volumes, mounts
 }
 
-// vllmArgs are the arguments of `vllm serve`: the model, the flags the
-// operator owns, then the user's.
-func vllmArgs(ep *v1alpha1.LLMEndpoint, model string) []string {
+// adapterVolumeName names an adapter claim's volume: claim names may be
+// longer than a volume name may be, so it is a hash.
+func adapterVolumeName(claim string) string {
+	sum := sha256.Sum256([]byte(claim))
+	return "lora-" + hex.EncodeToString(sum[:6])
+}
+
+// vllmArgs are the arguments of `vllm serve`: the model, the user's flags,
+// then the flags the operator owns. vLLM's parser lets the last of a
+// repeated flag win, so the operator's come last (the API refuses user args
+// that set them anyway).
+func vllmArgs(ep *v1alpha1.LLMEndpoint) []string {
 	m := ep.Spec.Model
-	args := []string{
-		model,
+	model := m.URI
+	if src, err := v1alpha1.ParseWeightsURI(m.URI); err == nil {
+		model = src.LoadPath(v1alpha1.ModelMountPath)
+	}
+	args := append([]string{model}, m.Args...)
+	args = append(args,
 		"--host=0.0.0.0",
-		"--port=" + strconv.Itoa(vllmPort),
-		"--served-model-name=" + m.Name,
+		"--port="+strconv.Itoa(vllmPort),
+		"--served-model-name="+m.Name,
 		// Prefix-aware routing is pointless without it; it is never off.
 		"--enable-prefix-caching",
-		"--tensor-parallel-size=" + strconv.Itoa(int(tensorParallelSize(ep))),
-	}
+		"--tensor-parallel-size="+strconv.Itoa(int(v1alpha1.TensorParallelSize(ep))),
+		// Without it vLLM aborts every running request on SIGTERM.
+		"--shutdown-timeout="+strconv.FormatInt(v1alpha1.ShutdownTimeoutSeconds(ep), 10),
+	)
 	if m.MaxModelLen != nil {
 		args = append(args, "--max-model-len="+strconv.Itoa(int(*m.MaxModelLen)))
 	}
@@ -133,7 +156,7 @@ func vllmArgs(ep *v1alpha1.LLMEndpoint, model string) []string {
 			args = append(args, "--max-lora-rank="+strconv.Itoa(int(*m.MaxLoraRank)))
 		}
 	}
-	return append(args, m.Args...)
+	return args
 }
 
 // vllmEnv is the operator's environment for vLLM, with the user's entries
@@ -184,7 +207,7 @@ func vllmResources(ep *v1alpha1.LLMEndpoint) corev1.ResourceRequirements {
 	}
 	delete(res.Limits, resourceGPU)
 	delete(res.Requests, resourceGPU)
-	if n := gpus(ep); n > 0 {
+	if n := v1alpha1.GPUs(ep); n > 0 {
 		q := *resource.NewQuantity(int64(n), resource.DecimalSI)
 		if res.Limits == nil {
 			res.Limits = corev1.ResourceList{}
@@ -214,16 +237,22 @@ func restrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
-// spreadOverNodes spreads an endpoint's pods of one role over nodes, so
-// that losing a node loses as few instances as possible.
+// spreadOverNodes spreads an endpoint's pods of one role over nodes, and
+// then over zones, so that losing a node or a zone loses as few instances
+// (or routers) as possible. Both are preferences: a cluster of one node or
+// zone still schedules everything.
 func spreadOverNodes(ep *v1alpha1.LLMEndpoint, role string) []corev1.TopologySpreadConstraint {
-	return []corev1.TopologySpreadConstraint{{
-		MaxSkew:           1,
-		TopologyKey:       corev1.LabelHostname,
-		WhenUnsatisfiable: corev1.ScheduleAnyway,
-		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(ep, role)},
-		MatchLabelKeys:    []string{appsv1.DefaultDeploymentUniqueLabelKey},
-	}}
+	var out []corev1.TopologySpreadConstraint
+	for _, key := range []string{corev1.LabelHostname, corev1.LabelTopologyZone} {
+		out = append(out, corev1.TopologySpreadConstraint{
+			MaxSkew:           1,
+			TopologyKey:       key,
+			WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(ep, role)},
+			MatchLabelKeys:    []string{appsv1.DefaultDeploymentUniqueLabelKey},
+		})
+	}
+	return out
 }
 
 func httpProbe(path, port string, period, failures int32) *corev1.Probe {
@@ -240,7 +269,6 @@ func httpProbe(path, port string, period, failures int32) *corev1.Probe {
 // buildVLLMDeployment is the Deployment of the endpoint's vLLM instances.
 func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deployment {
 	m := ep.Spec.Model
-	model, modelVolume := modelSource(m.URI)
 	image := m.Image
 	if image == "" {
 		image = opts.VLLMImage
@@ -256,16 +284,15 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		{Name: "dshm", MountPath: "/dev/shm"},
 		{Name: "cache", MountPath: cacheMountPath},
 	}
-	if modelVolume != nil {
-		volumes = append(volumes, *modelVolume)
-		mounts = append(mounts, corev1.VolumeMount{Name: modelVolume.Name, MountPath: modelMountPath, ReadOnly: true})
-	}
+	weights, weightMounts := weightsVolumes(ep)
+	volumes = append(volumes, weights...)
+	mounts = append(mounts, weightMounts...)
 
 	container := corev1.Container{
 		Name:    "vllm",
 		Image:   image,
 		Command: []string{"vllm", "serve"},
-		Args:    vllmArgs(ep, model),
+		Args:    vllmArgs(ep),
 		Env:     vllmEnv(ep),
 		Ports: []corev1.ContainerPort{{
 			Name: "http", ContainerPort: vllmPort, Protocol: corev1.ProtocolTCP,
@@ -278,7 +305,7 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		ReadinessProbe: httpProbe("/health", "http", 5, 2),
 		LivenessProbe:  httpProbe("/health", "http", 15, 4),
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
-			Sleep: &corev1.SleepAction{Seconds: preStopSleepSeconds},
+			Sleep: &corev1.SleepAction{Seconds: v1alpha1.PreStopSleepSeconds},
 		}},
 		SecurityContext:          restrictedContainerSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -306,9 +333,9 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 					Volumes:            volumes,
 					ServiceAccountName: serviceAccount,
 					// A leaving instance finishes the requests it has:
-					// preStop covers the routers' reload, the rest the
-					// longest generation.
-					TerminationGracePeriodSeconds: ptr.To(ptr.Deref(m.TerminationGracePeriodSeconds, defaultTerminationGracePeriodSeconds)),
+					// preStop covers the routers' reload, vLLM's
+					// --shutdown-timeout the longest generation.
+					TerminationGracePeriodSeconds: ptr.To(v1alpha1.TerminationGracePeriodSeconds(ep)),
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
 					SecurityContext: &corev1.PodSecurityContext{

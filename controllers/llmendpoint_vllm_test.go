@@ -67,7 +67,7 @@ func TestBuildVLLMDeployment(t *testing.T) {
 			if c.Image != testOptions.VLLMImage {
 				t.Errorf("image = %q, want the operator's default %q", c.Image, testOptions.VLLMImage)
 			}
-			want := []string{"meta-llama/Llama-3.1-8B-Instruct", "--host=0.0.0.0", "--port=8000", "--served-model-name=llama", "--enable-prefix-caching", "--tensor-parallel-size=1"}
+			want := []string{"meta-llama/Llama-3.1-8B-Instruct", "--host=0.0.0.0", "--port=8000", "--served-model-name=llama", "--enable-prefix-caching", "--tensor-parallel-size=1", "--shutdown-timeout=160"}
 			if diff := cmp.Diff(want, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -80,7 +80,7 @@ func TestBuildVLLMDeployment(t *testing.T) {
 			if _, ok := envValue(c, "VLLM_ALLOW_RUNTIME_LORA_UPDATING"); ok {
 				t.Error("runtime LoRA updating is on without adapters")
 			}
-			if got := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; got != defaultTerminationGracePeriodSeconds {
+			if got := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; got != v1alpha1.DefaultTerminationGracePeriodSeconds {
 				t.Errorf("terminationGracePeriodSeconds = %d", got)
 			}
 			if d.Spec.Template.Spec.SecurityContext.RunAsUser != nil {
@@ -106,8 +106,10 @@ func TestBuildVLLMDeployment(t *testing.T) {
 					t.Errorf("args %v lack %s", c.Args, a)
 				}
 			}
-			if last := c.Args[len(c.Args)-1]; last != "--gpu-memory-utilization=0.9" {
-				t.Errorf("user args not last: %v", c.Args)
+			// vLLM lets the last of a repeated flag win: the operator's
+			// flags come after the user's.
+			if c.Args[1] != "--gpu-memory-utilization=0.9" {
+				t.Errorf("user args not right after the model: %v", c.Args)
 			}
 			if q := c.Resources.Limits[resourceGPU]; q.Value() != 4 {
 				t.Errorf("GPU limit = %s, want 4", q.String())
@@ -142,7 +144,7 @@ func TestBuildVLLMDeployment(t *testing.T) {
 				t.Errorf("model volume = %+v", d.Spec.Template.Spec.Volumes[i])
 			}
 			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-				return m.Name == "model" && m.MountPath == modelMountPath && m.ReadOnly
+				return m.Name == "model" && m.MountPath == v1alpha1.ModelMountPath && m.ReadOnly
 			}) {
 				t.Errorf("mounts %v lack the read-only model", c.VolumeMounts)
 			}
@@ -151,8 +153,71 @@ func TestBuildVLLMDeployment(t *testing.T) {
 		name: "whole PVC",
 		ep:   newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.URI = "pvc://models" }),
 		check: func(t *testing.T, _ *appsv1.Deployment, c corev1.Container) {
-			if c.Args[0] != modelMountPath {
+			if c.Args[0] != v1alpha1.ModelMountPath {
 				t.Errorf("model arg = %q", c.Args[0])
+			}
+		},
+	}, {
+		name: "grace period sets vLLM's drain",
+		ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](60)
+		}),
+		check: func(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
+			// 60 = 15 s preStop + 40 s drain + 5 s for vLLM to exit.
+			if !slices.Contains(c.Args, "--shutdown-timeout=40") {
+				t.Errorf("args %v lack --shutdown-timeout=40", c.Args)
+			}
+			grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds
+			preStop := c.Lifecycle.PreStop.Sleep.Seconds
+			if grace != 60 || grace < preStop+40 {
+				t.Errorf("grace %d cannot hold preStop %d + drain 40", grace, preStop)
+			}
+		},
+	}, {
+		name: "adapters on their own claims",
+		ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.URI = "pvc://models/llama"
+			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{
+				{Name: "b", URI: "pvc://adapters/b"},
+				{Name: "a", URI: "pvc://adapters/a"},
+				{Name: "m", URI: "pvc://models/lora/m"},
+				{Name: "h", URI: "org/h"},
+			}
+		}),
+		check: func(t *testing.T, d *appsv1.Deployment, c corev1.Container) {
+			claims := map[string]string{} // volume → claim
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if pvc := v.PersistentVolumeClaim; pvc != nil {
+					if !pvc.ReadOnly {
+						t.Errorf("volume %s is writable", v.Name)
+					}
+					claims[v.Name] = pvc.ClaimName
+				}
+			}
+			if len(claims) != 2 {
+				t.Errorf("claim volumes %v, want models and adapters once each", claims)
+			}
+			mounted := map[string]string{} // mount path → claim
+			for _, m := range c.VolumeMounts {
+				if claim, ok := claims[m.Name]; ok {
+					if !m.ReadOnly {
+						t.Errorf("mount %s is writable", m.MountPath)
+					}
+					mounted[m.MountPath] = claim
+				}
+			}
+			want := map[string]string{"/mnt/models": "models", "/mnt/adapters/adapters": "adapters", "/mnt/adapters/models": "models"}
+			if diff := cmp.Diff(want, mounted); diff != "" {
+				t.Errorf("claim mounts (-want +got):\n%s", diff)
+			}
+			// Each adapter's load path lies under its claim's mount.
+			for _, a := range []struct{ uri, path string }{
+				{"pvc://adapters/b", "/mnt/adapters/adapters/b"},
+				{"pvc://models/lora/m", "/mnt/adapters/models/lora/m"},
+			} {
+				if got, _ := v1alpha1.AdapterLoadPath(a.uri); got != a.path {
+					t.Errorf("AdapterLoadPath(%q) = %q, want %q", a.uri, got, a.path)
+				}
 			}
 		},
 	}, {

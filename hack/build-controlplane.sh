@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) from the Go module proxy into a cache directory outside
-# the checkout, so that fresh clones (CI) reuse it. Prints the directory.
+# kube-scheduler, kwok) and kubectl of the same Kubernetes version from the Go
+# module proxy into a cache directory outside the checkout, so that fresh
+# clones (CI) reuse it. Prints the directory. A cache built before kubectl was
+# added gains kubectl alone: every binary is built only when it is missing.
 #
 # Cold: ~20 minutes on 2 cores (kube-apiserver dominates). Warm: instant.
 set -euo pipefail
@@ -13,7 +15,7 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${WARMROUTE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmroute}
 dest="$cache_root/controlplane/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml)
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml kubectl)
 
 complete() {
   for b in "${bins[@]}"; do [ -s "$dest/$b" ] || return 1; done
@@ -69,6 +71,9 @@ fi
 build_k8s kube-scheduler
 build_k8s kube-controller-manager
 build_k8s kube-apiserver
+# The demo prints kubectl commands; with this one they work where only Go is
+# installed, against a server of the same version.
+build_k8s kubectl
 
 complete
 echo "$dest"

@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,27 +71,9 @@ func SetupLLMEndpointWebhookWithManager(mgr ctrl.Manager) error {
 	return nil
 }
 
-// Values the derived defaults are built from.
-const (
-	// instancesPerRouter is how many vLLM instances one router replica is
-	// sized for; below minRouterReplicas routers the endpoint would lose
-	// its front door with a single node.
-	instancesPerRouter = 8
-	minRouterReplicas  = 2
-	maxRouterReplicas  = 64
-
-	// concurrencyPerGPU is the in-flight requests an instance takes per GPU
-	// before the router overflows to the next instance; cpuConcurrency is
-	// the threshold for instances without a GPU, which batch far less.
-	concurrencyPerGPU = 10
-	cpuConcurrency    = 4
-	maxConcurrency    = 1024
-
-	// charsPerToken approximates how many characters of text one token
-	// stands for, to compare prefixLength (characters) with maxModelLen
-	// (tokens).
-	charsPerToken = 4
-)
+// charsPerToken approximates how many characters of text one token stands
+// for, to compare prefixLength (characters) with maxModelLen (tokens).
+const charsPerToken = 4
 
 // LLMEndpointDefaulter fills in the fields whose defaults depend on other
 // fields; the CRD's schema defaults the rest. A derived default keeps
@@ -141,69 +122,35 @@ type derivedField struct {
 	derive func(*servingv1alpha1.LLMEndpoint) *int32
 }
 
+// The derivations are api/v1alpha1's, which the controller also falls back
+// to when a field is unset (the webhook off), so both agree.
 var derivedFields = []derivedField{
 	{ // spec.model.tensorParallelSize: one rank per GPU; unset on CPU, where CEL refuses any.
 		get:    func(e *servingv1alpha1.LLMEndpoint) *int32 { return e.Spec.Model.TensorParallelSize },
 		set:    func(e *servingv1alpha1.LLMEndpoint, v *int32) { e.Spec.Model.TensorParallelSize = v },
-		derive: DefaultTensorParallelSize,
+		derive: servingv1alpha1.DefaultTensorParallelSize,
 	},
 	{ // spec.routing.prefixAware.concurrencyThreshold: from the GPUs per instance.
 		get:    func(e *servingv1alpha1.LLMEndpoint) *int32 { return e.Spec.Routing.PrefixAware.ConcurrencyThreshold },
 		set:    func(e *servingv1alpha1.LLMEndpoint, v *int32) { e.Spec.Routing.PrefixAware.ConcurrencyThreshold = v },
-		derive: DefaultConcurrencyThreshold,
+		derive: pointer(servingv1alpha1.DefaultConcurrencyThreshold),
 	},
 	{ // spec.router.replicas: from the number of instances.
 		get:    func(e *servingv1alpha1.LLMEndpoint) *int32 { return e.Spec.Router.Replicas },
 		set:    func(e *servingv1alpha1.LLMEndpoint, v *int32) { e.Spec.Router.Replicas = v },
-		derive: DefaultRouterReplicas,
+		derive: pointer(servingv1alpha1.DefaultRouterReplicas),
 	},
 }
 
-// gpus is spec.model.gpus with the CRD's default.
-func gpus(e *servingv1alpha1.LLMEndpoint) int32 {
-	if e.Spec.Model.GPUs == nil {
-		return 1
+func pointer(f func(*servingv1alpha1.LLMEndpoint) int32) func(*servingv1alpha1.LLMEndpoint) *int32 {
+	return func(e *servingv1alpha1.LLMEndpoint) *int32 {
+		v := f(e)
+		return &v
 	}
-	return *e.Spec.Model.GPUs
 }
 
-// replicas is spec.replicas with the CRD's default.
-func replicas(e *servingv1alpha1.LLMEndpoint) int32 {
-	if e.Spec.Replicas == nil {
-		return 2
-	}
-	return *e.Spec.Replicas
-}
-
-// DefaultTensorParallelSize is spec.model.gpus (one tensor-parallel rank per
-// GPU), or nil for an instance without GPUs.
-func DefaultTensorParallelSize(e *servingv1alpha1.LLMEndpoint) *int32 {
-	g := gpus(e)
-	if g < 1 {
-		return nil
-	}
-	return &g
-}
-
-// DefaultConcurrencyThreshold is 10 requests in flight per GPU of an
-// instance (an instance with more GPUs has more KV cache and batches more
-// before requests queue), 4 on CPU, at most 1024.
-func DefaultConcurrencyThreshold(e *servingv1alpha1.LLMEndpoint) *int32 {
-	g := gpus(e)
-	v := int32(cpuConcurrency)
-	if g > 0 {
-		v = min(g*concurrencyPerGPU, maxConcurrency)
-	}
-	return &v
-}
-
-// DefaultRouterReplicas is one router per 8 instances, at least 2 (so that
-// the endpoint survives losing a node) and at most 64.
-func DefaultRouterReplicas(e *servingv1alpha1.LLMEndpoint) *int32 {
-	r := replicas(e)
-	v := max(int32(minRouterReplicas), min((r+instancesPerRouter-1)/instancesPerRouter, maxRouterReplicas))
-	return &v
-}
+func gpus(e *servingv1alpha1.LLMEndpoint) int32     { return servingv1alpha1.GPUs(e) }
+func replicas(e *servingv1alpha1.LLMEndpoint) int32 { return servingv1alpha1.Replicas(e) }
 
 // LLMEndpointValidator refuses LLMEndpoints the CRD's schema lets through
 // but the operator cannot serve, and warns about ones that will not work as
@@ -259,12 +206,31 @@ func validateUpdate(old, e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 	return errs
 }
 
-// validateSpec checks what the schema cannot: label syntax and resource
-// quantities.
+// validateSpec checks what the schema cannot: label syntax, resource
+// quantities, weights URIs, vLLM flags the operator owns, and a grace
+// period that leaves vLLM time to drain.
 func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 	spec := field.NewPath("spec")
 	var errs field.ErrorList
 	errs = append(errs, metav1validation.ValidateLabels(e.Spec.Model.NodeSelector, spec.Child("model", "nodeSelector"))...)
+	if _, err := servingv1alpha1.ParseWeightsURI(e.Spec.Model.URI); err != nil {
+		errs = append(errs, field.Invalid(spec.Child("model", "uri"), e.Spec.Model.URI, err.Error()))
+	}
+	for i, a := range e.Spec.LoRAAdapters {
+		if _, err := servingv1alpha1.AdapterLoadPath(a.URI); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("loraAdapters").Index(i).Child("uri"), a.URI, err.Error()))
+		}
+	}
+	for i, a := range e.Spec.Model.Args {
+		if msg := servingv1alpha1.OwnedFlagError(a); msg != "" {
+			errs = append(errs, field.Invalid(spec.Child("model", "args").Index(i), a, msg))
+		}
+	}
+	if g := e.Spec.Model.TerminationGracePeriodSeconds; g != nil && *g < servingv1alpha1.MinTerminationGracePeriodSeconds {
+		errs = append(errs, field.Invalid(spec.Child("model", "terminationGracePeriodSeconds"), *g,
+			fmt.Sprintf("must be at least %d: %d s of preStop while the routers drop the instance, at least %d s for vLLM to finish running requests (--shutdown-timeout) and %d s for it to exit",
+				servingv1alpha1.MinTerminationGracePeriodSeconds, servingv1alpha1.PreStopSleepSeconds, servingv1alpha1.MinShutdownTimeoutSeconds, servingv1alpha1.ShutdownMarginSeconds)))
+	}
 	errs = append(errs, validateResources(e.Spec.Model.Resources, spec.Child("model", "resources"))...)
 	errs = append(errs, validateResources(e.Spec.Router.Resources, spec.Child("router", "resources"))...)
 	return errs
@@ -362,10 +328,10 @@ func (v *LLMEndpointValidator) referenceWarnings(ctx context.Context, e *serving
 	claims := map[string]string{} // claim → the first field naming it
 	var order []string
 	add := func(uri, path string) {
-		if c, ok := pvcClaim(uri); ok {
-			if _, seen := claims[c]; !seen {
-				claims[c] = path
-				order = append(order, c)
+		if src, err := servingv1alpha1.ParseWeightsURI(uri); err == nil && src.OnClaim() {
+			if _, seen := claims[src.Claim]; !seen {
+				claims[src.Claim] = path
+				order = append(order, src.Claim)
 			}
 		}
 	}
@@ -392,14 +358,4 @@ func (v *LLMEndpointValidator) lookup(ctx context.Context, ns, name string, obj 
 	default:
 		return admission.Warnings{fmt.Sprintf("%s: could not check that %s %s/%s exists: %v", path, kind, ns, name, err)}
 	}
-}
-
-// pvcClaim returns the claim of a pvc://claim/path URI.
-func pvcClaim(uri string) (string, bool) {
-	rest, ok := strings.CutPrefix(uri, "pvc://")
-	if !ok {
-		return "", false
-	}
-	claim, _, _ := strings.Cut(rest, "/")
-	return claim, claim != ""
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package webhooks
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/utils/ptr"
@@ -24,39 +25,39 @@ import (
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
-func TestDerivedDefaults(t *testing.T) {
+// TestWebhookAndControllerAgree: the defaults the webhook writes are the
+// values the controller uses for an unset field, so an endpoint behaves the
+// same with the webhook off (make run).
+func TestWebhookAndControllerAgree(t *testing.T) {
 	spec := func(replicas, gpus *int32) *servingv1alpha1.LLMEndpoint {
 		return &servingv1alpha1.LLMEndpoint{Spec: servingv1alpha1.LLMEndpointSpec{
 			Replicas: replicas,
 			Model:    servingv1alpha1.ModelSpec{GPUs: gpus},
 		}}
 	}
-	tests := []struct {
-		name               string
-		e                  *servingv1alpha1.LLMEndpoint
-		wantTP             *int32
-		wantConcurrency    int32
-		wantRouterReplicas int32
-	}{
-		{"CRD defaults (2 instances, 1 GPU)", spec(nil, nil), ptr.To[int32](1), 10, 2},
-		{"CPU", spec(ptr.To[int32](1), ptr.To[int32](0)), nil, 4, 2},
-		{"scaled to zero", spec(ptr.To[int32](0), ptr.To[int32](2)), ptr.To[int32](2), 20, 2},
-		{"16 instances still 2 routers", spec(ptr.To[int32](16), ptr.To[int32](1)), ptr.To[int32](1), 10, 2},
-		{"17 instances, 3 routers", spec(ptr.To[int32](17), ptr.To[int32](1)), ptr.To[int32](1), 10, 3},
-		{"largest fleet", spec(ptr.To[int32](512), ptr.To[int32](16)), ptr.To[int32](16), 160, 64},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := DefaultTensorParallelSize(tt.e); !equalPtr(got, tt.wantTP) {
-				t.Errorf("tensorParallelSize = %v, want %v", deref(got), deref(tt.wantTP))
+	for _, unset := range []*servingv1alpha1.LLMEndpoint{
+		spec(nil, nil),
+		spec(ptr.To[int32](1), ptr.To[int32](0)),
+		spec(ptr.To[int32](0), ptr.To[int32](2)),
+		spec(ptr.To[int32](17), ptr.To[int32](1)),
+		spec(ptr.To[int32](512), ptr.To[int32](16)),
+	} {
+		defaulted := unset.DeepCopy()
+		applyDerivedDefaults(nil, defaulted)
+		// The controller's view of each: the defaulted object as written,
+		// the unset one through the API's fallbacks.
+		for _, f := range []struct {
+			name string
+			get  func(*servingv1alpha1.LLMEndpoint) int32
+		}{
+			{"concurrencyThreshold", servingv1alpha1.ConcurrencyThreshold},
+			{"router replicas", servingv1alpha1.RouterReplicas},
+			{"tensorParallelSize", servingv1alpha1.TensorParallelSize},
+		} {
+			if a, b := f.get(unset), f.get(defaulted); a != b {
+				t.Errorf("replicas %v gpus %v: %s is %d without the webhook, %d with it", deref(unset.Spec.Replicas), deref(unset.Spec.Model.GPUs), f.name, a, b)
 			}
-			if got := *DefaultConcurrencyThreshold(tt.e); got != tt.wantConcurrency {
-				t.Errorf("concurrencyThreshold = %d, want %d", got, tt.wantConcurrency)
-			}
-			if got := *DefaultRouterReplicas(tt.e); got != tt.wantRouterReplicas {
-				t.Errorf("router replicas = %d, want %d", got, tt.wantRouterReplicas)
-			}
-		})
+		}
 	}
 }
 
@@ -89,27 +90,49 @@ func TestApplyDerivedDefaultsOnUpdate(t *testing.T) {
 	}
 }
 
-func TestPVCClaim(t *testing.T) {
-	tests := []struct {
-		uri, claim string
-		ok         bool
-	}{
-		{"pvc://models/llama", "models", true},
-		{"pvc://models", "models", true},
-		{"pvc:///x", "", false},
-		{"meta-llama/Llama-3.1-8B", "", false},
-		{"/models/llama", "", false},
-	}
-	for _, tt := range tests {
-		if claim, ok := pvcClaim(tt.uri); claim != tt.claim || ok != tt.ok {
-			t.Errorf("pvcClaim(%q) = %q, %v; want %q, %v", tt.uri, claim, ok, tt.claim, tt.ok)
-		}
-	}
-}
-
 func deref(p *int32) any {
 	if p == nil {
 		return "nil"
 	}
 	return *p
+}
+
+func TestValidateSpecRefusals(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*servingv1alpha1.LLMEndpoint)
+		want   string // in the error; "" for none
+	}{
+		{"valid", func(*servingv1alpha1.LLMEndpoint) {}, ""},
+		{"underscore spelling of an owned flag", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Model.Args = []string{"--no_enable_prefix_caching"}
+		}, "spec.model.args[0]: Invalid value: \"--no_enable_prefix_caching\": --no-enable-prefix-caching is set by the operator"},
+		{"config file", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Model.Args = []string{"--gpu-memory-utilization=0.9", "--config", "/etc/vllm.yaml"}
+		}, "spec.model.args[1]"},
+		{"shutdown timeout names the grace period", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Model.Args = []string{"--shutdown-timeout=600"}
+		}, "use spec.model.terminationGracePeriodSeconds"},
+		{"grace period without room to drain", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](20)
+		}, "spec.model.terminationGracePeriodSeconds: Invalid value: 20: must be at least 30"},
+		{"adapter path escaping its claim", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "a", URI: "pvc://adapters/../x"}}
+		}, "spec.loraAdapters[0].uri"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &servingv1alpha1.LLMEndpoint{}
+			e.Spec.Model.Name, e.Spec.Model.URI = "m", "org/m"
+			tt.mutate(e)
+			errs := validateSpec(e)
+			got := errs.ToAggregate()
+			switch {
+			case tt.want == "" && got != nil:
+				t.Errorf("refused: %v", got)
+			case tt.want != "" && (got == nil || !strings.Contains(got.Error(), tt.want)):
+				t.Errorf("error %v, want one containing %q", got, tt.want)
+			}
+		})
+	}
 }

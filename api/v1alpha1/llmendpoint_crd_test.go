@@ -116,6 +116,15 @@ func TestCRDBoundsMatchRoutingDocument(t *testing.T) {
 	}
 }
 
+// TestCRDGracePeriodLeavesADrain: the CRD's minimum grace period is the
+// preStop, the shortest drain and vLLM's exit margin.
+func TestCRDGracePeriodLeavesADrain(t *testing.T) {
+	f := field(t, loadSchema(t), "spec", "model", "terminationGracePeriodSeconds")
+	if f.Minimum == nil || int(*f.Minimum) != v1alpha1.MinTerminationGracePeriodSeconds {
+		t.Errorf("minimum = %v, want %d", f.Minimum, v1alpha1.MinTerminationGracePeriodSeconds)
+	}
+}
+
 func TestCRDStrategiesMatchRoutingDocument(t *testing.T) {
 	f := field(t, loadSchema(t), "spec", "routing", "strategy")
 	var got []string

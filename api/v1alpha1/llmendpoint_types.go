@@ -153,8 +153,15 @@ type ModelSpec struct {
 	// maxLoras is vLLM's --max-loras, how many LoRA adapters an instance
 	// keeps in GPU memory at once. Setting it enables LoRA with runtime
 	// adapter loading even before spec.loraAdapters lists any, so that the
-	// first adapter restarts no instance. When unset and adapters are
-	// listed, LoRA is enabled with vLLM's default.
+	// first adapter restarts no instance; set it on any endpoint that may
+	// get adapters later. The cost: vLLM reserves GPU memory for maxLoras
+	// adapters of maxLoraRank (less KV cache, so fewer concurrent requests)
+	// and runs its LoRA kernels on every batch, even with no adapter loaded.
+	// When unset, LoRA is enabled only while adapters are listed, so the
+	// first adapter added and the last removed restart every instance.
+	// Adding an adapter on a claim no other adapter uses also restarts them
+	// (the pods mount the new claim); adapters from Hugging Face or on a
+	// mounted claim never do.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=256
 	// +optional
@@ -167,14 +174,18 @@ type ModelSpec struct {
 	// +optional
 	MaxLoraRank *int32 `json:"maxLoraRank,omitempty"`
 
-	// args are extra vLLM flags, appended after the ones the operator sets.
-	// Flags the operator owns (--host, --port, --served-model-name,
-	// --tensor-parallel-size, --max-model-len) and disabling prefix caching
-	// are refused.
+	// args are extra vLLM flags. The operator's own flags come after them
+	// (vLLM's parser lets the last of a repeated flag win), and args that
+	// set an option the operator owns are refused, in either spelling
+	// (--max_model_len is --max-model-len): --host, --port, --model,
+	// --served-model-name, --tensor-parallel-size, --max-model-len, prefix
+	// caching, the LoRA switches (--enable-lora, --max-loras,
+	// --max-lora-rank), --shutdown-timeout, and --config (a file could set
+	// any of them).
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=1024
-	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^(--host|--port|--served-model-name|--tensor-parallel-size|-tp|--max-model-len)(=.*)?$'))",message="spec.model.args must not set --host, --port, --served-model-name, --tensor-parallel-size or --max-model-len: the operator sets them from the spec"
-	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--no-enable-prefix-caching(=.*)?$') && !a.matches('^--enable-prefix-caching=.*$'))",message="spec.model.args must not disable prefix caching: warmroute always enables it"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^(--(host|port|model|served[-_]model[-_]name|tensor[-_]parallel[-_]size|max[-_]model[-_]len|max[-_]loras|max[-_]lora[-_]rank|shutdown[-_]timeout|config)|-tp)(=.*)?$'))",message="spec.model.args must not set --host, --port, --model, --served-model-name, --tensor-parallel-size, --max-model-len, --max-loras, --max-lora-rank, --shutdown-timeout or --config: the operator sets them from spec.model (name, uri, tensorParallelSize, maxModelLen, maxLoras, maxLoraRank, terminationGracePeriodSeconds)"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !a.matches('^--(no[-_])?enable[-_](prefix[-_]caching|lora)(=.*)?$'))",message="spec.model.args must not switch prefix caching or LoRA: warmroute always enables prefix caching, and enables LoRA from spec.model.maxLoras or spec.loraAdapters"
 	// +listType=atomic
 	// +optional
 	Args []string `json:"args,omitempty"`
@@ -208,9 +219,14 @@ type ModelSpec struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// terminationGracePeriodSeconds is how long a leaving instance may
-	// finish the requests it has: it leaves the routing configuration as soon
-	// as it is terminating and is stopped after this. Defaults to 180.
+	// terminationGracePeriodSeconds is how long a leaving instance has to
+	// finish the requests it runs. It leaves the routing configuration as
+	// soon as it is terminating, keeps serving through a 15 s preStop sleep
+	// while the routers drop it, and is then told to stop: vLLM's
+	// --shutdown-timeout, which the operator sets to this minus 20 s (the
+	// preStop and 5 s for vLLM to exit), is how long it waits for running
+	// generations before aborting them. Set it above your longest
+	// generation plus 20 s. At least 30 (a 10 s drain); defaults to 180.
 	// +kubebuilder:validation:Minimum=30
 	// +kubebuilder:validation:Maximum=3600
 	// +optional

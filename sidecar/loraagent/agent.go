@@ -35,6 +35,7 @@ import (
 	"github.com/go-logr/logr"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
 // Back-off between attempts to load an adapter that failed.
@@ -162,8 +163,11 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 		}
 		err := a.load(ctx, name, want[name])
 		if err != nil {
-			// Full of adapters it is moving away from: make room first.
-			if stale := unwanted(loaded, want); len(stale) > 0 {
+			// Full of adapters it is moving away from: make room first,
+			// but only with adapters no router sends here any more; one
+			// still in an adapter's ready set serves traffic, and
+			// unloading it would fail those requests.
+			if stale := unkept(loaded, keep); len(stale) > 0 {
 				for _, s := range stale {
 					if a.unload(ctx, s) == nil {
 						loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == s })
@@ -215,10 +219,11 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 	return next
 }
 
-func unwanted(loaded []string, want map[string]string) []string {
+// unkept are the loaded adapters neither placed here nor still routed here.
+func unkept(loaded []string, keep map[string]bool) []string {
 	var out []string
 	for _, n := range loaded {
-		if _, ok := want[n]; !ok {
+		if !keep[n] {
 			out = append(out, n)
 		}
 	}
@@ -274,7 +279,11 @@ func (a *Agent) loaded(ctx context.Context, base string) ([]string, error) {
 }
 
 func (a *Agent) load(ctx context.Context, name, uri string) error {
-	return a.post(ctx, "/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": adapterPath(uri)})
+	path, err := v1alpha1.AdapterLoadPath(uri)
+	if err != nil {
+		return fmt.Errorf("adapter %s: %w", name, err)
+	}
+	return a.post(ctx, "/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": path})
 }
 
 // unload removes an adapter; one vLLM no longer has is gone already.
@@ -284,21 +293,6 @@ func (a *Agent) unload(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
-}
-
-// adapterPath is what vLLM loads for an adapter's URI: a Hugging Face id
-// as is, pvc://claim/path under the mount the operator gives the model's
-// claim, an absolute path as is.
-func adapterPath(uri string) string {
-	switch {
-	case strings.HasPrefix(uri, "hf://"):
-		return strings.TrimPrefix(uri, "hf://")
-	case strings.HasPrefix(uri, "pvc://"):
-		_, path, _ := strings.Cut(strings.TrimPrefix(uri, "pvc://"), "/")
-		return strings.TrimSuffix("/mnt/models/"+path, "/")
-	default:
-		return uri
-	}
 }
 
 func (a *Agent) post(ctx context.Context, path string, body map[string]string) error {

@@ -102,7 +102,9 @@ func TestAgentSync(t *testing.T) {
 }
 
 // TestAgentMakesRoomForDesired: an instance full of adapters it is moving
-// away from unloads them when a desired one does not fit.
+// away from unloads them when a desired one does not fit, but only once no
+// router sends them here: an adapter still in a ready set keeps serving and
+// the desired one waits (and is reported failed, to retry).
 func TestAgentMakesRoomForDesired(t *testing.T) {
 	ctx := context.Background()
 	var st routing.LoRAState
@@ -114,22 +116,25 @@ func TestAgentMakesRoomForDesired(t *testing.T) {
 	}
 	_ = a.Apply(doc(routing.Adapter{Name: "old", URI: "org/old", Desired: []string{"pod-a"}}))
 	a.Sync(ctx, time.Now())
+
+	// old moves to pod-b, which has not loaded it yet: the routers still
+	// send old here, so it stays and new cannot load.
 	_ = a.Apply(doc(
 		routing.Adapter{Name: "old", URI: "org/old", Desired: []string{"pod-b"}, Ready: []string{"pod-a"}},
 		routing.Adapter{Name: "new", URI: "org/new", Desired: []string{"pod-a"}},
 	))
 	a.Sync(ctx, time.Now())
+	if !slices.Equal(st.Loaded, []string{"old"}) || len(st.Failed) != 1 || st.Failed[0].Name != "new" {
+		t.Fatalf("state %+v, want old kept (still routed here) and new failed", st)
+	}
+
+	// pod-b has it and the routers moved: room for new.
+	_ = a.Apply(doc(
+		routing.Adapter{Name: "old", URI: "org/old", Desired: []string{"pod-b"}, Ready: []string{"pod-b"}},
+		routing.Adapter{Name: "new", URI: "org/new", Desired: []string{"pod-a"}},
+	))
+	a.Sync(ctx, time.Now().Add(time.Hour)) // past the back-off
 	if !slices.Equal(st.Loaded, []string{"new"}) || len(st.Failed) != 0 {
 		t.Fatalf("state %+v, want new loaded", st)
-	}
-}
-
-func TestAdapterPath(t *testing.T) {
-	for uri, want := range map[string]string{
-		"org/a": "org/a", "hf://org/a": "org/a", "/adapters/a": "/adapters/a", "pvc://models/adapters/a": "/mnt/models/adapters/a",
-	} {
-		if got := adapterPath(uri); got != want {
-			t.Errorf("%s → %s, want %s", uri, got, want)
-		}
 	}
 }

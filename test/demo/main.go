@@ -147,8 +147,14 @@ func run(exit bool, timeScale, size float64) error {
 		}
 	}
 	printReport(rows)
-	fmt.Printf("\nThe cluster is yours:\n  export KUBECONFIG=%s\n  kubectl get llmendpoints,deployments,pods -o wide\n  kubectl get configmap %s -o jsonpath='{.data.routing\\.json}'\n",
-		env.Cluster.KubeconfigPath, harness.RoutingConfigMapName(endpoint))
+	// The kubectl built with the control plane, so that the commands work
+	// on a machine with nothing but Go.
+	kubectl := env.Kubectl()
+	if kubectl == "" {
+		kubectl = "kubectl"
+	}
+	fmt.Printf("\nThe cluster is yours:\n  export KUBECONFIG=%s\n  alias kubectl=%s\n  kubectl get llmendpoints,deployments,pods -o wide\n  kubectl get configmap %s -o jsonpath='{.data.routing\\.json}'\n",
+		env.Cluster.KubeconfigPath, kubectl, harness.RoutingConfigMapName(endpoint))
 	fmt.Printf("  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":\"support-llama\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n", router.URL)
 	fmt.Printf("  router metrics: %s/metrics\n", router.MetricsURL)
 	if exit {

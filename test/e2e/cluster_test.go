@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	. "github.com/onsi/gomega"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,4 +83,54 @@ func describe(m map[int]string) string {
 		counts[v]++
 	}
 	return fmt.Sprint(counts)
+}
+
+// ensureClaim creates a PersistentVolumeClaim bound to a volume of its own,
+// as a cluster's storage would hold adapters or weights: the vLLM pods that
+// mount it are scheduled only once it is bound. The simulators take a claim
+// to hold whatever path is asked of it.
+func ensureClaim(ctx context.Context, name string) {
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "e2e-static",
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/" + name}},
+		},
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+			StorageClassName: &pv.Spec.StorageClassName,
+			VolumeName:       pv.Name,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	for _, obj := range []client.Object{pv, pvc} {
+		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	Eventually(func(g Gomega) {
+		var got corev1.PersistentVolumeClaim
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &got)).To(Succeed())
+		g.Expect(got.Status.Phase).To(Equal(corev1.ClaimBound))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// waitRoutable waits until the endpoint's routing document lists n
+// instances, each with a simulator serving it.
+func waitRoutable(ctx context.Context, name string, n int) {
+	Eventually(func(g Gomega) {
+		doc, err := routingDoc(ctx, name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(doc.Instances).To(HaveLen(n))
+		// Other specs' endpoints may have pods too: look for ours.
+		for _, in := range doc.Instances {
+			g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
+		}
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -71,15 +71,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 			routers = append(routers, r)
 		}
 		endpoints.watch(ctx, routers)
-		Eventually(func(g Gomega) {
-			doc, err := routingDoc(ctx, endpoint)
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(doc.Instances).To(HaveLen(4))
-			// Other specs' endpoints may have pods too: look for ours.
-			for _, in := range doc.Instances {
-				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
-			}
-		}).WithTimeout(30 * time.Second).Should(Succeed())
+		waitRoutable(ctx, endpoint, 4)
 	})
 
 	It("serves the OpenAI Go client through the router, streaming and not", func() {

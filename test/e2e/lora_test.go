@@ -76,6 +76,9 @@ var _ = Describe("LoRA adapters of the multi-tenant sample", Ordered, func() {
 		DeferCleanup(stopAgents)
 		env.StartLoRAAgents(agentCtx)
 
+		// The sample's adapters live on the claim "adapters", which the
+		// vLLM pods mount read-only at its own path.
+		ensureClaim(ctx, "adapters")
 		By("kubectl apply -f config/samples/" + loraSample)
 		applySample(ctx, loraSample)
 		DeferCleanup(func() {

@@ -57,6 +57,7 @@ type Env struct {
 	Sims     *SimRegistry
 	WorkDir  string
 	opts     Options
+	binDir   string // the control plane's binaries
 	cancel   context.CancelFunc
 	routers  []*Router
 }
@@ -96,6 +97,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
+	e.binDir = bin
 	progress("starting the local cluster")
 	copts := localcluster.Full()
 	copts.BinDir, copts.WorkDir, copts.PodCIDR = bin, filepath.Join(o.WorkDir, "cluster"), o.PodCIDR
@@ -141,7 +143,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 
 	agentCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.Agent = NewPodAgent(e.Kube, o.Namespace, VLLMSelector, vllmPort, SimFactory(o.Sim, e.Sims))
+	e.Agent = NewPodAgent(e.Kube, o.Namespace, VLLMSelector, vllmContainer, vllmPort, SimFactory(o.Sim, e.Sims))
 	go func() { _ = e.Agent.Run(agentCtx) }()
 	return e, nil
 }

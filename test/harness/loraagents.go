@@ -21,7 +21,7 @@ const loraAgentContainer = "lora-agent"
 // pod mounts (read through the API), reporting on the pod as the sidecar
 // does. The agents stop with ctx.
 func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
-	a := NewPodAgent(e.Kube, e.opts.Namespace, VLLMSelector, vllmPort, func(pod *corev1.Pod, addr string) (Backend, error) {
+	a := NewPodAgent(e.Kube, e.opts.Namespace, VLLMSelector, loraAgentContainer, vllmPort, func(pod *corev1.Pod, addr string) (Backend, error) {
 		configMap := ""
 		for _, v := range pod.Spec.Volumes {
 			if v.Name == "routing" && v.ConfigMap != nil {
@@ -54,10 +54,10 @@ func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
 
 type agentBackend struct{ cancel context.CancelFunc }
 
-func (b agentBackend) Close() error { b.cancel(); return nil }
-func (b agentBackend) Kill()        { b.cancel() }
+func (b agentBackend) Terminate() { b.cancel() }
+func (b agentBackend) Kill()      { b.cancel() }
 
 type noBackend struct{}
 
-func (noBackend) Close() error { return nil }
-func (noBackend) Kill()        {}
+func (noBackend) Terminate() {}
+func (noBackend) Kill()      {}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,23 +22,31 @@ import (
 
 // Backend is what the pod agent runs for one pod.
 type Backend interface {
-	// Close stops the backend gracefully (the pod is gone).
-	Close() error
-	// Kill stops it at once, dropping connections (the process crashed).
+	// Terminate is SIGTERM: the backend stops as its process would, and
+	// Terminate returns once it has.
+	Terminate()
+	// Kill stops it at once, dropping connections (the process crashed,
+	// or the kubelet's SIGKILL at the end of the grace period).
 	Kill()
 }
 
 // BackendFactory starts a backend for pod listening on addr (podIP:port).
 type BackendFactory func(pod *corev1.Pod, addr string) (Backend, error)
 
-// PodAgent plays the container runtime for the pods KWOK runs: it starts a
-// backend when a selected pod is Running with an IP and stops it when the
-// pod object is gone. Terminating pods keep their backend, as a real pod
-// keeps serving through its grace period.
+// PodAgent plays the kubelet and the container runtime for one container
+// of the pods KWOK runs: it starts a backend when a selected pod is Running
+// with an IP, and stops it the way the kubelet stops a container. When the
+// pod starts terminating, the container's preStop sleep runs (the backend
+// keeps serving), then the backend gets SIGTERM (Terminate), and if it has
+// not stopped when the grace period ends (the pod's deletionTimestamp) it
+// is killed. KWOK removes the pod object at some point within the grace
+// period; that does not cut the sequence short, as a real kubelet's would
+// not be.
 type PodAgent struct {
 	client    kubernetes.Interface
 	namespace string
 	selector  string
+	container string
 	port      int
 	factory   BackendFactory
 
@@ -48,16 +57,18 @@ type PodAgent struct {
 }
 
 type podBackend struct {
-	uid     string
-	addr    string
-	backend Backend
+	uid         string
+	addr        string
+	backend     Backend
+	terminating bool
 }
 
-// NewPodAgent watches pods in namespace matching selector and serves each on
-// podIP:port.
-func NewPodAgent(client kubernetes.Interface, namespace, selector string, port int, factory BackendFactory) *PodAgent {
+// NewPodAgent watches pods in namespace matching selector and serves each
+// on podIP:port, as the pod's container named container (whose preStop
+// hook it runs).
+func NewPodAgent(client kubernetes.Interface, namespace, selector, container string, port int, factory BackendFactory) *PodAgent {
 	return &PodAgent{
-		client: client, namespace: namespace, selector: selector, port: port, factory: factory,
+		client: client, namespace: namespace, selector: selector, container: container, port: port, factory: factory,
 		backends: map[string]*podBackend{}, killed: map[string]bool{},
 	}
 }
@@ -89,7 +100,7 @@ func (a *PodAgent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for name, b := range a.backends {
-		_ = b.backend.Close()
+		b.backend.Kill() // the test is over
 		delete(a.backends, name)
 	}
 	return nil
@@ -97,16 +108,25 @@ func (a *PodAgent) Run(ctx context.Context) error {
 
 func (a *PodAgent) sync(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+	if !ok {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if pod.DeletionTimestamp != nil {
+		if b, ok := a.backends[pod.Name]; ok && b.uid == string(pod.UID) {
+			a.terminateLocked(pod.Name, b, a.preStop(pod), time.Until(pod.DeletionTimestamp.Time))
+		}
+		return
+	}
+	if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		return
+	}
 	if b, ok := a.backends[pod.Name]; ok {
 		if b.uid == string(pod.UID) {
 			return
 		}
-		_ = b.backend.Close() // same name, new pod (StatefulSet-like reuse)
+		b.backend.Kill() // same name, new pod (StatefulSet-like reuse)
 		delete(a.backends, pod.Name)
 	}
 	if a.killed[pod.Name] {
@@ -121,14 +141,64 @@ func (a *PodAgent) sync(obj any) {
 	a.backends[pod.Name] = &podBackend{uid: string(pod.UID), addr: addr, backend: backend}
 }
 
+// remove handles a pod object's removal. A backend already terminating
+// goes on with its sequence; one whose pod vanished without being seen
+// terminating (a forced deletion) is killed.
 func (a *PodAgent) remove(name, uid string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.killed, name)
-	if b, ok := a.backends[name]; ok && b.uid == uid {
-		_ = b.backend.Close()
-		delete(a.backends, name)
+	if b, ok := a.backends[name]; ok && b.uid == uid && !b.terminating {
+		a.terminateLocked(name, b, 0, 0)
 	}
+}
+
+// preStop is the preStop sleep of the agent's container in pod.
+func (a *PodAgent) preStop(pod *corev1.Pod) time.Duration {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == a.container && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			return time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+		}
+	}
+	return 0
+}
+
+// terminateLocked runs the kubelet's stop sequence for a backend once:
+// preStop, SIGTERM, and SIGKILL when grace runs out first.
+func (a *PodAgent) terminateLocked(name string, b *podBackend, preStop, grace time.Duration) {
+	if b.terminating {
+		return
+	}
+	b.terminating = true
+	go func() {
+		deadline := time.NewTimer(max(grace, 0))
+		defer deadline.Stop()
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			if grace <= 0 {
+				return
+			}
+			t := time.NewTimer(preStop)
+			select {
+			case <-t.C:
+				b.backend.Terminate()
+			case <-deadline.C:
+				t.Stop()
+				b.backend.Kill()
+			}
+		}()
+		select {
+		case <-stopped:
+		case <-deadline.C:
+		}
+		b.backend.Kill() // a no-op for a backend that stopped
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.backends[name] == b {
+			delete(a.backends, name)
+		}
+	}()
 }
 
 // Backends returns the running backends by pod name.

@@ -1,7 +1,7 @@
 package harness
 
 import (
-	"context"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -14,32 +14,42 @@ import (
 // simBackend is a simulated vLLM server standing in for a pod's container.
 type simBackend struct{ srv *vllmsim.Server }
 
-func (b simBackend) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return b.srv.Shutdown(ctx)
-}
+func (b simBackend) Terminate() { b.srv.Terminate() }
 
 func (b simBackend) Kill() { _ = b.srv.Close() }
 
 // SimFactory starts a simulator for a vLLM pod with the pod's own served
-// model name and adapter limit (read from the container's `vllm serve`
-// flags), configured otherwise by template.
+// model name, adapter limit and shutdown timeout (read from the vllm
+// container's `vllm serve` flags, the last of a repeated flag winning as
+// in vLLM), and a file system made of the container's claim mounts: an
+// adapter path exists when it lies under one. It is configured otherwise
+// by template.
 func SimFactory(template vllmsim.Config, sims *SimRegistry) BackendFactory {
 	return func(pod *corev1.Pod, addr string) (Backend, error) {
 		cfg := template
 		cfg.Listen = addr
 		cfg.InstanceID = pod.Name
 		for _, c := range pod.Spec.Containers {
+			if c.Name != vllmContainer {
+				continue
+			}
 			for _, a := range c.Args {
-				switch {
-				case strings.HasPrefix(a, "--served-model-name="):
-					cfg.Model = strings.TrimPrefix(a, "--served-model-name=")
-				case strings.HasPrefix(a, "--max-loras="):
-					if n, err := strconv.Atoi(strings.TrimPrefix(a, "--max-loras=")); err == nil {
+				name, value, _ := strings.Cut(a, "=")
+				switch name {
+				case "--served-model-name":
+					cfg.Model = value
+				case "--max-loras":
+					if n, err := strconv.Atoi(value); err == nil {
 						cfg.MaxLoRAs = n
 					}
+				case "--shutdown-timeout":
+					if n, err := strconv.ParseFloat(value, 64); err == nil {
+						cfg.ShutdownTimeout = time.Duration(n * float64(time.Second))
+					}
 				}
+			}
+			if cfg.LoRAPathExists == nil {
+				cfg.LoRAPathExists = claimMounts(pod, c)
 			}
 		}
 		srv, err := vllmsim.Start(cfg)
@@ -48,5 +58,39 @@ func SimFactory(template vllmsim.Config, sims *SimRegistry) BackendFactory {
 		}
 		sims.add(pod.Name, srv)
 		return simBackend{srv}, nil
+	}
+}
+
+// vllmContainer is the container the simulator stands for.
+const vllmContainer = "vllm"
+
+// claimMounts says whether a path exists in container c: a Hugging Face id
+// (which the simulator cannot check) does, an absolute path does when it
+// lies under a mount of a PersistentVolumeClaim (a claim is taken to hold
+// whatever is asked of it), and nothing else does.
+func claimMounts(pod *corev1.Pod, c corev1.Container) func(string) bool {
+	claims := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = true
+		}
+	}
+	var roots []string
+	for _, m := range c.VolumeMounts {
+		if claims[m.Name] {
+			roots = append(roots, path.Clean(m.MountPath))
+		}
+	}
+	return func(p string) bool {
+		if !path.IsAbs(p) {
+			return true
+		}
+		p = path.Clean(p)
+		for _, r := range roots {
+			if p == r || strings.HasPrefix(p, r+"/") {
+				return true
+			}
+		}
+		return false
 	}
 }

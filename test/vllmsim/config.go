@@ -70,6 +70,19 @@ type Config struct {
 	// LoRALoadDelay is how long a runtime adapter load takes, in simulated
 	// time. Default 0.
 	LoRALoadDelay time.Duration
+	// LoRAPathExists says whether an adapter path exists where vLLM would
+	// look: a load of one that does not fails with vLLM's 404 "No adapter
+	// found". Default: an absolute path must be a directory on this host;
+	// anything else is taken for a Hugging Face id, which the simulator
+	// cannot check and accepts.
+	LoRAPathExists func(path string) bool
+
+	// ShutdownTimeout is vLLM's --shutdown-timeout (v0.18+), what Terminate
+	// (SIGTERM) does: zero aborts every request in flight at once; a
+	// positive value refuses new requests with 503 and waits up to this
+	// long for the running ones. Wall-clock, not scaled by TimeScale: it
+	// pairs with a pod's grace period, which passes in real time.
+	ShutdownTimeout time.Duration
 }
 
 // Defaults for Config; see the field comments.
@@ -121,8 +134,8 @@ func (c Config) withDefaults() (Config, error) {
 			errs = append(errs, fmt.Errorf("%s must be positive", f.name))
 		}
 	}
-	if c.MaxLoRAs < 0 || c.LoRALoadDelay < 0 {
-		errs = append(errs, errors.New("max loras and lora load delay must not be negative"))
+	if c.MaxLoRAs < 0 || c.LoRALoadDelay < 0 || c.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("max loras, lora load delay and shutdown timeout must not be negative"))
 	}
 	if c.CacheTokens < c.BlockSize {
 		errs = append(errs, fmt.Errorf("cache tokens (%d) must hold at least one block of %d", c.CacheTokens, c.BlockSize))

@@ -30,7 +30,17 @@
 // unknown model is 404 NotFoundError. Every response carries
 // X-Vllmsim-Instance; completions also carry X-Vllmsim-Prompt-Tokens,
 // X-Vllmsim-Cached-Tokens and X-Vllmsim-Ttft-Seconds. A streaming response's
-// headers are sent with its first token, so they can include them.
+// headers are sent at once, before prefill, as vLLM sends them; its cached
+// tokens and TTFT, unknown then, follow as HTTP trailers.
+//
+// # Shutdown
+//
+// Terminate is SIGTERM to vLLM 0.18 or later: without
+// Config.ShutdownTimeout (--shutdown-timeout) every request in flight is
+// aborted at once (a stream stops without [DONE]); with it, new requests
+// get 503, /health answers 503, and running requests have that long to
+// finish before the rest are aborted. A LoRA load whose path does not exist
+// (Config.LoRAPathExists) fails with vLLM's 404 "No adapter found".
 //
 // # Tokens and the prefix cache
 //

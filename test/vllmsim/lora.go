@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ type loras struct {
 	max       int
 	fail      map[string]bool
 	loadDelay time.Duration // wall-clock, already scaled
+	exists    func(path string) bool
 
 	mu      sync.Mutex
 	paths   map[string]string // loaded adapter → path
@@ -31,6 +34,10 @@ func newLoRAs(cfg Config) *loras {
 		loadDelay: time.Duration(float64(cfg.LoRALoadDelay) * cfg.TimeScale),
 		paths:     make(map[string]string),
 		loading:   make(map[string]bool),
+		exists:    cfg.LoRAPathExists,
+	}
+	if l.exists == nil {
+		l.exists = hostPathExists
 	}
 	for _, name := range cfg.LoRAFail {
 		l.fail[name] = true
@@ -102,6 +109,12 @@ func (l *loras) serveLoad(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err != nil:
 		return // the client is gone
+	case !l.exists(req.Path):
+		// vLLM's answer when the path holds no adapter (nor names one on
+		// the Hugging Face Hub).
+		writeError(w, http.StatusNotFound, "NotFoundError",
+			"Loading lora %s failed: No adapter found for %s", req.Name, req.Path)
+		return
 	case l.fail[req.Name]:
 		writeError(w, http.StatusBadRequest, "BadRequestError",
 			"Loading lora %s failed: simulated failure for adapter path %s", req.Name, req.Path)
@@ -133,6 +146,16 @@ func (l *loras) serveUnload(w http.ResponseWriter, r *http.Request) {
 	delete(l.paths, req.Name)
 	l.order = slices.DeleteFunc(l.order, func(n string) bool { return n == req.Name })
 	writeText(w, fmt.Sprintf("Success: LoRA adapter '%s' removed successfully.", req.Name))
+}
+
+// hostPathExists is the default LoRAPathExists: an absolute path must be a
+// directory here; other paths are Hugging Face ids, taken on trust.
+func hostPathExists(path string) bool {
+	if !filepath.IsAbs(path) {
+		return true
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 func writeText(w http.ResponseWriter, s string) {

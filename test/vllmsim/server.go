@@ -49,6 +49,21 @@ type Server struct {
 	http     *http.Server
 	listener net.Listener
 	closed   bool
+	// Generation requests in flight, and what SIGTERM did (Terminate).
+	active     int
+	idle       chan struct{} // closed when active drops to 0 while terminating
+	terminated *Termination
+}
+
+// Termination is what Terminate (SIGTERM) did.
+type Termination struct {
+	// ShutdownTimeout is the drain the server was configured with.
+	ShutdownTimeout time.Duration
+	// InFlight are the generation requests running when it began; Aborted
+	// those it cut short (all of them without a shutdown timeout, those
+	// still running at its end with one). Refused counts the requests that
+	// arrived while it drained.
+	InFlight, Aborted, Refused int
 }
 
 // New builds a server from cfg (zero fields take their defaults) and starts
@@ -198,8 +213,91 @@ func (s *Server) Close() error {
 	return err
 }
 
+// Terminate is SIGTERM to vLLM (v0.18 and later). Without a shutdown
+// timeout every request in flight is aborted at once and the server stops.
+// With one, new generation requests are refused with 503 (and /health
+// answers 503), running ones get up to ShutdownTimeout to finish, and what
+// is still running then is aborted. It returns when the server has stopped.
+func (s *Server) Terminate() Termination {
+	s.mu.Lock()
+	if s.terminated != nil {
+		t := *s.terminated
+		s.mu.Unlock()
+		return t
+	}
+	s.terminated = &Termination{ShutdownTimeout: s.cfg.ShutdownTimeout, InFlight: s.active}
+	s.idle = make(chan struct{})
+	if s.active == 0 {
+		close(s.idle)
+	}
+	idle := s.idle
+	s.mu.Unlock()
+
+	if s.cfg.ShutdownTimeout > 0 {
+		t := time.NewTimer(s.cfg.ShutdownTimeout)
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.mu.Lock()
+	s.terminated.Aborted = s.active
+	s.mu.Unlock()
+	// Aborted requests end now: a stream stops without [DONE], a request
+	// not yet answered gets an error. Then the process is gone.
+	s.engine.shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *s.terminated
+}
+
+// Terminated reports what Terminate did, if it was called.
+func (s *Server) Terminated() (Termination, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.terminated == nil {
+		return Termination{}, false
+	}
+	return *s.terminated, true
+}
+
+// admit counts a generation request in, or refuses it while terminating.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.terminated != nil {
+		s.terminated.Refused++
+		return false
+	}
+	s.active++
+	return true
+}
+
+func (s *Server) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.active == 0 && s.idle != nil {
+		select {
+		case <-s.idle:
+		default:
+			close(s.idle)
+		}
+	}
+}
+
+func (s *Server) terminating() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terminated != nil
+}
+
 func (s *Server) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	if !s.healthy.Load() {
+	if !s.healthy.Load() || s.terminating() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
@@ -248,6 +346,11 @@ func (s *Server) serveInvocations(w http.ResponseWriter, r *http.Request) {
 
 // serveGenerate serves /v1/chat/completions (chat) and /v1/completions.
 func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	if !s.admit() {
+		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "The server is shutting down and accepts no new requests.")
+		return
+	}
+	defer s.release()
 	var req generateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "invalid request body: %v", err)
@@ -307,6 +410,22 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	if g.model == "" {
 		g.model = s.cfg.Model
 	}
+	if req.Stream {
+		// vLLM starts a streaming response before prefill: its headers
+		// carry nothing that needs the first token, so a client (or a
+		// router) that times the headers measures no prefill at all. What
+		// the simulator learns later goes in trailers.
+		h := w.Header()
+		h.Set(HeaderPromptTokens, strconv.Itoa(promptTokens(seqs)))
+		h.Set("Trailer", HeaderCachedTokens+", "+HeaderTTFT)
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			return
+		}
+		g.started = true
+	}
 	for {
 		select {
 		case <-wake:
@@ -322,15 +441,16 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 
 // generation writes one request's response as its sequences progress.
 type generation struct {
-	s       *Server
-	w       http.ResponseWriter
-	req     generateRequest
-	chat    bool
-	seqs    []*seq
-	id      string
-	model   string
-	sent    []int // tokens written, per sequence
-	started bool  // headers written
+	s        *Server
+	w        http.ResponseWriter
+	req      generateRequest
+	chat     bool
+	seqs     []*seq
+	id       string
+	model    string
+	sent     []int // tokens written, per sequence
+	started  bool  // headers written
+	roleSent bool  // a stream's first chunk written
 }
 
 // advance writes whatever became available and reports whether the
@@ -340,6 +460,12 @@ func (g *generation) advance(ps []progress) (bool, error) {
 		if p.err != nil {
 			if !g.started {
 				writeError(g.w, http.StatusServiceUnavailable, "ServiceUnavailableError", "%v", p.err)
+			} else {
+				// An aborted stream ends without [DONE].
+				var e apiError
+				e.Error.Message, e.Error.Type, e.Error.Code = p.err.Error(), "ServiceUnavailableError", http.StatusServiceUnavailable
+				g.writeEvent(e)
+				_ = http.NewResponseController(g.w).Flush()
 			}
 			return true, p.err
 		}
@@ -355,14 +481,12 @@ func (g *generation) advance(ps []progress) (bool, error) {
 		}
 		return allDone, nil
 	}
-	if !g.started {
-		if ps[0].generated == 0 {
-			return false, nil
-		}
-		g.writeHeaders(ps)
-		g.w.Header().Set("Content-Type", "text/event-stream")
-		g.w.Header().Set("Cache-Control", "no-cache")
-		g.w.WriteHeader(http.StatusOK)
+	if ps[0].generated == 0 {
+		return false, nil
+	}
+	if !g.roleSent {
+		// vLLM's first chunk, with the first output.
+		g.roleSent = true
 		if g.chat {
 			g.writeEvent(g.chunk(choice{Delta: &chatMessageOut{Role: "assistant"}}))
 		}
@@ -383,6 +507,7 @@ func (g *generation) advance(ps []progress) (bool, error) {
 		}
 	}
 	if allDone {
+		g.writeTrailers(ps)
 		if g.req.includeUsage() {
 			resp := g.chunk()
 			resp.Usage = g.usage(ps)
@@ -393,17 +518,31 @@ func (g *generation) advance(ps []progress) (bool, error) {
 	return allDone, http.NewResponseController(g.w).Flush()
 }
 
+func promptTokens(seqs []*seq) int {
+	n := 0
+	for _, s := range seqs {
+		n += s.prompt
+	}
+	return n
+}
+
+// writeHeaders sets a full response's headers.
 func (g *generation) writeHeaders(ps []progress) {
-	prompt, cached := 0, 0
-	for i, p := range ps {
-		prompt += g.seqs[i].prompt
+	g.w.Header().Set(HeaderPromptTokens, strconv.Itoa(promptTokens(g.seqs)))
+	g.writeTrailers(ps)
+	g.started = true
+}
+
+// writeTrailers sets the cached-token and TTFT headers: trailers of a
+// stream, whose headers went out before they were known.
+func (g *generation) writeTrailers(ps []progress) {
+	cached := 0
+	for _, p := range ps {
 		cached += p.cachedTokens
 	}
 	h := g.w.Header()
-	h.Set(HeaderPromptTokens, strconv.Itoa(prompt))
 	h.Set(HeaderCachedTokens, strconv.Itoa(cached))
 	h.Set(HeaderTTFT, strconv.FormatFloat(ps[0].firstToken-ps[0].arrival, 'f', 6, 64))
-	g.started = true
 }
 
 func (g *generation) writeFull(ps []progress) {

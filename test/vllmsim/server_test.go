@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +71,10 @@ func roundTrip(t *testing.T, method, url string, body io.Reader) httpResult {
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A stream's cached tokens and TTFT arrive as trailers.
+	for k, v := range resp.Trailer {
+		resp.Header[k] = v
 	}
 	return httpResult{status: resp.StatusCode, header: resp.Header, body: out}
 }
@@ -325,8 +331,15 @@ func TestHTTPSurface(t *testing.T) {
 
 func TestLoRAAdapters(t *testing.T) {
 	s := startServer(t, Config{MaxLoRAs: 2, LoRAFail: []string{"broken"}})
+	// The adapters exist as directories, as vLLM needs them; "absent" not.
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b", "c", "broken"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	load := func(name string) httpResult {
-		return post(t, s.URL()+"/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": "/adapters/" + name})
+		return post(t, s.URL()+"/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": filepath.Join(dir, name)})
 	}
 	unload := func(name string) httpResult {
 		return post(t, s.URL()+"/v1/unload_lora_adapter", map[string]string{"lora_name": name})
@@ -347,6 +360,11 @@ func TestLoRAAdapters(t *testing.T) {
 		{"missing path", func() httpResult {
 			return post(t, s.URL()+"/v1/load_lora_adapter", map[string]string{"lora_name": "x"})
 		}, 400, "Both 'lora_name' and 'lora_path' must be provided."},
+		{"path that does not exist", func() httpResult { return load("absent") }, 404, "Loading lora absent failed: No adapter found for " + filepath.Join(dir, "absent")},
+		{"Hugging Face id, taken on trust", func() httpResult {
+			return post(t, s.URL()+"/v1/load_lora_adapter", map[string]string{"lora_name": "hub", "lora_path": "org/hub-lora"})
+		}, 200, "Success"},
+		{"unload it", func() httpResult { return unload("hub") }, 200, "Success"},
 		{"configured failure", func() httpResult { return load("broken") }, 400, "Loading lora broken failed"},
 		{"second adapter", func() httpResult { return load("b") }, 200, "Success"},
 		{"over max-loras", func() httpResult { return load("c") }, 400, "maximum number of LoRA adapters (2)"},

@@ -296,8 +296,18 @@ func do(ctx context.Context, opts Options, url string, start time.Time, i int, r
 	if opts.Streaming && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		ttft, err := readStream(resp.Body, sent)
 		res.TTFT, res.Latency = ttft, time.Since(sent)
+		_, _ = io.Copy(io.Discard, resp.Body) // to EOF, for the trailers
 		if err != nil {
 			res.Err = err.Error()
+		}
+		// A stream's headers leave before prefill, as vLLM's do: the
+		// simulator's cached tokens and TTFT follow as trailers, which
+		// the body has been read for.
+		if v, err := strconv.Atoi(resp.Trailer.Get(HeaderCached)); err == nil {
+			res.CachedTokens = v
+		}
+		if v, err := strconv.ParseFloat(resp.Trailer.Get(HeaderTTFT), 64); err == nil {
+			res.EngineTTFT = v
 		}
 		return res
 	}

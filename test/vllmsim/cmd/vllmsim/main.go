@@ -3,15 +3,14 @@
 //
 //	vllmsim --listen 127.1.0.5:8000 --instance-id pod-3 --time-scale 0.01
 //
-// It stops gracefully on SIGINT or SIGTERM.
+// On SIGTERM (or SIGINT) it stops as vLLM does: at once, aborting the
+// requests in flight, unless --shutdown-timeout gives them time to finish.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -30,12 +29,13 @@ func main() {
 
 func run(args []string) error {
 	var (
-		cfg         vllmsim.Config
-		decodeMs    float64
-		overheadMs  float64
-		loraFail    string
-		loraModules listFlag
-		loraDelay   time.Duration
+		cfg          vllmsim.Config
+		decodeMs     float64
+		overheadMs   float64
+		loraFail     string
+		loraModules  listFlag
+		loraDelay    time.Duration
+		shutdownSecs float64
 	)
 	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
 	fs.StringVar(&cfg.Listen, "listen", vllmsim.DefaultListen, "address to listen on")
@@ -56,12 +56,14 @@ func run(args []string) error {
 	fs.Var(&loraModules, "lora-modules", "adapter loaded at start, as name=path; repeatable")
 	fs.StringVar(&loraFail, "lora-fail", "", "comma-separated adapter names whose load fails")
 	fs.DurationVar(&loraDelay, "lora-load-delay", 0, "simulated time an adapter load takes")
+	fs.Float64Var(&shutdownSecs, "shutdown-timeout", 0, "seconds SIGTERM waits for running requests (new ones get 503); 0 aborts them at once, as vLLM does")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg.DecodeStep = time.Duration(decodeMs * float64(time.Millisecond))
 	cfg.StepOverhead = time.Duration(overheadMs * float64(time.Millisecond))
 	cfg.LoRALoadDelay = loraDelay
+	cfg.ShutdownTimeout = time.Duration(shutdownSecs * float64(time.Second))
 	if loraFail != "" {
 		cfg.LoRAFail = strings.Split(loraFail, ",")
 	}
@@ -85,11 +87,8 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
+	t := srv.Terminate()
+	fmt.Fprintf(os.Stderr, "vllmsim: stopped: %d requests in flight, %d aborted, %d refused while draining\n", t.InFlight, t.Aborted, t.Refused)
 	return nil
 }
 
