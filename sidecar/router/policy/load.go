@@ -44,23 +44,40 @@ func (p *Policy) tokenLoad(s *stat) int64 {
 	return s.prefill.Load() + p.tuning.DecodeTokens*s.inFlight.Load()
 }
 
-// localSlice is the part of the threshold this replica may fill on its
-// own: ⌈T/R⌉ with R replicas. Peers' reports are up to a few hundred
-// milliseconds old, so the global count alone could be overrun by every
-// replica at once; with each replica also bounded by its slice, an instance
-// never holds more than R × ⌈T/R⌉ < T + R requests.
-func (p *Policy) localSlice(threshold int64) int64 {
-	r := max(p.replicas.Load(), 1)
-	return (threshold + r - 1) / r
-}
-
-// overThreshold reports whether an instance has reached the concurrency
-// threshold: globally (its requests from every replica) or in this
-// replica's slice of it.
+// overThreshold reports whether this replica must pass over an instance
+// because of the concurrency threshold T, which holds per instance across
+// the R router replicas:
+//
+//   - the instance's requests from every replica (as reported: the numbers
+//     every replica compares, so that they pass over the same instances)
+//     have reached T; or
+//   - this replica may add, beyond what it last reported, only its part of
+//     the headroom that it then saw: ⌈(T − reported total) / R⌉, where the
+//     reported total is its own last report plus the peers' reports.
+//
+// Peers' reports are up to a few hundred milliseconds old, so the first
+// rule alone could be overrun by every replica at once. The second bounds
+// the race: while replicas see each other's reports (every one then counts
+// the same reported total G), the instance holds at most G + R × ⌈(T −
+// G)/R⌉ ≤ T + R − 1 requests; with no report at all (G counts only what
+// each knows of itself) each replica keeps to ⌈T/R⌉. Unlike a fixed slice
+// of ⌈T/R⌉ per replica, it does not pass over an instance merely because
+// this replica's part of a busy instance happens to be large while the
+// instance as a whole has room, which is the common case: requests arrive
+// at random replicas.
 func (p *Policy) overThreshold(t *table, m int) bool {
 	s := t.members[m].stat
 	threshold := int64(t.cfg.ConcurrencyThreshold)
-	return p.requests(s) >= threshold || s.inFlight.Load() >= p.localSlice(threshold)
+	if p.requests(s) >= threshold {
+		return true
+	}
+	r := p.replicas.Load()
+	if r <= 1 {
+		return false
+	}
+	own, peer, reported := s.inFlight.Load(), s.peerRequests.Load(), s.pubRequests.Load()
+	headroom := max(threshold-reported-peer, 0)
+	return own-reported >= (headroom+r-1)/r
 }
 
 // tokenCap is the token load above which an instance counts as overloaded:

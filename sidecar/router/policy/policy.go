@@ -502,7 +502,11 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			if onlyAvailable && !p.available(t, m) {
 				continue
 			}
-			if best < 0 || p.requests(t.members[m].stat) < p.requests(t.members[order[best]].stat) {
+			// Live counts (own now, peers as reported): every decision
+			// made since the last report counts, so that a burst of
+			// overflow does not pile onto the one instance that looked
+			// least loaded when the report was made.
+			if best < 0 || t.members[m].stat.requests() < t.members[order[best]].stat.requests() {
 				best = i
 			}
 		}

@@ -415,3 +415,30 @@ func TestHotIdenticalRequestsUseTheirWholeReplicaSet(t *testing.T) {
 		t.Fatalf("max/avg share %.3f: %v", got, counts)
 	}
 }
+
+// When every instance is at the threshold (here: through a peer's report),
+// overflow goes to the least loaded by live counts, so a burst of decisions
+// between two reports spreads instead of piling onto the instance that
+// looked least loaded at the last report.
+func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+	p.SetReplicas(2)
+	var loads []InstanceLoad
+	for _, in := range fleet(3) {
+		loads = append(loads, InstanceLoad{ID: in.ID, Requests: 10})
+	}
+	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
+	per := map[string]int{}
+	for i := range 6 {
+		c := pick(t, p, textReq(fmt.Sprintf("a hot prompt shared by a burst %d", i%2)))
+		if c.Spill == SpillNone {
+			t.Fatalf("request %d not counted as a spill with every instance at the threshold", i)
+		}
+		per[c.Instance().ID]++
+	}
+	for id, n := range per {
+		if n > 2 {
+			t.Fatalf("%s took %d of 6 overflow requests (%v); want them spread", id, n, per)
+		}
+	}
+}

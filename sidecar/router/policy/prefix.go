@@ -422,16 +422,21 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 
 // spillByRequests walks order past its first instance to the first one
 // available, under the threshold and under BalanceFactor × the average
-// requests in flight; if none, the least loaded.
+// requests in flight; failing that, to the first available one under the
+// threshold (an instance with room is never passed over for one without:
+// the threshold is the limit, the balance cap a preference); if none, the
+// least loaded.
 func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, string) {
 	var total int64
 	for _, m := range order {
 		total += p.requests(t.members[m].stat)
 	}
 	limit := capOf(p.tuning.BalanceFactor, total+1, len(order))
-	for i, m := range order[1:] {
-		if p.available(t, m) && !p.overThreshold(t, m) && p.requests(t.members[m].stat)+1 <= limit {
-			return moveToFront(order, i+1), reason
+	for _, capped := range []bool{true, false} {
+		for i, m := range order[1:] {
+			if p.available(t, m) && !p.overThreshold(t, m) && (!capped || p.requests(t.members[m].stat)+1 <= limit) {
+				return moveToFront(order, i+1), reason
+			}
 		}
 	}
 	best := p.leastLoaded(t, order)
