@@ -88,7 +88,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			all := env.Sims.All()
 			sims = sims[:0]
 			for _, in := range doc.Instances {
-				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
+				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID), "pod agent errors: %v", env.Agent.Errors())
 				g.Expect(all).To(HaveKey(in.ID))
 				sims = append(sims, all[in.ID])
 			}
@@ -162,12 +162,15 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 	})
 
 	It("hold concurrencyThreshold per instance, whatever the number of replicas", func() {
-		spills := func() float64 {
-			var sum float64
-			for _, r := range routers {
-				sum += mustMetric(r, "warmroute_router_spills_total", map[string]string{"reason": "concurrency_threshold"})
+		reasons := []string{"concurrency_threshold", "all_busy", "token_load"}
+		spills := func() map[string]float64 {
+			out := map[string]float64{}
+			for _, reason := range reasons {
+				for _, r := range routers {
+					out[reason] += mustMetric(r, "warmroute_router_spills_total", map[string]string{"reason": reason})
+				}
 			}
-			return sum
+			return out
 		}
 		spilledBefore := spills()
 		system := longText("shared-view", 6000)
@@ -186,34 +189,43 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			return chatWith(ctx, service, serviceURL, sharedModel, system, "The hot question everybody asks about delivery. ", "", 256)
 		}, 1, hotClients)
 		defer hot.stop()
-		Eventually(hot.sent.Load).WithTimeout(20 * time.Second).Should(BeNumerically(">=", hotClients))
 
 		// The simulators' own gauges under vLLM's names: requests in the
-		// batch plus requests queued, as an engine counts them.
+		// batch plus requests queued, as an engine counts them. Every
+		// sample of the whole window is kept, so that a failure reports
+		// how far and how often the bound was overrun.
 		bound := sharedThreshold + len(routers)
 		peak := map[string]int{}
+		samples, over := 0, 0
 		Consistently(func(g Gomega) {
 			for _, s := range sims {
 				st, err := vllmsim.ScrapeStats(ctx, metricsHTTP, s.URL())
 				g.Expect(err).NotTo(HaveOccurred())
 				n := st.Running + st.Waiting
 				peak[s.InstanceID()] = max(peak[s.InstanceID()], n)
-				g.Expect(n).To(BeNumerically("<=", bound), "in flight on %s", s.InstanceID())
+				samples++
+				if n > bound {
+					over++
+				}
 			}
 		}).WithTimeout(6 * time.Second).WithPolling(10 * time.Millisecond).Should(Succeed())
 		hot.stop()
 		bg.stop()
 		Expect(hot.failureList()).To(BeEmpty())
 		Expect(bg.failureList()).To(BeEmpty())
-		spilled := spills() - spilledBefore
+		spilled := spills()
+		for reason := range spilled {
+			spilled[reason] -= spilledBefore[reason]
+		}
 		top := 0
 		for _, n := range peak {
 			top = max(top, n)
 		}
-		GinkgoWriter.Printf("threshold %d, %d router replicas: most in flight per instance (sampled every 10 ms) %v, bound %d; hot replies by instance %v; %.0f concurrency-threshold spills\n",
-			sharedThreshold, len(routers), peak, bound, hot.servedBy(), spilled)
-		Expect(spilled).To(BeNumerically(">", 0), "the hot prefix overran the threshold")
+		GinkgoWriter.Printf("threshold %d, %d router replicas, %d hot + %d background clients: most in flight per instance %v (bound %d; %d of %d samples over it, every 10 ms); %d hot and %d background requests, hot replies by instance %v; spills %v\n",
+			sharedThreshold, len(routers), hotClients, bgClients, peak, bound, over, samples, hot.sent.Load(), bg.sent.Load(), hot.servedBy(), spilled)
+		Expect(spilled["concurrency_threshold"]).To(BeNumerically(">", 0), "the hot prefix overran the threshold")
 		Expect(top).To(BeNumerically(">=", sharedThreshold), "an instance was filled up to the threshold: %v", peak)
+		Expect(top).To(BeNumerically("<=", bound), "most requests in flight on one instance (%d of %d samples over the bound)", over, samples)
 	})
 })
 

@@ -55,6 +55,13 @@ func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...str
 		extra = append([]string{"--allow-loopback-backends"}, extra...)
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// The router Service is named after the endpoint (the operator's
+	// --peer-service); its slices are written here, see
+	// MirrorEndpointSlices.
+	if err := MirrorEndpointSlices(ctx, e.Kube, e.opts.Namespace, endpoint); err != nil {
+		cancel()
+		return nil, err
+	}
 	p := &RouterPods{cancel: cancel, done: make(chan struct{}), ready: map[*Router]bool{}}
 	// The port is unused: a router pod declares two, read from its spec.
 	p.agent = NewPodAgent(e.Kube, e.opts.Namespace, RouterPodSelector(endpoint), 0, func(pod *corev1.Pod, _ string) (Backend, error) {
