@@ -31,9 +31,10 @@ func RouterPodSelector(endpoint string) string {
 // RouterPods plays the container runtime for an endpoint's router
 // Deployment: one router process per Running router pod, listening on the
 // pod's own IP on the ports the pod declares, with the arguments and
-// environment the operator rendered. Replicas therefore find each other
-// through the real EndpointSlices of the router Service, as in a cluster.
-// Pods are followed as they come and go.
+// environment the operator rendered. Replicas find each other through the
+// router Service's EndpointSlices, read from the API server as in a cluster
+// (written by MirrorEndpointSlices, since the endpointslice controller
+// cannot publish loopback pod IPs). Pods are followed as they come and go.
 type RouterPods struct {
 	agent  *PodAgent
 	cancel context.CancelFunc
