@@ -91,6 +91,8 @@ func writeSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Se
 				discoveryv1.LabelServiceName: svc.Name,
 				discoveryv1.LabelManagedBy:   sliceManager,
 			},
+			// Collected with the Service, like the controller's slices.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}},
 		},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Endpoints:   []discoveryv1.Endpoint{},
