@@ -39,6 +39,11 @@ var httpClient = &http.Client{
 // chat sends one non-streaming chat completion with a system prompt and a
 // user message; tenant, when set, goes in the X-Prefix-Aware-Id header.
 func chat(ctx context.Context, baseURL, model, system, user, tenant string, maxTokens int) reply {
+	return chatWith(ctx, httpClient, baseURL, model, system, user, tenant, maxTokens)
+}
+
+// chatWith is chat through client (a router Service's spreader, say).
+func chatWith(ctx context.Context, client *http.Client, baseURL, model, system, user, tenant string, maxTokens int) reply {
 	body, _ := json.Marshal(map[string]any{
 		"model": model,
 		"messages": []map[string]string{
@@ -55,7 +60,7 @@ func chat(ctx context.Context, baseURL, model, system, user, tenant string, maxT
 	if tenant != "" {
 		req.Header.Set("X-Prefix-Aware-Id", tenant)
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return reply{err: err}
 	}

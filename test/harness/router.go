@@ -23,6 +23,7 @@ type Router struct {
 	ConfigDir       string
 	name            string
 	args            []string
+	env             []string // VAR=value, for a router pod's environment
 	logDir          string
 	bin             string
 }
@@ -70,7 +71,7 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 }
 
 func (r *Router) start(ctx context.Context) error {
-	p, err := process.Start(r.name, r.bin, r.args, r.logDir)
+	p, err := process.Start(r.name, r.bin, r.args, r.logDir, r.env...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,324 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/warmroute/warmroute/test/process"
+)
+
+// routerContainer is the router's container in the router pods the
+// operator renders.
+const routerContainer = "router"
+
+// RouterPodSelector selects the router pods of an endpoint.
+func RouterPodSelector(endpoint string) string {
+	return "serving.warmroute.dev/endpoint=" + endpoint + ",serving.warmroute.dev/role=router"
+}
+
+// RouterPods plays the container runtime for an endpoint's router
+// Deployment: one router process per Running router pod, listening on the
+// pod's own IP on the ports the pod declares, with the arguments and
+// environment the operator rendered. Replicas find each other through the
+// router Service's EndpointSlices, read from the API server as in a cluster
+// (written by MirrorEndpointSlices, since the endpointslice controller
+// cannot publish loopback pod IPs). Pods are followed as they come and go.
+type RouterPods struct {
+	agent  *PodAgent
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	ready map[*Router]bool // last readiness probe of each router
+}
+
+// StartRouterPods starts following the router pods of endpoint; extra are
+// further router flags. Stop ends the routers.
+func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...string) (*RouterPods, error) {
+	loopback, err := routerHasFlag(e.Bin.Router, "allow-loopback-backends")
+	if err != nil {
+		return nil, err
+	}
+	if loopback {
+		// Pods' IPs are 127.x here, which a router refuses by default.
+		extra = append([]string{"--allow-loopback-backends"}, extra...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	// The router Service is named after the endpoint (the operator's
+	// --peer-service); its slices are written here, see
+	// MirrorEndpointSlices.
+	if err := MirrorEndpointSlices(ctx, e.Kube, e.opts.Namespace, endpoint); err != nil {
+		cancel()
+		return nil, err
+	}
+	p := &RouterPods{cancel: cancel, done: make(chan struct{}), ready: map[*Router]bool{}}
+	// The port is unused: a router pod declares two, read from its spec.
+	p.agent = NewPodAgent(e.Kube, e.opts.Namespace, RouterPodSelector(endpoint), 0, func(pod *corev1.Pod, _ string) (Backend, error) {
+		r, err := e.routerForPod(ctx, pod, extra)
+		if err != nil {
+			return nil, err
+		}
+		return routerBackend{r}, nil
+	})
+	go func() {
+		defer close(p.done)
+		_ = p.agent.Run(ctx)
+	}()
+	go p.probe(ctx)
+	return p, nil
+}
+
+// routerForPod starts the router of one pod without waiting for it: a
+// router with peers waits up to --peer-bootstrap-wait before it listens,
+// and the pod agent starts backends under its lock.
+func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string) (*Router, error) {
+	var c *corev1.Container
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == routerContainer {
+			c = &pod.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		return nil, fmt.Errorf("pod %s has no %q container", pod.Name, routerContainer)
+	}
+	ip := pod.Status.PodIP
+	args := make([]string, 0, len(c.Args)+8)
+	r := &Router{name: "router-pod-" + pod.Name, logDir: e.LogDir(), bin: e.Bin.Router}
+	for _, a := range c.Args {
+		name, value, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "config-dir":
+			// Project the ConfigMap mounted there, as the kubelet does.
+			cm, err := mountedConfigMap(pod, c, value)
+			if err != nil {
+				return nil, err
+			}
+			dir := filepath.Join(e.WorkDir, "routing", pod.Name)
+			if err := MirrorConfigMap(ctx, e.Kube, pod.Namespace, cm, dir); err != nil {
+				return nil, err
+			}
+			r.ConfigDir = dir
+			a = "--config-dir=" + dir
+		case "listen", "metrics-listen":
+			// ":8080" means every address of the pod: here, its IP.
+			host, port, err := net.SplitHostPort(value)
+			if err != nil {
+				return nil, fmt.Errorf("pod %s: --%s=%s: %w", pod.Name, name, value, err)
+			}
+			if host == "" {
+				host = ip
+			}
+			addr := net.JoinHostPort(host, port)
+			if name == "listen" {
+				r.URL = "http://" + addr
+			} else {
+				r.MetricsURL = "http://" + addr
+			}
+			a = "--" + name + "=" + addr
+		case "drain-delay", "shutdown-timeout":
+			// Shortened so that stopping a pod's router fits the tests'
+			// patience; the values themselves are tested in the operator.
+			continue
+		}
+		args = append(args, a)
+	}
+	if r.URL == "" || r.MetricsURL == "" || r.ConfigDir == "" {
+		return nil, fmt.Errorf("pod %s: router args %v lack --listen, --metrics-listen or --config-dir", pod.Name, c.Args)
+	}
+	r.args = append(append(args,
+		"--kubeconfig="+e.Cluster.KubeconfigPath,
+		"--health-interval=500ms",
+		"--drain-delay=1s",
+		"--shutdown-timeout=10s",
+	), extra...)
+	env, err := containerEnv(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	r.env = env
+	p, err := process.Start(r.name, r.bin, r.args, r.logDir, r.env...)
+	if err != nil {
+		return nil, err
+	}
+	r.Proc = p
+	return r, nil
+}
+
+// mountedConfigMap is the ConfigMap of the volume c mounts at path.
+func mountedConfigMap(pod *corev1.Pod, c *corev1.Container, path string) (string, error) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != path {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil {
+				return v.ConfigMap.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("pod %s: no ConfigMap volume mounted at %s", pod.Name, path)
+}
+
+// containerEnv resolves c's environment as the kubelet would, for the
+// sources a router pod uses: literal values and the downward API.
+func containerEnv(pod *corev1.Pod, c *corev1.Container) ([]string, error) {
+	out := make([]string, 0, len(c.Env))
+	for _, ev := range c.Env {
+		value := ev.Value
+		if from := ev.ValueFrom; from != nil {
+			if from.FieldRef == nil {
+				return nil, fmt.Errorf("pod %s: env %s: only fieldRef sources are played locally", pod.Name, ev.Name)
+			}
+			switch from.FieldRef.FieldPath {
+			case "metadata.name":
+				value = pod.Name
+			case "metadata.namespace":
+				value = pod.Namespace
+			case "status.podIP":
+				value = pod.Status.PodIP
+			default:
+				return nil, fmt.Errorf("pod %s: env %s: field %s not played locally", pod.Name, ev.Name, from.FieldRef.FieldPath)
+			}
+		}
+		out = append(out, ev.Name+"="+value)
+	}
+	return out, nil
+}
+
+// routerHasFlag reports whether the router binary knows a flag, from its
+// usage text, so the harness works before and after a flag is added.
+func routerHasFlag(bin, flag string) (bool, error) {
+	out, err := exec.Command(bin, "-h").CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return false, fmt.Errorf("router -h: %w", err)
+	}
+	return strings.Contains(string(out), "-"+flag+" ") || strings.Contains(string(out), "-"+flag+"\n"), nil
+}
+
+// routerBackend is a router pod's container.
+type routerBackend struct{ r *Router }
+
+func (b routerBackend) Close() error { b.r.Stop(); return nil }
+func (b routerBackend) Kill()        { _ = b.r.Proc.Stop(0) }
+
+// Routers returns the running routers, ordered by pod name.
+func (p *RouterPods) Routers() []*Router {
+	backends := p.agent.Backends()
+	names := make([]string, 0, len(backends))
+	for name := range backends {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]*Router, 0, len(names))
+	for _, name := range names {
+		if b, ok := backends[name].(routerBackend); ok {
+			out = append(out, b.r)
+		}
+	}
+	return out
+}
+
+// WaitReady waits until n routers run and each answers /readyz, and
+// returns them ordered by pod name.
+func (p *RouterPods) WaitReady(ctx context.Context, n int, timeout time.Duration) ([]*Router, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		rs := p.Routers()
+		if len(rs) == n {
+			ok := true
+			for _, r := range rs {
+				if err := waitHTTP(ctx, r.MetricsURL+"/readyz", time.Until(deadline)); err != nil {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return rs, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d router pods ready after %s (start errors: %v)", len(rs), n, timeout, p.agent.Errors())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// probe polls every router's /readyz as the kubelet's readiness probe does
+// (but faster), so that Client sends only to ready routers, as a Service
+// sends only to ready endpoints.
+func (p *RouterPods) probe(ctx context.Context) {
+	client := &http.Client{Timeout: time.Second}
+	for ctx.Err() == nil {
+		state := map[*Router]bool{}
+		for _, r := range p.Routers() {
+			resp, err := client.Get(r.MetricsURL + "/readyz")
+			state[r] = err == nil && resp.StatusCode == http.StatusOK
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+		p.mu.Lock()
+		p.ready = state
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Client returns an HTTP client that plays the router Service: whatever
+// host a request names, it goes to a ready router picked at random per
+// request.
+func (p *RouterPods) Client() *http.Client {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = 256
+	return &http.Client{Transport: spreader{p: p, next: base}}
+}
+
+type spreader struct {
+	p    *RouterPods
+	next http.RoundTripper
+}
+
+func (s spreader) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.p.mu.Lock()
+	var ready []*Router
+	for r, ok := range s.p.ready {
+		if ok {
+			ready = append(ready, r)
+		}
+	}
+	s.p.mu.Unlock()
+	if len(ready) == 0 {
+		return nil, errors.New("no ready router pod")
+	}
+	r := ready[rand.IntN(len(ready))]
+	out := req.Clone(req.Context())
+	host := strings.TrimPrefix(r.URL, "http://")
+	out.URL.Scheme, out.URL.Host, out.Host = "http", host, host
+	return s.next.RoundTrip(out)
+}
+
+// Stop ends every router pod's router and stops following the pods.
+func (p *RouterPods) Stop() {
+	p.cancel()
+	<-p.done
+}
