@@ -65,7 +65,7 @@ func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...str
 	}
 	p := &RouterPods{cancel: cancel, done: make(chan struct{}), ready: map[*Router]bool{}}
 	// The port is unused: a router pod declares two, read from its spec.
-	p.agent = NewPodAgent(e.Kube, e.opts.Namespace, RouterPodSelector(endpoint), 0, func(pod *corev1.Pod, _ string) (Backend, error) {
+	p.agent = NewPodAgent(e.Kube, e.opts.Namespace, RouterPodSelector(endpoint), "router", 0, func(pod *corev1.Pod, _ string) (Backend, error) {
 		r, err := e.routerForPod(ctx, pod, extra)
 		if err != nil {
 			return nil, err
@@ -211,8 +211,8 @@ func routerHasFlag(bin, flag string) (bool, error) {
 // routerBackend is a router pod's container.
 type routerBackend struct{ r *Router }
 
-func (b routerBackend) Close() error { b.r.Stop(); return nil }
-func (b routerBackend) Kill()        { _ = b.r.Proc.Stop(0) }
+func (b routerBackend) Terminate() { b.r.Stop() }
+func (b routerBackend) Kill()      { _ = b.r.Proc.Stop(0) }
 
 // Routers returns the running routers, ordered by pod name.
 func (p *RouterPods) Routers() []*Router {
