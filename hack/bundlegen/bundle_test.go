@@ -235,7 +235,7 @@ func TestBundleDeploymentLeavesCertificatesToOLM(t *testing.T) {
 // only warn that such a rule "may" be for the removed version.
 var rbacVersionlessResources = map[string]bool{"endpointslices": true, "poddisruptionbudgets": true}
 
-var removedAPIRefs = regexp.MustCompile(`(\w+): \(\[([^\]]*)\]\)`)
+var removedAPIRefs = regexp.MustCompile(`(\w+): \(\[(.*?)\]\)`)
 
 // rbacOnlyRemovedAPIWarning reports whether w is that warning and nothing
 // else: every resource it names is one of rbacVersionlessResources and every
