@@ -75,6 +75,8 @@ type ReplicaRun struct {
 	// replica); Agreed got the same instance from all of them; PeekErrors
 	// could not be peeked on some replica and are left out of both.
 	Samples, Agreed, PeekErrors int
+	// Self is the control: one replica asked twice at once per sample.
+	Self AgreementWindow
 	// MaxInFlight is the most requests ever running or waiting on one
 	// instance (the simulators' high-water mark of vLLM's
 	// num_requests_running + num_requests_waiting), on MaxInstance.
@@ -148,8 +150,8 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 		if err != nil {
 			return fmt.Errorf("%s × %d router replicas: %w", spec.Name, n, err)
 		}
-		c.log("  PREFIX_AWARE × %d replicas    hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors)  max in flight %d  spills %.1f%%  failures %d  (%s)",
-			n, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+		c.log("  PREFIX_AWARE × %d replicas    hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
+			n, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 		rep.Replicas = append(rep.Replicas, r)
 	}
 	return nil
@@ -193,6 +195,7 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 	r := ReplicaRun{RunResult: res, Replicas: n}
 	all := sp.agreement(0, time.Duration(1<<62), -1)
 	r.Samples, r.Agreed, r.PeekErrors = all.Samples, all.Agreed, all.Errors
+	r.Self = sp.selfAgreement()
 	for i, s := range f.sims {
 		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
 			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
@@ -456,8 +459,9 @@ const spreaderURL = "http://router-replicas"
 // spreader is the client side of a Service in front of router replicas: a
 // RoundTripper that sends each request to a live replica picked at random.
 // Every every-th request is first sent to every live replica's
-// /debug/route, before it is routed anywhere, so that all of them answer
-// for the same moment of the same request stream.
+// /debug/route (and once more to the first, as a control), before it is
+// routed anywhere, so that all of them answer for the same moment of the
+// same request stream.
 type spreader struct {
 	base     *http.Transport
 	peek     *http.Client
@@ -472,10 +476,14 @@ type spreader struct {
 }
 
 // peekSample is one request peeked on the replicas: answers[i] is replica
-// i's instance, "" when it was not live or errs counts it.
+// i's instance, "" when it was not live or errs counts it. again is the
+// first live replica's answer to the same body asked a second time at
+// once: the control, since a replica can disagree with itself where the
+// policy breaks ties at random or its load moves between two calls.
 type peekSample struct {
 	at      time.Duration
 	answers []string
+	again   string
 	errs    int
 }
 
@@ -491,7 +499,7 @@ func (f *replicaFleet) spreader(seed uint64, every int) *spreader {
 func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	s.n++
-	sampled := len(s.replicas) > 1 && s.every > 0 && s.n%s.every == 0
+	sampled := s.every > 0 && s.n%s.every == 0
 	var live []*replica
 	for _, r := range s.replicas {
 		if r.live.Load() {
@@ -526,10 +534,7 @@ func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 	ps := peekSample{at: at, answers: make([]string, len(s.replicas))}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for i, r := range s.replicas {
-		if !r.live.Load() {
-			continue
-		}
+	ask := func(r *replica, answer *string) {
 		wg.Go(func() {
 			id, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
 			mu.Lock()
@@ -538,8 +543,19 @@ func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 				ps.errs++
 				return
 			}
-			ps.answers[i] = id
+			*answer = id
 		})
+	}
+	control := false
+	for i, r := range s.replicas {
+		if !r.live.Load() {
+			continue
+		}
+		ask(r, &ps.answers[i])
+		if !control {
+			ask(r, &ps.again)
+			control = true
+		}
 	}
 	wg.Wait()
 	s.mu.Lock()
@@ -585,6 +601,31 @@ func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow 
 		}
 		w.Samples++
 		if same {
+			w.Agreed++
+		}
+	}
+	return w
+}
+
+// selfAgreement counts the samples on which the first live replica gave
+// the same answer twice.
+func (s *spreader) selfAgreement() AgreementWindow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var w AgreementWindow
+	for _, x := range s.samples {
+		first := ""
+		for _, a := range x.answers {
+			if a != "" {
+				first = a
+				break
+			}
+		}
+		if x.errs > 0 || first == "" || x.again == "" {
+			continue
+		}
+		w.Samples++
+		if first == x.again {
 			w.Agreed++
 		}
 	}

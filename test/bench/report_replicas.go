@@ -172,9 +172,9 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	c := r.Config
 	p("\n## Router replicas\n\n")
-	p("PREFIX_AWARE through 1 to %d replicas of the router binary, each started with `--peers` listing every replica's metrics address (the addresses are chosen before any starts) and `--enable-debug-route`, exchanging load reports as in a Deployment. In front of them a spreader in the load generator sends each request to a replica picked at random, as a Service does. Fresh simulators and replicas for every run. *Agreement*: one request in %d is first sent to every replica's `POST /debug/route` (where it would go, without routing it), all at once, before it is routed: the share of those requests on which all replicas named the same instance. *Most in flight* is the highest `vllm:num_requests_running` + `vllm:num_requests_waiting` any one simulator ever had during the run (a high-water mark kept by the simulator each time it sets those gauges, so no peak falls between scrapes). TTFT is the engine's, in simulated seconds.\n\n",
+	p("PREFIX_AWARE through 1 to %d replicas of the router binary, each started with `--peers` listing every replica's metrics address (the addresses are chosen before any starts) and `--enable-debug-route`, exchanging load reports as in a Deployment. In front of them a spreader in the load generator sends each request to a replica picked at random, as a Service does. Fresh simulators and replicas for every run. *Agreement*: one request in %d is first sent to every replica's `POST /debug/route` (where it would go, without routing it), all at once, before it is routed: the share of those requests on which all replicas named the same instance. *Same replica twice* is the control: the first replica asked the same question twice at once, which shows how much of the disagreement is the policy's random tie-breaking or load moving between two calls rather than replicas seeing different pictures. *Most in flight* is the highest `vllm:num_requests_running` + `vllm:num_requests_waiting` any one simulator ever had during the run (a high-water mark kept by the simulator each time it sets those gauges, so no peak falls between scrapes). TTFT is the engine's, in simulated seconds.\n\n",
 		maxInt(c.Replicas.Counts), c.Replicas.SampleEvery)
-	p("| workload | replicas | hit rate | vs 1 replica | TTFT p50 | p90 | p90 vs 1 replica | client p90 | agreement | most in flight | share max/avg | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| workload | replicas | hit rate | vs 1 replica | TTFT p50 | p90 | p90 vs 1 replica | client p90 | agreement | same replica twice | most in flight | share max/avg | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Replicas {
 		one, ok := r.replicaRun(x.Workload, 1)
 		vsHit, vsP90, agree := "", "", "—"
@@ -189,9 +189,9 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 			}
 		}
 		e := x.Summary.EngineTTFT
-		p("| %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %d | %.3f | %s | %d |\n",
+		p("| %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %d | %.3f | %s | %d |\n",
 			x.Workload, x.Replicas, 100*x.HitRate, vsHit, secs(e.P50), secs(e.P90), vsP90, secs(x.Summary.TTFT.P90),
-			agree, x.MaxInFlight, x.Summary.ShareMaxAvg, spills(x.RunResult), x.Summary.Failures)
+			agree, rate(x.Self), x.MaxInFlight, x.Summary.ShareMaxAvg, spills(x.RunResult), x.Summary.Failures)
 	}
 	if h := c.Replicas.HotPrefix; h != nil {
 		p("\n**Threshold across replicas** (`concurrencyThreshold` %d): the %s workload (%s) is bursts faster than the replicas exchange reports; *most in flight* above is the figure to compare with `concurrencyThreshold` + replicas.\n",
