@@ -50,10 +50,11 @@ func (r *Report) Targets() []Target {
 	for _, w := range r.workloadNames() {
 		run, ok := r.run(w, pa)
 		o, hasOracle := r.Oracles[w]
-		if !ok || !hasOracle || o.HitRate == 0 {
+		req := oracleShareRequired(w)
+		if !ok || !hasOracle || o.HitRate == 0 || req == 0 {
 			continue
 		}
-		frac, req := run.HitRate/o.HitRate, oracleShareRequired(w)
+		frac := run.HitRate / o.HitRate
 		out = append(out, Target{
 			Name: "PREFIX_AWARE hit rate as a share of the pooled oracle's", Workload: w,
 			Measured: fmt.Sprintf("%.1f %% of %.1f %% = %.1f %%", 100*run.HitRate, 100*o.HitRate, 100*frac),

@@ -13,14 +13,15 @@ import (
 
 // oracleShareRequired is the fraction of the pooled oracle's hit rate that
 // PREFIX_AWARE must reach on workload w: 95 % where most traffic shares long
-// prefixes, 90 % on ShareGPT-like chats and on workloads without a target
-// of their own.
+// prefixes, 90 % on ShareGPT-like chats, 0 (no target) elsewhere.
 func oracleShareRequired(w string) float64 {
 	switch w {
 	case workload.NameLongContext, workload.NameSupportBot, workload.NameRAG, workload.NameMooncake:
 		return 0.95
+	case workload.NameShareGPT:
+		return 0.90
 	}
-	return 0.90
+	return 0
 }
 
 // agreementWorkloads are the workloads whose decision agreement between
