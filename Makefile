@@ -104,7 +104,7 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 
 .PHONY: bench
-bench: ## Replay the workloads through the router per strategy (about 12 min on 2 cores); rewrite docs/benchmarks.md and docs/img/bench-*.png.
+bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 30 min on 2 cores); rewrite docs/benchmarks.md and docs/img/bench-*.png.
 	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -command "make bench"
 
 ##@ Deployment

@@ -20,6 +20,7 @@ import (
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/promscrape"
+	"github.com/warmroute/warmroute/test/vllmsim"
 	"github.com/warmroute/warmroute/test/workload"
 )
 
@@ -55,6 +56,8 @@ type Config struct {
 	// size; ProxySamples the number of requests timed direct and through
 	// the router.
 	DecisionSamples, ProxySamples int
+	// Replicas configures the runs through several router replicas.
+	Replicas ReplicaConfig
 	// Command is how this configuration is run, for the report.
 	Command string
 	// Log reports progress; nil is silent.
@@ -106,6 +109,10 @@ type Report struct {
 	Decision []DecisionLatency
 	Proxy    ProxyOverhead
 	Uploads  UploadMemory
+	// Replicas are the runs through several router replicas, Restart the
+	// run in which one of them restarts (nil when not run).
+	Replicas []ReplicaRun
+	Restart  *RestartResult
 }
 
 // WorkloadFacts describe a generated workload.
@@ -156,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				s, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 			rep.Runs = append(rep.Runs, r)
 		}
+		if err := cfg.measureReplicas(ctx, rep, spec, w); err != nil {
+			return nil, err
+		}
 		o, err := cfg.oracle(ctx, w)
 		if err != nil {
 			return nil, fmt.Errorf("%s oracle: %w", spec.Name, err)
@@ -167,6 +177,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("%s remap: %w", spec.Name, err)
 		}
 		rep.Remap = append(rep.Remap, remap...)
+	}
+	if err := cfg.measureHotPrefix(ctx, rep); err != nil {
+		return nil, err
 	}
 	cfg.log("remap on scale")
 	rep.Remap = append(cfg.measureRemap(), rep.Remap...)
@@ -206,6 +219,7 @@ func (c *Config) defaults() {
 	setDefault(&c.RemapGroups, 20000)
 	setDefault(&c.DecisionSamples, 5000)
 	setDefault(&c.ProxySamples, 2000)
+	c.Replicas.defaults()
 	if len(c.Strategies) == 0 {
 		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline, policy.PrefixAware}
 	}
@@ -260,8 +274,15 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	if err != nil {
 		return RunResult{}, err
 	}
-	wall := time.Since(start)
-	delta := workload.FleetStatsOf(f.sims...).Since(before).Total()
+	return c.result(ctx, spec, strategy, f.sims, before, results, time.Since(start), f.metricsURL)
+}
+
+// result measures a finished run: the client's summary, the hit rate from
+// the simulators' counters since before, and the spills counted by the
+// routers at metricsURLs (summed over router replicas).
+func (c *Config) result(ctx context.Context, spec WorkloadSpec, strategy policy.Strategy, sims []*vllmsim.Server,
+	before workload.FleetStats, results []workload.Result, wall time.Duration, metricsURLs ...string) (RunResult, error) {
+	delta := workload.FleetStatsOf(sims...).Since(before).Total()
 	ids := make([]string, c.Instances)
 	for i := range ids {
 		ids[i] = instanceID(i)
@@ -270,16 +291,17 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 		Workload: spec.Name, Strategy: strategy,
 		Summary: workload.Summarize(results, ids, spec.TimeScale),
 		HitRate: delta.HitRate(), HitTokens: delta.PrefixCacheHits, QueryTokens: delta.PrefixCacheQueries,
-		Wall: wall,
+		Wall: wall, SpillReasons: map[string]int64{},
 	}
-	reasons, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_spills_total", "reason")
-	if err != nil {
-		return RunResult{}, err
-	}
-	r.SpillReasons = map[string]int64{}
-	for reason, n := range reasons {
-		r.SpillReasons[reason] = int64(n)
-		r.Spills += int64(n)
+	for _, u := range metricsURLs {
+		reasons, err := scrapeCounter(ctx, u+"/metrics", "warmroute_router_spills_total", "reason")
+		if err != nil {
+			return RunResult{}, err
+		}
+		for reason, n := range reasons {
+			r.SpillReasons[reason] += int64(n)
+			r.Spills += int64(n)
+		}
 	}
 	if len(results) > 0 {
 		r.SpillRate = float64(r.Spills) / float64(len(results))

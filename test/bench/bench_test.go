@@ -13,20 +13,23 @@ import (
 )
 
 // TestShortBenchmark runs the whole harness at a small size (the Short
-// configuration: 4 instances, two workloads, every strategy) so that it
-// cannot rot. It checks what must hold whatever the machine's speed:
+// configuration: 4 instances, two workloads, every strategy, 1 and 2
+// router replicas) so that it cannot rot. It checks what must hold whatever the machine's speed:
 //
 //   - every request of every run succeeds through the real router binary;
 //   - the hit rates come from the simulators' counters and are sane: the
 //     pooled oracle beats RANDOM, and PREFIX_AWARE beats RANDOM on the
 //     long-context workload by a clear margin (at least 20 points);
 //   - remap, decision latency and proxy overhead were measured;
+//   - every replica run and the restart served every request, the
+//     replicas were peeked and answered, and the simulators' high-water
+//     mark saw the requests in flight;
 //   - the report renders, with its tables and every plot as a PNG.
 //
 // It asserts nothing about wall-clock figures.
 func TestShortBenchmark(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the router and runs for about half a minute")
+		t.Skip("builds the router and runs for about a minute and a half")
 	}
 	cfg := Short(1)
 	cfg.Command = "go test ./test/bench"
@@ -66,6 +69,8 @@ func TestShortBenchmark(t *testing.T) {
 		}
 	}
 
+	checkReplicas(t, cfg, rep)
+
 	dir := t.TempDir()
 	if err := rep.Write(dir); err != nil {
 		t.Fatal(err)
@@ -74,7 +79,7 @@ func TestShortBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", cfg.Command} {
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", cfg.Command} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}
@@ -95,5 +100,40 @@ func TestShortBenchmark(t *testing.T) {
 		if !strings.Contains(string(md), "("+p+")") {
 			t.Errorf("benchmarks.md does not show %s", p)
 		}
+	}
+}
+
+// checkReplicas checks the runs through several router replicas: each ran,
+// served every request and measured what its targets need.
+func checkReplicas(t *testing.T, cfg Config, rep *Report) {
+	t.Helper()
+	names := []string{workload.NameSupportBot, workload.NameHotPrefix}
+	if want := len(names) * len(cfg.Replicas.Counts); len(rep.Replicas) != want {
+		t.Fatalf("%d replica runs, want %d", len(rep.Replicas), want)
+	}
+	for _, w := range names {
+		for _, n := range cfg.Replicas.Counts {
+			x, ok := rep.replicaRun(w, n)
+			switch {
+			case !ok:
+				t.Errorf("%s × %d replicas: not run", w, n)
+			case x.Summary.Failures != 0 || x.Summary.Requests == 0:
+				t.Errorf("%s × %d replicas: %d of %d requests failed", w, n, x.Summary.Failures, x.Summary.Requests)
+			case x.MaxInFlight < 1 || x.QueryTokens == 0:
+				t.Errorf("%s × %d replicas: the simulators saw nothing (most in flight %d, %d prompt tokens)", w, n, x.MaxInFlight, x.QueryTokens)
+			case x.Self.Samples == 0 || x.PeekErrors != 0 || (n > 1 && x.Samples == 0):
+				t.Errorf("%s × %d replicas: %d requests peeked on all replicas, %d on one twice, %d peek errors", w, n, x.Samples, x.Self.Samples, x.PeekErrors)
+			}
+		}
+	}
+	rs := rep.Restart
+	if rs == nil {
+		t.Fatal("no restart run")
+	}
+	if rs.Failures != 0 || rs.Requests == 0 || rs.Before.Samples == 0 || rs.First10s.Samples == 0 {
+		t.Errorf("restart: %d of %d requests failed; %d samples before, %d in the 10 s after", rs.Failures, rs.Requests, rs.Before.Samples, rs.First10s.Samples)
+	}
+	if rs.Down <= 0 {
+		t.Errorf("restart: down for %s", rs.Down)
 	}
 }

@@ -50,14 +50,15 @@ func (r *Report) Targets() []Target {
 	for _, w := range r.workloadNames() {
 		run, ok := r.run(w, pa)
 		o, hasOracle := r.Oracles[w]
-		if !ok || !hasOracle || o.HitRate == 0 {
+		req := oracleShareRequired(w)
+		if !ok || !hasOracle || o.HitRate == 0 || req == 0 {
 			continue
 		}
 		frac := run.HitRate / o.HitRate
 		out = append(out, Target{
-			Name: "PREFIX_AWARE hit rate ≥ 90 % of the pooled oracle", Workload: w,
-			Measured: fmt.Sprintf("%.1f %% of %.1f %% = %.0f %%", 100*run.HitRate, 100*o.HitRate, 100*frac),
-			Required: "≥ 90 %", Met: frac >= 0.9, Gap: points(0.9 - frac),
+			Name: "PREFIX_AWARE hit rate as a share of the pooled oracle's", Workload: w,
+			Measured: fmt.Sprintf("%.1f %% of %.1f %% = %.1f %%", 100*run.HitRate, 100*o.HitRate, 100*frac),
+			Required: fmt.Sprintf("≥ %.0f %%", 100*req), Met: frac >= req, Gap: points(req - frac),
 		})
 	}
 	for _, w := range r.workloadNames() {
@@ -125,7 +126,7 @@ func (r *Report) Targets() []Target {
 				Required: "|moved − ideal| ≤ 0.5 points", Met: d <= 0.005, Gap: fmt.Sprintf("%.2f points off", 100*d-0.5)})
 		}
 	}
-	return out
+	return append(out, r.loadTargets()...)
 }
 
 func ratio(a, b float64) float64 {
@@ -228,6 +229,8 @@ func (r *Report) Markdown() string {
 	for _, w := range r.workloadNames() {
 		p("![share per instance, %s](%s)\n", w, PlotInstanceShare(w))
 	}
+
+	r.replicaMarkdown(&b)
 
 	p("\n## Remap on scale\n\n")
 	p("Keys placed by the PREFIX_AWARE policy (`sidecar/router/policy`, fresh state each time, decisions released at once so that no overload guard interferes) over %d instances, then over %d (one added) and %d (the middle one removed). *Least possible*: 1/%d of the keys must move to a new instance; on removal, the keys the removed instance held. The synthetic set is distinct 1 KiB prefixes, placed with the router's default tuning and again as pure rendezvous hashing (share balancing off), which shows how much of the movement the balancing adds; a workload's set is its requests in arrival order, whose placement also depends on prefix popularity, the prefix index and share balancing: *cold* compares two fresh policies (as after a router restart), *warm* replays the stream once over %d instances, changes the fleet, replays it again and compares with the same replay without the change (what a running router does when the fleet scales).\n\n",

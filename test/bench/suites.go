@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/warmroute/warmroute/test/workload"
 )
@@ -14,6 +15,8 @@ func Full(tracePath string, seed uint64) Config {
 	sb := workload.SupportBotConfig{Seed: seed}
 	rag := workload.RAGConfig{Seed: seed}
 	sg := workload.ShareGPTConfig{Seed: seed}
+	ml := workload.MixedLengthConfig{Seed: seed}
+	hot := workload.HotPrefixConfig{Seed: seed}
 	cfg := Config{
 		Instances:   7,
 		CacheTokens: 1 << 18,
@@ -32,6 +35,16 @@ func Full(tracePath string, seed uint64) Config {
 			{Name: workload.NameShareGPT, TimeScale: 0.15,
 				Description: "400 chats, 3 new/s, geometric turns (mean 4, ≤ 16), think time 10 s: a 60-token generic system prompt, long-tailed messages (median 80 tokens) and replies (median 220)",
 				Build:       func() (workload.Workload, error) { return workload.ShareGPT(sg), nil }},
+			{Name: workload.NameMixedLength, TimeScale: 0.15,
+				Description: "600 short chats (5 new/s, geometric turns, mean 3, think time 4 s, a 200-token system prompt, ~60-token messages, ~150-token replies) mixed with 360 document requests (Poisson 3/s: one of 150 documents of 3,000–48,000 tokens, median 12,000, Zipf s=0.9, a ~40-token question, 128 output tokens): prompt lengths ≥ 10× apart",
+				Build:       func() (workload.Workload, error) { return workload.MixedLength(ml), nil }},
+		},
+		Replicas: ReplicaConfig{
+			Counts:  []int{1, 2, 3},
+			Restart: workload.NameSupportBot,
+			HotPrefix: &WorkloadSpec{Name: workload.NameHotPrefix, TimeScale: 0.15,
+				Description: "12 bursts, 5 s apart, of 40 requests arriving within 100 ms: one shared 2,000-token system prompt, a ~30-token question, 100 output tokens",
+				Build:       func() (workload.Workload, error) { return workload.HotPrefix(hot), nil }},
 		},
 	}
 	if tracePath != "" {
@@ -44,12 +57,15 @@ func Full(tracePath string, seed uint64) Config {
 	return cfg
 }
 
-// Short is a small configuration that runs in seconds: the long-context
-// and support-bot workloads on 4 instances with small caches, sized so that
-// RANDOM's hit rate on long-context stays near a quarter.
+// Short is a small configuration that runs in about a minute: the
+// long-context and support-bot workloads on 4 instances with small caches,
+// sized so that RANDOM's hit rate on long-context stays near a quarter;
+// support-bot and a small hot-prefix workload through 1 and 2 router
+// replicas, and a restart of one of 2 replicas.
 func Short(seed uint64) Config {
 	lc := workload.LongContextConfig{Seed: seed, Requests: 240, Contexts: 32, ContextTokens: 2000, Rate: 8}
 	sb := workload.SupportBotConfig{Seed: seed, Users: 40, Turns: 3, SystemTokens: 1500, Rate: 10, ThinkTime: 500_000_000}
+	hot := workload.HotPrefixConfig{Seed: seed, Bursts: 4, BurstSize: 24, Interval: 3 * time.Second, PrefixTokens: 1000, MaxTokens: 60}
 	return Config{
 		Instances:       4,
 		CacheTokens:     20000,
@@ -65,6 +81,16 @@ func Short(seed uint64) Config {
 			{Name: workload.NameSupportBot, TimeScale: 0.05,
 				Description: fmt.Sprintf("%d conversations × %d turns behind one %d-token system prompt", sb.Users, sb.Turns, sb.SystemTokens),
 				Build:       func() (workload.Workload, error) { return workload.SupportBot(sb), nil }},
+		},
+		Replicas: ReplicaConfig{
+			Counts:          []int{1, 2},
+			Workloads:       []string{workload.NameSupportBot},
+			SampleEvery:     3,
+			Restart:         workload.NameSupportBot,
+			RestartReplicas: 2,
+			HotPrefix: &WorkloadSpec{Name: workload.NameHotPrefix, TimeScale: 0.05,
+				Description: fmt.Sprintf("%d bursts of %d requests behind one %d-token prefix", hot.Bursts, hot.BurstSize, hot.PrefixTokens),
+				Build:       func() (workload.Workload, error) { return workload.HotPrefix(hot), nil }},
 		},
 	}
 }

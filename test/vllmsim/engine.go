@@ -48,6 +48,11 @@ type engine struct {
 	clock    float64 // simulated end of the last step
 	stopped  bool
 	counters counters
+	// maxInFlight is the most sequences ever running or waiting at once:
+	// the high-water mark of num_requests_running + num_requests_waiting,
+	// taken each time the gauges are set, so that a benchmark reads the
+	// peak a scrape between two changes could miss.
+	maxInFlight int
 }
 
 // counters mirror the metric counters for Stats.
@@ -419,6 +424,7 @@ func (e *engine) finishLocked(s *seq, now float64) {
 
 // publishLocked sets the gauges from the scheduler's state.
 func (e *engine) publishLocked() {
+	e.maxInFlight = max(e.maxInFlight, len(e.running)+len(e.waiting))
 	e.metrics.running.Set(float64(len(e.running)))
 	e.metrics.waiting.Set(float64(len(e.waiting)))
 	e.metrics.kvUsage.Set(float64(e.pool.inUse()) / float64(e.pool.capacity))

@@ -415,7 +415,12 @@ func TestMetricsFollowRequests(t *testing.T) {
 	if int(st.PrefixCacheQueries) != wantQueries || int(st.PrefixCacheHits) != wantHits || int(st.GenerationTokens) != wantGenerated {
 		t.Errorf("metrics disagree with the responses' usage: queries %d/%d hits %d/%d", st.PrefixCacheQueries, wantQueries, st.PrefixCacheHits, wantHits)
 	}
-	if in := s.Stats(); in != st {
+	in := s.Stats()
+	if in.MaxInFlight != 1 {
+		t.Errorf("MaxInFlight %d after requests one at a time, want 1", in.MaxInFlight)
+	}
+	in.MaxInFlight = 0 // not a vLLM metric, so not scraped
+	if in != st {
 		t.Errorf("Stats() = %+v, scrape = %+v", in, st)
 	}
 	for _, line := range []string{
@@ -499,6 +504,11 @@ func TestQueueing(t *testing.T) {
 		st := s.Stats()
 		return st.Running == 0 && st.Waiting == 0 && st.KVCacheUsage == 0
 	})
+	// The high-water mark keeps the peak of running + waiting after the
+	// gauges fell back to zero.
+	if got := s.Stats().MaxInFlight; got != 6 {
+		t.Errorf("MaxInFlight %d after 6 requests at once, want 6", got)
+	}
 }
 
 func TestCloseFailsRequestsInFlight(t *testing.T) {

@@ -25,6 +25,10 @@ type Stats struct {
 	Running, Waiting int
 	// KVCacheUsage is the fraction of KV blocks held by running requests.
 	KVCacheUsage float64
+	// MaxInFlight is the most requests ever running or waiting at once
+	// since start: the high-water mark of Running + Waiting. vLLM has no
+	// such metric, so it is not on /metrics and ScrapeStats leaves it 0.
+	MaxInFlight int
 }
 
 // HitRate is the token-weighted prefix-cache hit rate, 0 before any query.
@@ -46,6 +50,7 @@ func (s *Server) Stats() Stats {
 		PrefixCacheQueries: c.queries, PrefixCacheHits: c.hits,
 		Running: len(e.running), Waiting: len(e.waiting),
 		KVCacheUsage: float64(e.pool.inUse()) / float64(e.pool.capacity),
+		MaxInFlight:  e.maxInFlight,
 	}
 }
 

@@ -18,6 +18,8 @@ func small(seed uint64) []Workload {
 		SupportBot(SupportBotConfig{Seed: seed, Users: 6, Turns: 3, SystemTokens: 300}),
 		RAG(RAGConfig{Seed: seed, Requests: 40, Documents: 20, DocTokens: 300, SystemTokens: 100}),
 		ShareGPT(ShareGPTConfig{Seed: seed, Sessions: 8}),
+		MixedLength(MixedLengthConfig{Seed: seed, Chats: 8, DocRequests: 10, Documents: 5, DocTokens: 800}),
+		HotPrefix(HotPrefixConfig{Seed: seed, Bursts: 2, BurstSize: 5, PrefixTokens: 100}),
 	}
 }
 

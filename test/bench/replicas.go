@@ -1,0 +1,662 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/process"
+	"github.com/warmroute/warmroute/test/vllmsim"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// ReplicaConfig is the router-replica part of a benchmark: the PREFIX_AWARE
+// router binary run as R replicas that exchange load reports (--peers),
+// behind a spreader that sends each request to a replica picked at random,
+// as a Service does.
+type ReplicaConfig struct {
+	// Counts are the replica counts run for each workload [1 2 3].
+	Counts []int
+	// Workloads names the workloads run with replicas; empty runs all.
+	Workloads []string
+	// SampleEvery: every n-th request is first sent to every replica's
+	// /debug/route, to count how often the replicas agree [10].
+	SampleEvery int
+	// HotPrefix is the workload of the threshold measurement (the most
+	// requests in flight on one instance), run with each of Counts; nil
+	// skips it.
+	HotPrefix *WorkloadSpec
+	// Restart names the workload replayed while one of RestartReplicas
+	// [3] replicas restarts ("" skips it), stopped at RestartAt [0.3] of
+	// the workload's span; every RestartSampleEvery-th [2] request is
+	// peeked, for agreement over time after the restart.
+	Restart            string
+	RestartReplicas    int
+	RestartAt          float64
+	RestartSampleEvery int
+}
+
+func (r *ReplicaConfig) defaults() {
+	if len(r.Counts) == 0 {
+		r.Counts = []int{1, 2, 3}
+	}
+	setDefault(&r.SampleEvery, 10)
+	setDefault(&r.RestartReplicas, 3)
+	setDefault(&r.RestartAt, 0.3)
+	setDefault(&r.RestartSampleEvery, 2)
+}
+
+func (r *ReplicaConfig) covers(name string) bool {
+	return len(r.Workloads) == 0 || slices.Contains(r.Workloads, name)
+}
+
+// ReplicaRun is one workload replayed through R router replicas.
+type ReplicaRun struct {
+	RunResult // PREFIX_AWARE; spills summed over the replicas
+	Replicas  int
+	// Samples requests were first peeked on every replica (none with one
+	// replica); Agreed got the same instance from all of them; PeekErrors
+	// could not be peeked on some replica and are left out of both.
+	Samples, Agreed, PeekErrors int
+	// Self is the control: one replica asked twice at once per sample.
+	Self AgreementWindow
+	// MaxInFlight is the most requests ever running or waiting on one
+	// instance (the simulators' high-water mark of vLLM's
+	// num_requests_running + num_requests_waiting), on MaxInstance.
+	MaxInFlight int
+	MaxInstance string
+}
+
+// Agreement is the fraction of samples on which the replicas agreed.
+func (r ReplicaRun) Agreement() float64 { return fraction(r.Agreed, r.Samples) }
+
+func fraction(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
+
+// AgreementWindow counts peeked requests in a span of wall time.
+type AgreementWindow struct {
+	From, To                time.Duration
+	Samples, Agreed, Errors int
+}
+
+// Rate is the fraction of the window's samples that agreed.
+func (a AgreementWindow) Rate() float64 { return fraction(a.Agreed, a.Samples) }
+
+// RestartResult is one replica restarted while a workload runs.
+type RestartResult struct {
+	Workload  string
+	Replicas  int
+	Restarted string
+	// StoppedAt is when the replica was taken out of the spreader and sent
+	// SIGTERM, from the start of the replay (wall time); Down how long
+	// until its new process was ready.
+	StoppedAt, Down time.Duration
+	// Before is the agreement of all replicas before the restart. After
+	// the restart a sample counts for the restarted replica when it and at
+	// least one other answered, and agrees when its answer is every other
+	// replica's: First10s over the first 10 s after it was ready (wall),
+	// Windows per second of them, Rest after them.
+	Before, First10s, Rest AgreementWindow
+	Windows                []AgreementWindow
+	Requests, Failures     int
+}
+
+// measureReplicas replays w through each count of router replicas, and
+// again while one replica restarts when w is the restart workload.
+func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
+	if c.Replicas.covers(spec.Name) {
+		if err := c.replicaCounts(ctx, rep, spec, w); err != nil {
+			return err
+		}
+	}
+	if spec.Name != c.Replicas.Restart {
+		return nil
+	}
+	r, err := c.runRestart(ctx, spec, w)
+	if err != nil {
+		return fmt.Errorf("%s restart: %w", spec.Name, err)
+	}
+	c.log("  restart of %s of %d: down %s; before %d/%d agree; first 10 s after %d/%d; after that %d/%d; failures %d",
+		r.Restarted, r.Replicas, r.Down.Round(time.Millisecond), r.Before.Agreed, r.Before.Samples, r.First10s.Agreed, r.First10s.Samples, r.Rest.Agreed, r.Rest.Samples, r.Failures)
+	rep.Restart = &r
+	return nil
+}
+
+// replicaCounts replays w through each count of router replicas.
+func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
+	for _, n := range c.Replicas.Counts {
+		r, err := c.runReplicas(ctx, spec, w, n)
+		if err != nil {
+			return fmt.Errorf("%s × %d router replicas: %w", spec.Name, n, err)
+		}
+		c.log("  PREFIX_AWARE × %d replicas    hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
+			n, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+		rep.Replicas = append(rep.Replicas, r)
+	}
+	return nil
+}
+
+// measureHotPrefix runs the threshold workload with each count of replicas.
+func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
+	spec := c.Replicas.HotPrefix
+	if spec == nil {
+		return nil
+	}
+	w, err := spec.Build()
+	if err != nil {
+		return fmt.Errorf("workload %s: %w", spec.Name, err)
+	}
+	rep.Workload[spec.Name] = describe(*spec, w)
+	c.log("%s: %d requests, threshold across router replicas", spec.Name, len(w.Requests))
+	return c.replicaCounts(ctx, rep, *spec, w)
+}
+
+// runReplicas replays w through n router replicas behind a spreader.
+func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.Workload, n int) (ReplicaRun, error) {
+	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, fmt.Sprintf("replicas-%d", n)), n, spec.TimeScale)
+	if err != nil {
+		return ReplicaRun{}, err
+	}
+	defer f.stop()
+	sp := f.spreader(c.Seed, c.Replicas.SampleEvery)
+	defer sp.base.CloseIdleConnections()
+	before := workload.FleetStatsOf(f.sims...)
+	results, err := workload.Run(ctx, spreaderURL, w.Requests, workload.Options{
+		TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: &http.Client{Transport: sp},
+	})
+	if err != nil {
+		return ReplicaRun{}, err
+	}
+	res, err := c.result(ctx, spec, policy.PrefixAware, f.sims, before, results, time.Since(sp.start), f.metricsURLs()...)
+	if err != nil {
+		return ReplicaRun{}, err
+	}
+	r := ReplicaRun{RunResult: res, Replicas: n}
+	all := sp.agreement(0, time.Duration(1<<62), -1)
+	r.Samples, r.Agreed, r.PeekErrors = all.Samples, all.Agreed, all.Errors
+	r.Self = sp.selfAgreement()
+	for i, s := range f.sims {
+		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
+			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
+		}
+	}
+	return r, nil
+}
+
+// runRestart replays w through RestartReplicas replicas and restarts the
+// last one at RestartAt of the replay: taken out of the spreader (as an
+// endpoint leaves a Service), SIGTERM, then started again on the same
+// addresses, back in the spreader once ready.
+func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.Workload) (RestartResult, error) {
+	n := c.Replicas.RestartReplicas
+	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, "restart"), n, spec.TimeScale)
+	if err != nil {
+		return RestartResult{}, err
+	}
+	defer f.stop()
+	sp := f.spreader(c.Seed, c.Replicas.RestartSampleEvery)
+	defer sp.base.CloseIdleConnections()
+	victim := len(f.replicas) - 1
+	out := RestartResult{Workload: spec.Name, Replicas: n, Restarted: f.replicas[victim].name}
+
+	type replay struct {
+		results []workload.Result
+		err     error
+	}
+	done := make(chan replay, 1)
+	go func() {
+		results, err := workload.Run(ctx, spreaderURL, w.Requests, workload.Options{
+			TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: &http.Client{Transport: sp},
+		})
+		done <- replay{results, err}
+	}()
+	at := time.Duration(c.Replicas.RestartAt * float64(w.Duration()) * spec.TimeScale)
+	select {
+	case <-time.After(time.Until(sp.start.Add(at))):
+	case <-ctx.Done():
+		return out, ctx.Err()
+	}
+	out.StoppedAt = time.Since(sp.start)
+	restartErr := f.restart(ctx, victim)
+	readyAt := time.Since(sp.start)
+	out.Down = readyAt - out.StoppedAt
+	r := <-done
+	if restartErr != nil {
+		return out, restartErr
+	}
+	if r.err != nil {
+		return out, r.err
+	}
+	out.Requests = len(r.results)
+	for _, x := range r.results {
+		if !x.OK() {
+			out.Failures++
+		}
+	}
+	out.Before = sp.agreement(0, out.StoppedAt, -1)
+	out.First10s = sp.agreement(readyAt, readyAt+10*time.Second, victim)
+	out.Rest = sp.agreement(readyAt+10*time.Second, time.Duration(1<<62), victim)
+	for s := range 10 {
+		from := readyAt + time.Duration(s)*time.Second
+		out.Windows = append(out.Windows, sp.agreement(from, from+time.Second, victim))
+	}
+	return out, nil
+}
+
+// replicaFleet is cold simulators behind n router replicas.
+type replicaFleet struct {
+	sims     []*vllmsim.Server
+	replicas []*replica
+	dir, bin string
+}
+
+// replica is one router process and the addresses it keeps across
+// restarts (its peers find it there).
+type replica struct {
+	name              string
+	addr, metricsAddr string
+	args              []string
+	proc              *process.Process
+	live              atomic.Bool
+	starts            int
+}
+
+func (r *replica) metricsURL() string { return "http://" + r.metricsAddr }
+
+func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeScale float64) (*replicaFleet, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	sims, err := c.startSims(c.Instances, timeScale)
+	if err != nil {
+		return nil, err
+	}
+	f := &replicaFleet{sims: sims, dir: dir, bin: c.RouterBinary}
+	ok := false
+	defer func() {
+		if !ok {
+			f.stop()
+		}
+	}()
+	doc, err := c.routingDocument(sims)
+	if err != nil {
+		return nil, err
+	}
+	docPath := filepath.Join(dir, "routing.json")
+	if err := os.WriteFile(docPath, doc, 0o644); err != nil {
+		return nil, fmt.Errorf("write routing document: %w", err)
+	}
+	// Every replica must be told every peer's address before any starts,
+	// so the addresses are chosen first.
+	addrs, err := freeAddrs(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var peerList []string
+	for i := range n {
+		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
+		peerList = append(peerList, addrs[2*i+1])
+	}
+	extra, err := routerExtraArgs(ctx, c.RouterBinary)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range f.replicas {
+		r.args = append([]string{
+			"--config-file", docPath,
+			"--listen", r.addr,
+			"--metrics-listen", r.metricsAddr,
+			"--strategy-override", string(policy.PrefixAware),
+			"--shutdown-timeout", "5s",
+			// The spreader stops sending to a replica before stopping it,
+			// as endpoints do once a pod is terminating.
+			"--drain-delay", "0s",
+			"--peers", strings.Join(peerList, ","),
+			"--replica-name", r.name,
+			"--enable-debug-route",
+		}, extra...)
+		if err := f.startReplica(r); err != nil {
+			return nil, err
+		}
+	}
+	// The replicas start together, so none finds a peer snapshot and each
+	// waits out --peer-bootstrap-wait before it is ready.
+	for _, r := range f.replicas {
+		if err := f.waitReplica(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return f, nil
+}
+
+func (f *replicaFleet) startReplica(r *replica) error {
+	name := r.name
+	if r.starts > 0 {
+		name = fmt.Sprintf("%s-start%d", r.name, r.starts+1)
+	}
+	r.starts++
+	p, err := process.Start(name, f.bin, r.args, f.dir)
+	if err != nil {
+		return err
+	}
+	r.proc = p
+	return nil
+}
+
+// waitReplica waits for r to be ready and puts it in the spreader.
+func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
+	if err := waitReady(ctx, r.metricsURL()+"/readyz"); err != nil {
+		if exited, perr := r.proc.Exited(); exited {
+			log, _ := os.ReadFile(filepath.Join(f.dir, r.proc.Name()+".log"))
+			return fmt.Errorf("%s exited (%v): %s", r.name, perr, log)
+		}
+		return fmt.Errorf("%s: %w", r.name, err)
+	}
+	r.live.Store(true)
+	return nil
+}
+
+// restart takes replica i out of the spreader, stops it, and starts it
+// again on the same addresses.
+func (f *replicaFleet) restart(ctx context.Context, i int) error {
+	r := f.replicas[i]
+	r.live.Store(false)
+	if err := r.proc.Stop(10 * time.Second); err != nil {
+		return fmt.Errorf("stop %s: %w", r.name, err)
+	}
+	if err := f.startReplica(r); err != nil {
+		return err
+	}
+	return f.waitReplica(ctx, r)
+}
+
+func (f *replicaFleet) metricsURLs() []string {
+	out := make([]string, len(f.replicas))
+	for i, r := range f.replicas {
+		out[i] = r.metricsURL()
+	}
+	return out
+}
+
+func (f *replicaFleet) stop() {
+	var wg sync.WaitGroup
+	for _, r := range f.replicas {
+		if r.proc != nil {
+			wg.Go(func() { _ = r.proc.Stop(10 * time.Second) })
+		}
+	}
+	wg.Wait()
+	closeSims(f.sims)
+}
+
+// freeAddrs returns n loopback addresses free right now. Another process
+// could take one before the router listens there; the router then fails to
+// start and the run says so.
+func freeAddrs(n int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// loopbackFlag lets the router accept instance addresses on loopback, which
+// the simulators have; routers that predate it do not know it (and accept
+// them anyway), so it is passed only when `router -h` lists it.
+var loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
+
+// routerExtraArgs are the flags the replicas need that depend on what the
+// router binary accepts.
+func routerExtraArgs(ctx context.Context, bin string) ([]string, error) {
+	// -h exits non-zero with the usage on stderr.
+	out, err := exec.CommandContext(ctx, bin, "-h").CombinedOutput()
+	if len(out) == 0 && err != nil {
+		return nil, fmt.Errorf("%s -h: %w", bin, err)
+	}
+	if loopbackFlag.Match(out) {
+		return []string{"--allow-loopback-backends"}, nil
+	}
+	return nil, nil
+}
+
+// spreaderURL is the base URL the driver sends to; the spreader replaces
+// its host by a replica's.
+const spreaderURL = "http://router-replicas"
+
+// spreader is the client side of a Service in front of router replicas: a
+// RoundTripper that sends each request to a live replica picked at random.
+// Every every-th request is first sent to every live replica's
+// /debug/route (and once more to the first, as a control), before it is
+// routed anywhere, so that all of them answer for the same moment of the
+// same request stream.
+type spreader struct {
+	base     *http.Transport
+	peek     *http.Client
+	replicas []*replica
+	every    int
+	start    time.Time
+
+	mu      sync.Mutex
+	rng     *rand.Rand
+	n       int
+	samples []peekSample
+}
+
+// peekSample is one request peeked on the replicas: answers[i] is replica
+// i's instance, "" when it was not live or errs counts it. again is the
+// first live replica's answer to the same body asked a second time at
+// once: the control, since a replica can disagree with itself where the
+// policy breaks ties at random or its load moves between two calls.
+type peekSample struct {
+	at      time.Duration
+	answers []string
+	again   string
+	errs    int
+}
+
+func (f *replicaFleet) spreader(seed uint64, every int) *spreader {
+	base := workload.NewClient().Transport.(*http.Transport)
+	return &spreader{
+		base: base, peek: &http.Client{Transport: base, Timeout: 10 * time.Second},
+		replicas: f.replicas, every: every, start: time.Now(),
+		rng: rand.New(rand.NewPCG(seed, uint64(len(f.replicas)))),
+	}
+}
+
+func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	s.n++
+	sampled := s.every > 0 && s.n%s.every == 0
+	var live []*replica
+	for _, r := range s.replicas {
+		if r.live.Load() {
+			live = append(live, r)
+		}
+	}
+	var to *replica
+	if len(live) > 0 {
+		to = live[s.rng.IntN(len(live))]
+	}
+	s.mu.Unlock()
+	if to == nil {
+		return nil, errors.New("spreader: no router replica is live")
+	}
+	if sampled && req.GetBody != nil {
+		if body, err := req.GetBody(); err == nil {
+			b, err := io.ReadAll(body)
+			_ = body.Close()
+			if err == nil {
+				s.sample(req.Context(), req.URL.Path, b)
+			}
+		}
+	}
+	out := req.Clone(req.Context())
+	out.URL.Host, out.Host = to.addr, to.addr
+	return s.base.RoundTrip(out)
+}
+
+// sample asks every live replica, at once, where body would go.
+func (s *spreader) sample(ctx context.Context, path string, body []byte) {
+	at := time.Since(s.start)
+	ps := peekSample{at: at, answers: make([]string, len(s.replicas))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ask := func(r *replica, answer *string) {
+		wg.Go(func() {
+			id, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				ps.errs++
+				return
+			}
+			*answer = id
+		})
+	}
+	control := false
+	for i, r := range s.replicas {
+		if !r.live.Load() {
+			continue
+		}
+		ask(r, &ps.answers[i])
+		if !control {
+			ask(r, &ps.again)
+			control = true
+		}
+	}
+	wg.Wait()
+	s.mu.Lock()
+	s.samples = append(s.samples, ps)
+	s.mu.Unlock()
+}
+
+// agreement counts the samples taken in [from, to). With focus < 0 a
+// sample counts when at least two replicas answered and agrees when all
+// answers are the same; otherwise it counts when replica focus and another
+// answered, and agrees when focus's answer is every other's.
+func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := AgreementWindow{From: from, To: to}
+	for _, x := range s.samples {
+		if x.at < from || x.at >= to {
+			continue
+		}
+		if x.errs > 0 {
+			w.Errors++
+			continue
+		}
+		ref, answered, same := "", 0, true
+		if focus >= 0 {
+			ref = x.answers[focus]
+			if ref == "" {
+				continue
+			}
+		}
+		for _, a := range x.answers {
+			if a == "" {
+				continue
+			}
+			answered++
+			if ref == "" {
+				ref = a
+			}
+			same = same && a == ref
+		}
+		if answered < 2 {
+			continue
+		}
+		w.Samples++
+		if same {
+			w.Agreed++
+		}
+	}
+	return w
+}
+
+// selfAgreement counts the samples on which the first live replica gave
+// the same answer twice.
+func (s *spreader) selfAgreement() AgreementWindow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var w AgreementWindow
+	for _, x := range s.samples {
+		first := ""
+		for _, a := range x.answers {
+			if a != "" {
+				first = a
+				break
+			}
+		}
+		if x.errs > 0 || first == "" || x.again == "" {
+			continue
+		}
+		w.Samples++
+		if first == x.again {
+			w.Agreed++
+		}
+	}
+	return w
+}
+
+// debugRoute asks the router whose metrics listener is at base where body,
+// sent to the traffic path, would go.
+func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/route?endpoint="+url.QueryEscape(path), bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("debug route: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", fmt.Errorf("debug route: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("debug route: status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	var out struct {
+		Instance string `json:"instance"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.Instance == "" {
+		return "", fmt.Errorf("debug route: unexpected answer %q", b)
+	}
+	return out.Instance, nil
+}

@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// oracleShareRequired is the fraction of the pooled oracle's hit rate that
+// PREFIX_AWARE must reach on workload w: 95 % where most traffic shares long
+// prefixes, 90 % on ShareGPT-like chats, 0 (no target) elsewhere.
+func oracleShareRequired(w string) float64 {
+	switch w {
+	case workload.NameLongContext, workload.NameSupportBot, workload.NameRAG, workload.NameMooncake:
+		return 0.95
+	case workload.NameShareGPT:
+		return 0.90
+	}
+	return 0
+}
+
+// agreementWorkloads are the workloads whose decision agreement between
+// router replicas is a target.
+var agreementWorkloads = []string{workload.NameSupportBot, workload.NameRAG}
+
+func (r *Report) replicaRun(w string, n int) (ReplicaRun, bool) {
+	for _, x := range r.Replicas {
+		if x.Workload == w && x.Replicas == n {
+			return x, true
+		}
+	}
+	return ReplicaRun{}, false
+}
+
+// loadTargets are the targets of token-aware load shared by every router
+// replica: PREFIX_AWARE's tail latency against every other strategy, cold
+// remapping against warm, and the runs through several router replicas.
+func (r *Report) loadTargets() []Target {
+	var out []Target
+	others := []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline}
+	for _, w := range r.workloadNames() {
+		pa, ok := r.run(w, policy.PrefixAware)
+		if !ok {
+			continue
+		}
+		best, bestName := math.Inf(1), ""
+		for _, s := range others {
+			if x, ok := r.run(w, s); ok && x.Summary.EngineTTFT.P90 < best {
+				best, bestName = x.Summary.EngineTTFT.P90, string(s)
+			}
+		}
+		if bestName == "" {
+			continue
+		}
+		p90 := pa.Summary.EngineTTFT.P90
+		out = append(out, Target{Name: "PREFIX_AWARE TTFT p90 ≤ the best of RANDOM, LEAST_OUTSTANDING_REQUESTS, SAGEMAKER_BASELINE", Workload: w,
+			Measured: fmt.Sprintf("%s vs %s (%s)", secs(p90), secs(best), bestName),
+			Required: "≤ the best", Met: p90 <= best, Gap: percentOver(p90, best)})
+	}
+	if pa, ok := r.run(workload.NameMixedLength, policy.PrefixAware); ok {
+		if lor, ok := r.run(workload.NameMixedLength, policy.LeastOutstandingRequests); ok {
+			a, b := pa.Summary.EngineTTFT.P90, lor.Summary.EngineTTFT.P90
+			out = append(out, Target{Name: "prompt lengths ≥ 10× apart: PREFIX_AWARE TTFT p90 ≤ LEAST_OUTSTANDING_REQUESTS's", Workload: workload.NameMixedLength,
+				Measured: fmt.Sprintf("%s vs %s", secs(a), secs(b)), Required: "≤", Met: a <= b, Gap: percentOver(a, b)})
+		}
+	}
+	out = append(out, r.coldRemapTargets()...)
+	return append(out, r.replicaTargets()...)
+}
+
+// coldRemapTargets compare a restarted router's remapping (cold) with a
+// running one's (warm) on N→N+1, per workload.
+func (r *Report) coldRemapTargets() []Target {
+	var out []Target
+	for _, w := range r.workloadNames() {
+		cold, okc := r.remap(w+" requests, cold", r.Config.Instances+1)
+		warm, okw := r.remap(w+" requests, warm", r.Config.Instances+1)
+		if !okc || !okw {
+			continue
+		}
+		d := cold.Moved - warm.Moved
+		out = append(out, Target{Name: fmt.Sprintf("keys moved on %d→%d: cold (restarted router) within 2 points of warm", cold.From, cold.To), Workload: w,
+			Measured: fmt.Sprintf("cold %.2f %%, warm %.2f %%", 100*cold.Moved, 100*warm.Moved),
+			Required: "cold − warm ≤ 2 points", Met: d <= 0.02, Gap: fmt.Sprintf("%.2f points over", 100*(d-0.02))})
+	}
+	return out
+}
+
+func (r *Report) remap(keys string, to int) (Remap, bool) {
+	for _, m := range r.Remap {
+		if m.Keys == keys && m.To == to {
+			return m, true
+		}
+	}
+	return Remap{}, false
+}
+
+// replicaTargets check the runs through several router replicas against
+// the run through one.
+func (r *Report) replicaTargets() []Target {
+	var out []Target
+	hot := ""
+	if r.Config.Replicas.HotPrefix != nil {
+		hot = r.Config.Replicas.HotPrefix.Name
+	}
+	for _, x := range r.Replicas {
+		if x.Replicas < 2 || x.Workload == hot {
+			continue
+		}
+		one, ok := r.replicaRun(x.Workload, 1)
+		if !ok {
+			continue
+		}
+		frac := ratio(x.HitRate, one.HitRate)
+		p90, p90One := x.Summary.EngineTTFT.P90, one.Summary.EngineTTFT.P90
+		out = append(out,
+			Target{Name: fmt.Sprintf("%d router replicas: hit rate ≥ 97 %% of 1 replica's", x.Replicas), Workload: x.Workload,
+				Measured: fmt.Sprintf("%.1f %% vs %.1f %% = %.1f %%", 100*x.HitRate, 100*one.HitRate, 100*frac),
+				Required: "≥ 97 %", Met: frac >= 0.97, Gap: points(0.97 - frac)},
+			Target{Name: fmt.Sprintf("%d router replicas: TTFT p90 within 5 %% of 1 replica's", x.Replicas), Workload: x.Workload,
+				Measured: fmt.Sprintf("%s vs %s (%+.1f %%)", secs(p90), secs(p90One), 100*(ratio(p90, p90One)-1)),
+				Required: "≤ +5 %", Met: p90 <= 1.05*p90One, Gap: fmt.Sprintf("%.1f points over", 100*(ratio(p90, p90One)-1.05))})
+		if slices.Contains(agreementWorkloads, x.Workload) {
+			a := x.Agreement()
+			out = append(out, Target{Name: fmt.Sprintf("%d router replicas: same decision for the same request", x.Replicas), Workload: x.Workload,
+				Measured: fmt.Sprintf("%.1f %% of %d sampled requests", 100*a, x.Samples),
+				Required: "≥ 98 %", Met: x.Samples > 0 && a >= 0.98, Gap: points(0.98 - a)})
+		}
+	}
+	for _, x := range r.Replicas {
+		if x.Workload != hot || x.Replicas < 2 {
+			continue
+		}
+		bound := r.Config.ConcurrencyThreshold + x.Replicas
+		out = append(out, Target{Name: fmt.Sprintf("%d router replicas, hot prefix: most requests in flight on one instance (simulators' running + waiting)", x.Replicas), Workload: x.Workload,
+			Measured: fmt.Sprintf("%d on %s%s", x.MaxInFlight, x.MaxInstance, allBusy(x.RunResult)),
+			Required: fmt.Sprintf("≤ concurrencyThreshold + replicas = %d", bound), Met: x.MaxInFlight <= bound,
+			Gap: fmt.Sprintf("%d over", x.MaxInFlight-bound)})
+	}
+	if rs := r.Restart; rs != nil {
+		a := rs.First10s.Rate()
+		out = append(out, Target{Name: "a restarted router replica decides as the others within 10 s", Workload: rs.Workload,
+			Measured: fmt.Sprintf("%.1f %% of %d sampled requests in the first 10 s after it was ready", 100*a, rs.First10s.Samples),
+			Required: "≥ 98 %", Met: rs.First10s.Samples > 0 && a >= 0.98, Gap: points(0.98 - a)})
+	}
+	return out
+}
+
+// allBusy notes the requests that found no instance with room, for which
+// the threshold is not a limit.
+func allBusy(x RunResult) string {
+	if n := x.SpillReasons[policy.SpillAllBusy]; n > 0 {
+		return fmt.Sprintf(" (%d requests found every instance busy)", n)
+	}
+	return ""
+}
+
+// percentOver says how far a is above b.
+func percentOver(a, b float64) string {
+	return fmt.Sprintf("%.1f %% higher", 100*(ratio(a, b)-1))
+}
+
+// replicaMarkdown renders the runs through several router replicas.
+func (r *Report) replicaMarkdown(b *strings.Builder) {
+	if len(r.Replicas) == 0 && r.Restart == nil {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	c := r.Config
+	p("\n## Router replicas\n\n")
+	p("PREFIX_AWARE through 1 to %d replicas of the router binary, each started with `--peers` listing every replica's metrics address (the addresses are chosen before any starts) and `--enable-debug-route`, exchanging load reports as in a Deployment. In front of them a spreader in the load generator sends each request to a replica picked at random, as a Service does. Fresh simulators and replicas for every run. *Agreement*: one request in %d is first sent to every replica's `POST /debug/route` (where it would go, without routing it), all at once, before it is routed: the share of those requests on which all replicas named the same instance. *Same replica twice* is the control: the first replica asked the same question twice at once, which shows how much of the disagreement is the policy's random tie-breaking or load moving between two calls rather than replicas seeing different pictures. *Most in flight* is the highest `vllm:num_requests_running` + `vllm:num_requests_waiting` any one simulator ever had during the run (a high-water mark kept by the simulator each time it sets those gauges, so no peak falls between scrapes). TTFT is the engine's, in simulated seconds.\n\n",
+		maxInt(c.Replicas.Counts), c.Replicas.SampleEvery)
+	p("| workload | replicas | hit rate | vs 1 replica | TTFT p50 | p90 | p90 vs 1 replica | client p90 | agreement | same replica twice | most in flight | share max/avg | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.Replicas {
+		one, ok := r.replicaRun(x.Workload, 1)
+		vsHit, vsP90, agree := "", "", "—"
+		if ok && x.Replicas > 1 {
+			vsHit = fmt.Sprintf("%.1f %%", 100*ratio(x.HitRate, one.HitRate))
+			vsP90 = fmt.Sprintf("%+.1f %%", 100*(ratio(x.Summary.EngineTTFT.P90, one.Summary.EngineTTFT.P90)-1))
+		}
+		if x.Replicas > 1 {
+			agree = fmt.Sprintf("%.1f %% of %d", 100*x.Agreement(), x.Samples)
+			if x.PeekErrors > 0 {
+				agree += fmt.Sprintf(" (%d errors)", x.PeekErrors)
+			}
+		}
+		e := x.Summary.EngineTTFT
+		p("| %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %d | %.3f | %s | %d |\n",
+			x.Workload, x.Replicas, 100*x.HitRate, vsHit, secs(e.P50), secs(e.P90), vsP90, secs(x.Summary.TTFT.P90),
+			agree, rate(x.Self), x.MaxInFlight, x.Summary.ShareMaxAvg, spills(x.RunResult), x.Summary.Failures)
+	}
+	if h := c.Replicas.HotPrefix; h != nil {
+		p("\n**Threshold across replicas** (`concurrencyThreshold` %d): the %s workload (%s) is bursts faster than the replicas exchange reports; *most in flight* above is the figure to compare with `concurrencyThreshold` + replicas.\n",
+			c.ConcurrencyThreshold, h.Name, h.Description)
+	}
+	if rs := r.Restart; rs != nil {
+		p("\n**Restart under traffic** (%s, %d replicas): %s was taken out of the spreader and sent SIGTERM %.1f s into the replay, started again on the same addresses, and back in the spreader %.2f s later, once ready (it restores a peer's snapshot before it opens its listeners). One request in %d was peeked on every live replica; after the restart a sample agrees when the restarted replica names the instance every other replica names. Before the restart all replicas agreed on %.1f %% of %d samples; %d of %d requests failed.\n\n",
+			rs.Workload, rs.Replicas, rs.Restarted, rs.StoppedAt.Seconds(), rs.Down.Seconds(), c.Replicas.RestartSampleEvery,
+			100*rs.Before.Rate(), rs.Before.Samples, rs.Failures, rs.Requests)
+		p("| after ready (wall) | samples | restarted replica agrees |\n|---|---:|---:|\n")
+		for _, w := range rs.Windows {
+			p("| %s | %d | %s |\n", span(w, rs.Windows[0].From), w.Samples, rate(w))
+		}
+		p("| **first 10 s** | **%d** | **%s** |\n| after 10 s | %d | %s |\n", rs.First10s.Samples, rate(rs.First10s), rs.Rest.Samples, rate(rs.Rest))
+	}
+}
+
+func maxInt(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// span renders a window's bounds relative to origin, in seconds.
+func span(w AgreementWindow, origin time.Duration) string {
+	return fmt.Sprintf("%g–%g s", (w.From - origin).Seconds(), (w.To - origin).Seconds())
+}
+
+// rate renders a window's agreement, or a dash without samples.
+func rate(w AgreementWindow) string {
+	if w.Samples == 0 {
+		return "—"
+	}
+	s := fmt.Sprintf("%.1f %%", 100*w.Rate())
+	if w.Errors > 0 {
+		s += fmt.Sprintf(" (%d errors)", w.Errors)
+	}
+	return s
+}

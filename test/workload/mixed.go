@@ -1,0 +1,138 @@
+package workload
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Names of the workloads in this file, as they appear in reports.
+const (
+	NameMixedLength = "mixed-length"
+	NameHotPrefix   = "hot-prefix"
+)
+
+// MixedLengthConfig mixes short chats with long documents, so that prompt
+// lengths differ by more than ten times: the case where counting requests
+// is not counting load (one instance prefilling a 30k-token document is far
+// busier than one decoding ten chats). Zero fields take the defaults in
+// brackets.
+type MixedLengthConfig struct {
+	Seed uint64
+	// Chats are short multi-turn conversations behind one small system
+	// prompt.
+	Chats        int           // conversations [600]
+	ChatRate     float64       // conversations started per simulated second [5]
+	MeanTurns    float64       // geometric, at least 1, at most 8 [3]
+	SystemTokens int           // the chats' shared system prompt [200]
+	UserTokens   int           // median user message [60]
+	ReplyTokens  int           // median reply, also its max_tokens [150]
+	ThinkTime    time.Duration // mean pause between turns [4s]
+	// Documents are single requests: one of Documents long texts (Zipf
+	// popularity) and a question about it.
+	DocRequests    int     // [360]
+	DocRate        float64 // Poisson arrivals per simulated second [3]
+	Documents      int     // [150]
+	DocTokens      int     // median document length; lengths span ¼× to 4× [12000]
+	ZipfS          float64 // popularity exponent [0.9]
+	QuestionTokens int     // median question [40]
+	DocMaxTokens   int     // completion length of a document request [128]
+}
+
+// MixedLength generates the mixed-length workload: both streams over the
+// same span, merged by arrival.
+func MixedLength(cfg MixedLengthConfig) Workload {
+	setDefault(&cfg.Chats, 600)
+	setDefault(&cfg.ChatRate, 5)
+	setDefault(&cfg.MeanTurns, 3)
+	setDefault(&cfg.SystemTokens, 200)
+	setDefault(&cfg.UserTokens, 60)
+	setDefault(&cfg.ReplyTokens, 150)
+	setDefault(&cfg.ThinkTime, 4*time.Second)
+	setDefault(&cfg.DocRequests, 360)
+	setDefault(&cfg.DocRate, 3)
+	setDefault(&cfg.Documents, 150)
+	setDefault(&cfg.DocTokens, 12000)
+	setDefault(&cfg.ZipfS, 0.9)
+	setDefault(&cfg.QuestionTokens, 40)
+	setDefault(&cfg.DocMaxTokens, 128)
+
+	const maxTurns = 8
+	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameMixedLength+"/system"), cfg.SystemTokens)}
+	reqs := chats(cfg.Seed, NameMixedLength+"/chat", cfg.Chats, cfg.ChatRate, func(rng *rand.Rand) conversationSpec {
+		turns := 1
+		for turns < maxTurns && rng.Float64() > 1/cfg.MeanTurns {
+			turns++
+		}
+		return conversationSpec{
+			turns: turns, system: []Message{system},
+			userTokens: cfg.UserTokens, userSigma: 0.6,
+			replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
+		}
+	})
+
+	docs := make([]string, cfg.Documents)
+	for i := range docs {
+		rng := newRand(cfg.Seed, fmt.Sprintf("%s/document/%d", NameMixedLength, i))
+		n := lognormal(rng, float64(cfg.DocTokens), 0.5, cfg.DocTokens/4, cfg.DocTokens*4)
+		docs[i] = fmt.Sprintf("Document %d:\n", i) + tokensText(rng, n)
+	}
+	rng := newRand(cfg.Seed, NameMixedLength+"/documents")
+	rank := rng.Perm(cfg.Documents)
+	pop := newZipf(cfg.Documents, cfg.ZipfS)
+	arrivals := poisson{rng: newRand(cfg.Seed, NameMixedLength+"/documents/arrivals"), rate: cfg.DocRate}
+	for range cfg.DocRequests {
+		q := lognormal(rng, float64(cfg.QuestionTokens), 0.5, 4, 16*cfg.QuestionTokens)
+		reqs = append(reqs, Request{
+			Arrival: arrivals.next(),
+			Messages: []Message{
+				{Role: "user", Parts: []string{docs[rank[pop.sample(rng)]], "\nQuestion: " + tokensText(rng, q)}},
+			},
+			MaxTokens: cfg.DocMaxTokens,
+		})
+	}
+	sortByArrival(reqs)
+	return Workload{Name: NameMixedLength, Requests: reqs}
+}
+
+// HotPrefixConfig is bursts of requests that all share one prefix, each
+// burst arriving faster than router replicas exchange their load: what
+// tests that concurrencyThreshold holds per instance across replicas.
+type HotPrefixConfig struct {
+	Seed           uint64
+	Bursts         int           // [12]
+	BurstSize      int           // requests per burst [40]
+	Interval       time.Duration // between the starts of bursts [5s]
+	Spread         time.Duration // a burst's arrivals are uniform over this [100ms]
+	PrefixTokens   int           // the shared prefix [2000]
+	QuestionTokens int           // median question after it [30]
+	MaxTokens      int           // completion length, which keeps requests in flight [100]
+}
+
+// HotPrefix generates the hot-prefix workload.
+func HotPrefix(cfg HotPrefixConfig) Workload {
+	setDefault(&cfg.Bursts, 12)
+	setDefault(&cfg.BurstSize, 40)
+	setDefault(&cfg.Interval, 5*time.Second)
+	setDefault(&cfg.Spread, 100*time.Millisecond)
+	setDefault(&cfg.PrefixTokens, 2000)
+	setDefault(&cfg.QuestionTokens, 30)
+	setDefault(&cfg.MaxTokens, 100)
+
+	prefix := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameHotPrefix+"/prefix"), cfg.PrefixTokens)}
+	rng := newRand(cfg.Seed, NameHotPrefix)
+	var reqs []Request
+	for b := range cfg.Bursts {
+		start := time.Duration(b) * cfg.Interval
+		for range cfg.BurstSize {
+			q := lognormal(rng, float64(cfg.QuestionTokens), 0.5, 4, 16*cfg.QuestionTokens)
+			reqs = append(reqs, Request{
+				Arrival:   start + time.Duration(rng.Float64()*float64(cfg.Spread)),
+				Messages:  []Message{prefix, {Role: "user", Content: tokensText(rng, q)}},
+				MaxTokens: cfg.MaxTokens,
+			})
+		}
+	}
+	sortByArrival(reqs)
+	return Workload{Name: NameHotPrefix, Requests: reqs}
+}
