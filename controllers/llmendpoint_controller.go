@@ -117,11 +117,13 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
+	// The routing document and the status both show where the adapters
+	// are placed: it is worked out once, from the same pods.
+	obs := observed{pods: pods, placements: placeAdapters(ep, pods)}
 	var errs []error
-	var routingHash string
 	defer func() {
-		reconcileErr := errors.Join(errs...)
-		if err := r.updateStatus(ctx, ep, pods, routingHash, reconcileErr); err != nil {
+		obs.err = errors.Join(errs...)
+		if err := r.updateStatus(ctx, ep, obs); err != nil {
 			errs = append(errs, err)
 		}
 		if retErr = errors.Join(errs...); retErr != nil {
@@ -129,7 +131,7 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
-	routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods)
+	obs.routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods, obs.placements)
 	errs = appendErr(errs, "routing ConfigMap", err)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))

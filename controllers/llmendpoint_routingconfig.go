@@ -58,8 +58,8 @@ func hashSeed(ep *v1alpha1.LLMEndpoint) uint64 {
 }
 
 // buildRoutingDocument is the routers' whole configuration for the
-// endpoint and its current pods.
-func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) routing.Document {
+// endpoint, its current pods and the adapters' placements on them.
+func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement) routing.Document {
 	instances := []routing.Instance{}
 	for i := range pods {
 		if pod := &pods[i]; isRoutable(pod) {
@@ -76,7 +76,7 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) routing.D
 		ids[i] = in.ID
 	}
 	var adapters []routing.Adapter
-	for _, p := range placeAdapters(ep, pods) {
+	for _, p := range placements {
 		adapters = append(adapters, routing.Adapter{Name: p.name, URI: p.uri, Desired: p.desired, Ready: p.ready})
 	}
 
@@ -120,8 +120,8 @@ func documentHash(document []byte) string {
 // reconcileRoutingConfig writes the routing document for the current pods,
 // if it differs from the stored one, and returns its hash. A document the
 // routers would refuse is not written.
-func (r *LLMEndpointReconciler) reconcileRoutingConfig(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) (string, error) {
-	doc := buildRoutingDocument(ep, pods)
+func (r *LLMEndpointReconciler) reconcileRoutingConfig(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement) (string, error) {
+	doc := buildRoutingDocument(ep, pods, placements)
 	if err := doc.Validate(); err != nil {
 		return "", err
 	}

@@ -93,7 +93,7 @@ func TestBuildRoutingDocument(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc := buildRoutingDocument(tt.ep, tt.pods)
+			doc := buildRoutingDocument(tt.ep, tt.pods, placeAdapters(tt.ep, tt.pods))
 			if err := doc.Validate(); err != nil {
 				t.Fatalf("the router would refuse the document: %v", err)
 			}
@@ -129,7 +129,7 @@ func TestRoutingDocumentIsStable(t *testing.T) {
 	reversed := slices.Clone(pods)
 	slices.Reverse(reversed)
 	encode := func(pods []corev1.Pod) []byte {
-		doc := buildRoutingDocument(newEndpoint(), pods)
+		doc := buildRoutingDocument(newEndpoint(), pods, nil)
 		data, err := doc.Encode()
 		if err != nil {
 			t.Fatal(err)

@@ -40,6 +40,8 @@ import (
 // its status besides the spec.
 type observed struct {
 	pods []corev1.Pod
+	// placements are the adapters' placements on pods.
+	placements []adapterPlacement
 	// vllm and router are the Deployments, nil when absent.
 	vllm, router *appsv1.Deployment
 	// routingHash is the hash of the routing document; empty if it could
@@ -77,9 +79,9 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 	slices.SortFunc(st.Instances, func(a, b v1alpha1.InstanceStatus) int { return strings.Compare(a.ID, b.ID) })
 
 	conds := conditions(ep, obs, st.ReadyReplicas)
-	if placements := placeAdapters(ep, obs.pods); len(placements) > 0 {
-		st.Adapters = adapterStatuses(placements)
-		conds = append(conds, adaptersCondition(placements))
+	if len(obs.placements) > 0 {
+		st.Adapters = adapterStatuses(obs.placements)
+		conds = append(conds, adaptersCondition(obs.placements))
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdaptersReady)
 	}
@@ -166,10 +168,10 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// updateStatus observes the owned Deployments, rebuilds the status and
-// writes it if it changed, with an Event for each condition that changed.
-func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, routingHash string, reconcileErr error) error {
-	obs := observed{pods: pods, routingHash: routingHash, err: reconcileErr}
+// updateStatus adds the owned Deployments to what the reconcile observed,
+// rebuilds the status and writes it if it changed, with an Event for each
+// condition that changed.
+func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.LLMEndpoint, obs observed) error {
 	var err error
 	if obs.vllm, err = r.deployment(ctx, ep, vllmName(ep)); err != nil {
 		return err
