@@ -94,7 +94,7 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 
 // conditions are Available, Progressing and Degraded for what was observed.
 func conditions(ep *v1alpha1.LLMEndpoint, obs observed, ready int32) []metav1.Condition {
-	want := replicas(ep)
+	want := v1alpha1.Replicas(ep)
 	routerUp := obs.router != nil && obs.router.Status.AvailableReplicas > 0
 
 	available := metav1.Condition{Type: v1alpha1.ConditionAvailable}

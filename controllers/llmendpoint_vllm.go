@@ -59,9 +59,6 @@ const (
 	maxDeletionCostStep = 10
 )
 
-// replicas is spec.replicas with the API's default.
-func replicas(ep *v1alpha1.LLMEndpoint) int32 { return v1alpha1.Replicas(ep) }
-
 // loraEnabled is whether vLLM runs with LoRA and runtime adapter loading.
 // It depends on maxLoras as well as the adapter list, so that a user who
 // sets maxLoras can add the first adapter without restarting instances.
@@ -324,7 +321,7 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: objectMeta(ep, vllmName(ep), roleVLLM, "vllm"),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas(ep)),
+			Replicas: ptr.To(v1alpha1.Replicas(ep)),
 			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleVLLM)},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},

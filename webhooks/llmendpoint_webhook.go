@@ -149,9 +149,6 @@ func pointer(f func(*servingv1alpha1.LLMEndpoint) int32) func(*servingv1alpha1.L
 	}
 }
 
-func gpus(e *servingv1alpha1.LLMEndpoint) int32     { return servingv1alpha1.GPUs(e) }
-func replicas(e *servingv1alpha1.LLMEndpoint) int32 { return servingv1alpha1.Replicas(e) }
-
 // LLMEndpointValidator refuses LLMEndpoints the CRD's schema lets through
 // but the operator cannot serve, and warns about ones that will not work as
 // their author expects.
@@ -217,7 +214,7 @@ func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("model", "uri"), e.Spec.Model.URI, err.Error()))
 	}
 	for i, a := range e.Spec.LoRAAdapters {
-		if _, err := servingv1alpha1.AdapterLoadPath(a.URI); err != nil {
+		if _, err := servingv1alpha1.ParseWeightsURI(a.URI); err != nil {
 			errs = append(errs, field.Invalid(spec.Child("loraAdapters").Index(i).Child("uri"), a.URI, err.Error()))
 		}
 	}
@@ -284,8 +281,9 @@ const gpuResource corev1.ResourceName = "nvidia.com/gpu"
 // specWarnings are the spec's legal but doubtful choices.
 func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 	var w admission.Warnings
+	instances := servingv1alpha1.Replicas(e)
 	prefixAware := e.Spec.Routing.Strategy == servingv1alpha1.RoutingStrategyPrefixAware || e.Spec.Routing.Strategy == ""
-	if prefixAware && replicas(e) == 1 {
+	if prefixAware && instances == 1 {
 		w = append(w, "spec.replicas: 1 instance with strategy PREFIX_AWARE: prefix-aware routing needs at least 2 instances to matter, and the endpoint reports Degraded (SingleInstance) until it has them")
 	}
 	if pl, mml := e.Spec.Routing.PrefixAware.PrefixLength, e.Spec.Model.MaxModelLen; prefixAware && pl != nil && mml != nil {
@@ -298,12 +296,12 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 		_, inReq := r.Requests[gpuResource]
 		_, inLim := r.Limits[gpuResource]
 		if inReq || inLim {
-			w = append(w, fmt.Sprintf("spec.model.resources: %s is ignored: the operator sets it from spec.model.gpus (%d)", gpuResource, gpus(e)))
+			w = append(w, fmt.Sprintf("spec.model.resources: %s is ignored: the operator sets it from spec.model.gpus (%d)", gpuResource, servingv1alpha1.GPUs(e)))
 		}
 	}
 	for i, a := range e.Spec.LoRAAdapters {
-		if a.Replicas != nil && *a.Replicas > replicas(e) && replicas(e) > 0 {
-			w = append(w, fmt.Sprintf("spec.loraAdapters[%d].replicas: %d is more than the %d instances; the adapter %q is placed on all of them", i, *a.Replicas, replicas(e), a.Name))
+		if a.Replicas != nil && *a.Replicas > instances && instances > 0 {
+			w = append(w, fmt.Sprintf("spec.loraAdapters[%d].replicas: %d is more than the %d instances; the adapter %q is placed on all of them", i, *a.Replicas, instances, a.Name))
 		}
 	}
 	return w
