@@ -239,13 +239,11 @@ func (p *Policy) Update(cfg Config) error {
 	}
 	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters))}
 	pos := make(map[string]int, len(cfg.Instances))
-	keep := make(map[string]bool, len(cfg.Instances))
 	for i, in := range cfg.Instances {
 		w := float64(max(in.Weight, 1))
 		t.members = append(t.members, member{Instance: in, idHash: hashString(cfg.HashSeed, in.ID), weight: w, stat: p.stats.get(in.ID)})
 		t.all = append(t.all, i)
 		pos[in.ID] = i
-		keep[in.ID] = true
 	}
 	for name, ids := range cfg.Adapters {
 		set := make([]int, 0, len(ids))
@@ -259,7 +257,7 @@ func (p *Policy) Update(cfg Config) error {
 	}
 	t.blockSize = above(p.tuning.BlockSize, 0, max(64, cfg.PrefixLength/32))
 	p.table.Store(t)
-	p.stats.prune(keep)
+	p.stats.prune(pos)
 	// Instances new to the registry start with the peers' current loads.
 	p.recomputePeers()
 	return nil
@@ -461,7 +459,7 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(t.members[a].stat.requests(), t.members[b].stat.requests())
+		return cmp.Compare(t.members[a].stat.liveRequests(), t.members[b].stat.liveRequests())
 	})
 	return order
 }
@@ -485,7 +483,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			// made since the last report counts, so that a burst of
 			// overflow does not pile onto the one instance that looked
 			// least loaded when the report was made.
-			if best < 0 || t.members[m].stat.requests() < t.members[order[best]].stat.requests() {
+			if best < 0 || t.members[m].stat.liveRequests() < t.members[order[best]].stat.liveRequests() {
 				best = i
 			}
 		}
