@@ -118,13 +118,6 @@ func (e indexEntry) has(token uint32) bool {
 	return token != 0 && (e.tok[0] == token || e.tok[1] == token)
 }
 
-// get returns the entry for one hash.
-func (x *prefixIndex) get(h uint64) (indexEntry, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.lookupLocked(h)
-}
-
 // addDepths records token, at version ver, for the hashes at the given
 // depths.
 func (x *prefixIndex) addDepths(hashes []uint64, depths []int, token, ver uint32) {

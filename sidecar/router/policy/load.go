@@ -83,9 +83,15 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 // tokenCap is the token load above which an instance counts as overloaded:
 // TokenBalance × the average over set, never below TokenFloor.
 func (p *Policy) tokenCap(t *table, set []int) int64 {
+	sum := sumOver(t, set, p.tokenLoad)
+	return max(p.tuning.TokenFloor, int64(p.tuning.TokenBalance*float64(sum)/float64(len(set))))
+}
+
+// sumOver adds up one of the load measures above over the members in set.
+func sumOver(t *table, set []int, measure func(*stat) int64) int64 {
 	var sum int64
 	for _, m := range set {
-		sum += p.tokenLoad(t.members[m].stat)
+		sum += measure(t.members[m].stat)
 	}
-	return max(p.tuning.TokenFloor, int64(p.tuning.TokenBalance*float64(sum)/float64(len(set))))
+	return sum
 }

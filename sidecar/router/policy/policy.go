@@ -126,52 +126,34 @@ func DefaultTuning() Tuning {
 
 func (t Tuning) withDefaults() Tuning {
 	d := DefaultTuning()
-	if t.LookaheadBytes == 0 {
-		t.LookaheadBytes = d.LookaheadBytes
-	}
-	if t.LookaheadBytes < 0 {
-		t.LookaheadBytes = 0
-	}
-	if t.BalanceFactor <= 1 {
-		t.BalanceFactor = d.BalanceFactor
-	}
-	if t.ReplicaLoad <= 0 {
-		t.ReplicaLoad = d.ReplicaLoad
-	}
-	if t.ShareSlack == 0 {
-		t.ShareSlack = d.ShareSlack
-	}
-	if t.MoveSlack == 0 {
-		t.MoveSlack = max(d.MoveSlack, t.ShareSlack)
-	}
-	if t.IndexEntries <= 0 {
-		t.IndexEntries = d.IndexEntries
-	}
-	if t.SketchWidth <= 0 {
-		t.SketchWidth = d.SketchWidth
-	}
-	if t.DecayEvery <= 0 {
-		t.DecayEvery = d.DecayEvery
-	}
-	if t.BytesPerToken <= 0 {
-		t.BytesPerToken = d.BytesPerToken
-	}
-	if t.DecodeTokens <= 0 {
-		t.DecodeTokens = d.DecodeTokens
-	}
-	if t.TokenBalance <= 1 {
-		t.TokenBalance = d.TokenBalance
-	}
-	if t.TokenFloor <= 0 {
-		t.TokenFloor = d.TokenFloor
-	}
-	if t.PlacementLog <= 0 {
-		t.PlacementLog = d.PlacementLog
-	}
+	t.LookaheadBytes = max(cmp.Or(t.LookaheadBytes, d.LookaheadBytes), 0)
+	t.BalanceFactor = above(t.BalanceFactor, 1, d.BalanceFactor)
+	t.ReplicaLoad = above(t.ReplicaLoad, 0, d.ReplicaLoad)
+	// A negative ShareSlack is kept: it turns share balancing off.
+	t.ShareSlack = cmp.Or(t.ShareSlack, d.ShareSlack)
+	t.MoveSlack = cmp.Or(t.MoveSlack, max(d.MoveSlack, t.ShareSlack))
+	t.IndexEntries = above(t.IndexEntries, 0, d.IndexEntries)
+	t.SketchWidth = above(t.SketchWidth, 0, d.SketchWidth)
+	t.DecayEvery = above(t.DecayEvery, 0, d.DecayEvery)
+	t.BytesPerToken = above(t.BytesPerToken, 0, d.BytesPerToken)
+	t.DecodeTokens = above(t.DecodeTokens, 0, d.DecodeTokens)
+	t.TokenBalance = above(t.TokenBalance, 1, d.TokenBalance)
+	t.TokenFloor = above(t.TokenFloor, 0, d.TokenFloor)
+	t.PlacementLog = above(t.PlacementLog, 0, d.PlacementLog)
 	if t.Now == nil {
 		t.Now = d.Now
 	}
 	return t
+}
+
+// above returns the default d when v is at or under bound (a knob unset,
+// or meaningless: a balance factor of 1 or less caps below the average),
+// else v.
+func above[T cmp.Ordered](v, bound, d T) T {
+	if v <= bound {
+		return d
+	}
+	return v
 }
 
 // Request is what the policy knows of a request.
@@ -257,13 +239,11 @@ func (p *Policy) Update(cfg Config) error {
 	}
 	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters))}
 	pos := make(map[string]int, len(cfg.Instances))
-	keep := make(map[string]bool, len(cfg.Instances))
 	for i, in := range cfg.Instances {
 		w := float64(max(in.Weight, 1))
 		t.members = append(t.members, member{Instance: in, idHash: hashString(cfg.HashSeed, in.ID), weight: w, stat: p.stats.get(in.ID)})
 		t.all = append(t.all, i)
 		pos[in.ID] = i
-		keep[in.ID] = true
 	}
 	for name, ids := range cfg.Adapters {
 		set := make([]int, 0, len(ids))
@@ -275,12 +255,9 @@ func (p *Policy) Update(cfg Config) error {
 		slices.Sort(set)
 		t.adapters[name] = slices.Compact(set)
 	}
-	t.blockSize = p.tuning.BlockSize
-	if t.blockSize <= 0 {
-		t.blockSize = max(64, cfg.PrefixLength/32)
-	}
+	t.blockSize = above(p.tuning.BlockSize, 0, max(64, cfg.PrefixLength/32))
 	p.table.Store(t)
-	p.stats.prune(keep)
+	p.stats.prune(pos)
 	// Instances new to the registry start with the peers' current loads.
 	p.recomputePeers()
 	return nil
@@ -482,7 +459,7 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(t.members[a].stat.requests(), t.members[b].stat.requests())
+		return cmp.Compare(t.members[a].stat.liveRequests(), t.members[b].stat.liveRequests())
 	})
 	return order
 }
@@ -506,7 +483,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			// made since the last report counts, so that a burst of
 			// overflow does not pile onto the one instance that looked
 			// least loaded when the report was made.
-			if best < 0 || t.members[m].stat.requests() < t.members[order[best]].stat.requests() {
+			if best < 0 || t.members[m].stat.liveRequests() < t.members[order[best]].stat.liveRequests() {
 				best = i
 			}
 		}

@@ -376,11 +376,7 @@ func (p *Policy) muchLighter(a, b *stat) bool {
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
-	var sum int64
-	for _, m := range set {
-		sum += p.globalShare(t.members[m].stat)
-	}
-	return float64(sum) / float64(len(set))
+	return float64(sumOver(t, set, p.globalShare)) / float64(len(set))
 }
 
 // guard applies the overload guard to a preference order (first = choice).
@@ -427,11 +423,7 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // the threshold is the limit, the balance cap a preference); if none, the
 // least loaded.
 func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, string) {
-	var total int64
-	for _, m := range order {
-		total += p.requests(t.members[m].stat)
-	}
-	limit := capOf(p.tuning.BalanceFactor, total+1, len(order))
+	limit := capOf(p.tuning.BalanceFactor, sumOver(t, order, p.requests)+1, len(order))
 	for _, capped := range []bool{true, false} {
 		for i, m := range order[1:] {
 			if p.available(t, m) && !p.overThreshold(t, m) && (!capped || p.requests(t.members[m].stat)+1 <= limit) {

@@ -21,14 +21,17 @@ type stat struct {
 	// The peers' latest reports, summed (see ApplyPeer); written only by
 	// recomputePeers.
 	peerRequests, peerPrefill, peerShare atomic.Int64
-	// What this replica last reported of itself (see view).
+	// What this replica last reported of itself (see LocalReport), which
+	// it compares in place of its live counts while it has peers (load.go).
 	pubRequests, pubPrefill, pubShare atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
 
-// requests is the instance's in-flight requests from every router replica.
-func (s *stat) requests() int64 { return s.inFlight.Load() + s.peerRequests.Load() }
+// liveRequests is the instance's in-flight requests from every router
+// replica, this one's counted live rather than as last reported (compare
+// Policy.requests).
+func (s *stat) liveRequests() int64 { return s.inFlight.Load() + s.peerRequests.Load() }
 
 // statRegistry hands out one stat per instance ID for the process lifetime
 // of that ID, so counters survive reloads. IDs are pod names; a fleet churns
@@ -66,11 +69,11 @@ func (r *statRegistry) each(f func(id string, s *stat)) {
 
 // prune forgets instances that are no longer configured and have nothing in
 // flight, so a long-lived router does not accumulate every pod ever seen.
-func (r *statRegistry) prune(keep map[string]bool) {
+func (r *statRegistry) prune(configured map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, s := range r.byID {
-		if !keep[id] && s.inFlight.Load() == 0 {
+		if _, ok := configured[id]; !ok && s.inFlight.Load() == 0 {
 			delete(r.byID, id)
 		}
 	}
