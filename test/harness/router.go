@@ -50,18 +50,12 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 	r := &Router{
 		URL: "http://" + listen, MetricsURL: "http://" + metrics, ConfigDir: dir,
 		name: fmt.Sprintf("router-%s-%d", endpoint, len(e.routers)), logDir: e.LogDir(), bin: e.Bin.Router,
-		args: append([]string{
+		args: append(append([]string{
 			"--config-dir=" + dir,
 			"--configmap=" + e.opts.Namespace + "/" + cm,
-			"--kubeconfig=" + e.Cluster.KubeconfigPath,
 			"--listen=" + listen,
 			"--metrics-listen=" + metrics,
-			"--health-interval=500ms",
-			"--shutdown-timeout=10s",
-			"--drain-delay=1s",
-			// Simulated pods listen on loopback IPs (127.1.0.x).
-			"--allow-loopback-backends",
-		}, extra...),
+		}, e.localRouterFlags()...), extra...),
 	}
 	if err := r.start(ctx); err != nil {
 		return nil, err
@@ -70,12 +64,34 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 	return r, nil
 }
 
-func (r *Router) start(ctx context.Context) error {
+// localRouterFlags are the flags every router the harness runs gets, after
+// its own and before the caller's extra ones (which win).
+func (e *Env) localRouterFlags() []string {
+	return []string{
+		"--kubeconfig=" + e.Cluster.KubeconfigPath,
+		// Short, so that tests see health changes and stops quickly.
+		"--health-interval=500ms",
+		"--shutdown-timeout=10s",
+		"--drain-delay=1s",
+		// Simulated pods listen on loopback IPs (127.x).
+		"--allow-loopback-backends",
+	}
+}
+
+// launch starts the router process without waiting for it.
+func (r *Router) launch() error {
 	p, err := process.Start(r.name, r.bin, r.args, r.logDir, r.env...)
 	if err != nil {
 		return err
 	}
 	r.Proc = p
+	return nil
+}
+
+func (r *Router) start(ctx context.Context) error {
+	if err := r.launch(); err != nil {
+		return err
+	}
 	if err := waitHTTP(ctx, r.MetricsURL+"/healthz", 30*time.Second); err != nil {
 		return fmt.Errorf("router not healthy (see %s): %w", filepath.Join(r.logDir, r.name+".log"), err)
 	}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,8 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/warmroute/warmroute/test/process"
 )
 
 // routerContainer is the router's container in the router pods the
@@ -47,14 +44,6 @@ type RouterPods struct {
 // StartRouterPods starts following the router pods of endpoint; extra are
 // further router flags. Stop ends the routers.
 func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...string) (*RouterPods, error) {
-	loopback, err := routerHasFlag(e.Bin.Router, "allow-loopback-backends")
-	if err != nil {
-		return nil, err
-	}
-	if loopback {
-		// Pods' IPs are 127.x here, which a router refuses by default.
-		extra = append([]string{"--allow-loopback-backends"}, extra...)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	// The router Service is named after the endpoint (the operator's
 	// --peer-service); its slices are written here, see
@@ -137,22 +126,15 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 	if r.URL == "" || r.MetricsURL == "" || r.ConfigDir == "" {
 		return nil, fmt.Errorf("pod %s: router args %v lack --listen, --metrics-listen or --config-dir", pod.Name, c.Args)
 	}
-	r.args = append(append(args,
-		"--kubeconfig="+e.Cluster.KubeconfigPath,
-		"--health-interval=500ms",
-		"--drain-delay=1s",
-		"--shutdown-timeout=10s",
-	), extra...)
+	r.args = append(append(args, e.localRouterFlags()...), extra...)
 	env, err := containerEnv(pod, c)
 	if err != nil {
 		return nil, err
 	}
 	r.env = env
-	p, err := process.Start(r.name, r.bin, r.args, r.logDir, r.env...)
-	if err != nil {
+	if err := r.launch(); err != nil {
 		return nil, err
 	}
-	r.Proc = p
 	return r, nil
 }
 
@@ -195,17 +177,6 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container) ([]string, error) {
 		out = append(out, ev.Name+"="+value)
 	}
 	return out, nil
-}
-
-// routerHasFlag reports whether the router binary knows a flag, from its
-// usage text, so the harness works before and after a flag is added.
-func routerHasFlag(bin, flag string) (bool, error) {
-	out, err := exec.Command(bin, "-h").CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		return false, fmt.Errorf("router -h: %w", err)
-	}
-	return strings.Contains(string(out), "-"+flag+" ") || strings.Contains(string(out), "-"+flag+"\n"), nil
 }
 
 // routerBackend is a router pod's container.

@@ -1,10 +1,11 @@
-// Package promscrape reads a Prometheus text endpoint (the router's
-// /metrics) for tests and the benchmark.
+// Package promscrape reads a Prometheus text endpoint (the router's or a
+// simulator's /metrics) for tests and the benchmark.
 package promscrape
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	dto "github.com/prometheus/client_model/go"
@@ -12,32 +13,44 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Families fetches url and parses it.
+// Families fetches url and parses it; a status other than 200 is an
+// error.
 func Families(ctx context.Context, client *http.Client, url string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: status %s", url, resp.Status)
+	}
+	families, err := Parse(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", url, err)
 	}
 	return families, nil
 }
 
-// Value is a sample's value: a counter's or gauge's, or a histogram's count.
+// Parse reads Prometheus text exposition.
+func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(r)
+}
+
+// Value is a sample's value: a counter's, gauge's or untyped sample's, or a
+// histogram's count.
 func Value(m *dto.Metric) float64 {
 	switch {
 	case m.Counter != nil:
 		return m.GetCounter().GetValue()
 	case m.Gauge != nil:
 		return m.GetGauge().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
 	case m.Histogram != nil:
 		return float64(m.GetHistogram().GetSampleCount())
 	}

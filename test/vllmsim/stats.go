@@ -7,8 +7,8 @@ import (
 	"net/http"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/warmroute/warmroute/test/promscrape"
 )
 
 // Stats is a snapshot of the numbers a benchmark reads from an instance.
@@ -57,44 +57,25 @@ func (s *Server) Stats() Stats {
 // ScrapeStats reads Stats from the /metrics endpoint of a simulator, or of
 // a vLLM server, at baseURL.
 func ScrapeStats(ctx context.Context, client *http.Client, baseURL string) (Stats, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
+	families, err := promscrape.Families(ctx, client, baseURL+"/metrics")
 	if err != nil {
-		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
+		return Stats{}, err
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return Stats{}, fmt.Errorf("scrape %s: status %s", baseURL, resp.Status)
-	}
-	st, err := ParseStats(resp.Body)
-	if err != nil {
-		return Stats{}, fmt.Errorf("scrape %s: %w", baseURL, err)
-	}
-	return st, nil
+	return statsOf(families), nil
 }
 
-// ParseStats reads Stats from Prometheus text exposition, summing each
-// metric over its series.
+// ParseStats reads Stats from Prometheus text exposition.
 func ParseStats(r io.Reader) (Stats, error) {
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := parser.TextToMetricFamilies(r)
+	families, err := promscrape.Parse(r)
 	if err != nil {
 		return Stats{}, fmt.Errorf("parse metrics: %w", err)
 	}
-	sum := func(name string) float64 {
-		var total float64
-		f := families[name]
-		if f == nil {
-			return 0
-		}
-		for _, m := range f.GetMetric() {
-			total += metricValue(m)
-		}
-		return total
-	}
+	return statsOf(families), nil
+}
+
+// statsOf sums each metric over its series.
+func statsOf(families map[string]*dto.MetricFamily) Stats {
+	sum := func(name string) float64 { return promscrape.Sum(families[name], nil) }
 	return Stats{
 		Requests:           int64(sum(MetricRequestSuccess)),
 		PromptTokens:       int64(sum(MetricPromptTokens)),
@@ -104,17 +85,5 @@ func ParseStats(r io.Reader) (Stats, error) {
 		Running:            int(sum(MetricRequestsRunning)),
 		Waiting:            int(sum(MetricRequestsWaiting)),
 		KVCacheUsage:       sum(MetricKVCacheUsage),
-	}, nil
-}
-
-func metricValue(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
 	}
-	return 0
 }

@@ -145,6 +145,29 @@ func conversation(rng *rand.Rand, c conversationSpec) []Request {
 	return out
 }
 
+// geometricTurns draws a conversation's length: geometric with the given
+// mean, at least 1 and at most maxTurns.
+func geometricTurns(rng *rand.Rand, mean float64, maxTurns int) int {
+	turns := 1
+	for turns < maxTurns && rng.Float64() > 1/mean {
+		turns++
+	}
+	return turns
+}
+
+// documents generates n documents of log-normal length around tokens
+// (between a quarter and maxFactor times it), each from its own generator
+// so that one document does not depend on how many there are.
+func documents(seed uint64, name string, n, tokens int, sigma float64, maxFactor int) []string {
+	docs := make([]string, n)
+	for i := range docs {
+		rng := newRand(seed, fmt.Sprintf("%s/document/%d", name, i))
+		length := lognormal(rng, float64(tokens), sigma, tokens/4, tokens*maxFactor)
+		docs[i] = fmt.Sprintf("Document %d:\n", i) + tokensText(rng, length)
+	}
+	return docs
+}
+
 // RAGConfig is retrieval-augmented generation: one shared system prompt,
 // then one of a few hundred documents whose popularity is Zipf-distributed,
 // then a question.
@@ -172,12 +195,7 @@ func RAG(cfg RAGConfig) Workload {
 	setDefault(&cfg.Rate, 12)
 
 	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameRAG+"/system"), cfg.SystemTokens)}
-	docs := make([]string, cfg.Documents)
-	for i := range docs {
-		rng := newRand(cfg.Seed, fmt.Sprintf("%s/document/%d", NameRAG, i))
-		n := lognormal(rng, float64(cfg.DocTokens), 0.4, cfg.DocTokens/4, cfg.DocTokens*3)
-		docs[i] = fmt.Sprintf("Document %d:\n", i) + tokensText(rng, n)
-	}
+	docs := documents(cfg.Seed, NameRAG, cfg.Documents, cfg.DocTokens, 0.4, 3)
 	// Popularity ranks are a seeded permutation of the documents, so that
 	// the popular ones are not simply the first few ids.
 	rng := newRand(cfg.Seed, NameRAG)
@@ -228,12 +246,8 @@ func ShareGPT(cfg ShareGPTConfig) Workload {
 
 	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameShareGPT+"/system"), cfg.SystemTokens)}
 	reqs := chats(cfg.Seed, NameShareGPT, cfg.Sessions, cfg.Rate, func(rng *rand.Rand) conversationSpec {
-		turns := 1
-		for turns < cfg.MaxTurns && rng.Float64() > 1/cfg.MeanTurns {
-			turns++
-		}
 		return conversationSpec{
-			turns: turns, system: []Message{system},
+			turns: geometricTurns(rng, cfg.MeanTurns, cfg.MaxTurns), system: []Message{system},
 			userTokens: cfg.UserTokens, userSigma: 1.0,
 			replyTokens: cfg.ReplyTokens, replySigma: 0.6, thinkTime: cfg.ThinkTime,
 		}

@@ -1,7 +1,6 @@
 package workload
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"time"
 )
@@ -60,23 +59,14 @@ func MixedLength(cfg MixedLengthConfig) Workload {
 	const maxTurns = 8
 	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameMixedLength+"/system"), cfg.SystemTokens)}
 	reqs := chats(cfg.Seed, NameMixedLength+"/chat", cfg.Chats, cfg.ChatRate, func(rng *rand.Rand) conversationSpec {
-		turns := 1
-		for turns < maxTurns && rng.Float64() > 1/cfg.MeanTurns {
-			turns++
-		}
 		return conversationSpec{
-			turns: turns, system: []Message{system},
+			turns: geometricTurns(rng, cfg.MeanTurns, maxTurns), system: []Message{system},
 			userTokens: cfg.UserTokens, userSigma: 0.6,
 			replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
 		}
 	})
 
-	docs := make([]string, cfg.Documents)
-	for i := range docs {
-		rng := newRand(cfg.Seed, fmt.Sprintf("%s/document/%d", NameMixedLength, i))
-		n := lognormal(rng, float64(cfg.DocTokens), 0.5, cfg.DocTokens/4, cfg.DocTokens*4)
-		docs[i] = fmt.Sprintf("Document %d:\n", i) + tokensText(rng, n)
-	}
+	docs := documents(cfg.Seed, NameMixedLength, cfg.Documents, cfg.DocTokens, 0.5, 4)
 	rng := newRand(cfg.Seed, NameMixedLength+"/documents")
 	rank := rng.Perm(cfg.Documents)
 	pop := newZipf(cfg.Documents, cfg.ZipfS)
