@@ -79,6 +79,9 @@ type Router struct {
 	upstream http.RoundTripper
 
 	budget budget
+	// draining: shutting down (Drain), so not ready and closing each
+	// client connection after its response.
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	failures map[string]failure // per instance, since its last success
@@ -254,16 +257,27 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// Ready reports whether a document is in force. A document without
-// instances keeps the router ready: while every instance restarts, clients
-// get 503 with Retry-After from it rather than connection refused.
-func (r *Router) Ready() bool { return r.state.Load() != nil }
+// Ready reports whether a document is in force and the router is not
+// draining. A document without instances keeps the router ready: while
+// every instance restarts, clients get 503 with Retry-After from it rather
+// than connection refused.
+func (r *Router) Ready() bool { return r.state.Load() != nil && !r.draining.Load() }
+
+// Drain starts a graceful shutdown: /readyz fails, so endpoints stop
+// sending new traffic, and every response closes its connection, so that by
+// the time the listener closes no client still holds a kept-alive
+// connection to reuse (closing idle connections at once instead races with
+// clients writing a request on them, which resets it).
+func (r *Router) Drain() { r.draining.Store(true) }
 
 // Handler serves the traffic port. Until the first document arrives every
 // path but /healthz answers 503.
 func (r *Router) Handler() http.Handler {
 	mux := r.routes()
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		if r.state.Load() == nil && req.URL.Path != "/healthz" {
 			w.Header().Set("Connection", "close") // the body is left unread
 			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
@@ -287,13 +301,13 @@ func (r *Router) routes() *http.ServeMux {
 	return mux
 }
 
-// HealthRoutes adds /healthz (the process serves) and /readyz (a routing
-// document is in force).
+// HealthRoutes adds /healthz (the process serves) and /readyz (Ready), on
+// the traffic mux and on the metrics listener's, where the probes are.
 func (r *Router) HealthRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", r.serveHealthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
-			http.Error(w, "no routing document yet", http.StatusServiceUnavailable)
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
