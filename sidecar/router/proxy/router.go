@@ -280,7 +280,7 @@ func (r *Router) Handler() http.Handler {
 		}
 		if r.state.Load() == nil && req.URL.Path != "/healthz" {
 			w.Header().Set("Connection", "close") // the body is left unread
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
+			noConfig.write(w)
 			return
 		}
 		mux.ServeHTTP(w, req)
@@ -373,20 +373,14 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		x, bad = r.extractRouting(req, st, ep, body)
 	}
 	if bad != nil {
-		r.reject(w, st.strategy, bad.status, bad.typ, bad.code, bad.param, bad.msg, bad.retryAfter)
+		r.reject(w, st.strategy, bad)
 		return
 	}
 	choice, err := r.policy.Pick(policyRequest(x))
 	x.Release() // the policy keeps hashes, never the text
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
-	switch {
-	case errors.Is(err, policy.ErrUnknownModel):
-		r.reject(w, st.strategy, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-			fmt.Sprintf("The model `%s` does not exist.", truncate(x.Model, maxEchoBytes)), 0)
-		return
-	case err != nil:
-		r.reject(w, st.strategy, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "",
-			"no instance can serve this model right now", 1)
+	if err != nil {
+		r.reject(w, st.strategy, unpickable(err, x.Model))
 		return
 	}
 	if choice.Spill != policy.SpillNone {
@@ -458,10 +452,9 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 	return "5xx"
 }
 
-func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, status int, typ, code, param, msg string, retryAfter int) {
-	outcome := "rejected"
-	r.opts.Metrics.Requests.WithLabelValues("", string(strategy), outcome).Inc()
-	writeError(w, status, typ, code, param, msg, retryAfter)
+func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *badRequest) {
+	r.opts.Metrics.Requests.WithLabelValues("", string(strategy), "rejected").Inc()
+	bad.write(w)
 }
 
 // serveModels answers GET /v1/models from the document: the base model and
