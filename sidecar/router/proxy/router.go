@@ -99,13 +99,13 @@ type failure struct {
 // New returns a router with no document; it answers 503 until Apply.
 func New(opts Options) *Router {
 	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 3
+		opts.MaxAttempts = DefaultMaxAttempts
 	}
 	if opts.EjectBase <= 0 {
-		opts.EjectBase = time.Second
+		opts.EjectBase = DefaultEjectBase
 	}
 	if opts.EjectMax <= 0 {
-		opts.EjectMax = 30 * time.Second
+		opts.EjectMax = DefaultEjectMax
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -139,8 +139,11 @@ func New(opts Options) *Router {
 	return r
 }
 
-// Defaults of the limits (the router's flags show the same).
+// Defaults of the options (the router's flags show the same).
 const (
+	DefaultMaxAttempts       = 3
+	DefaultEjectBase         = time.Second
+	DefaultEjectMax          = 30 * time.Second
 	DefaultMaxBodyBytes      = 16 << 20
 	DefaultMaxBufferedBytes  = 1 << 30
 	DefaultBodyReadTimeout   = 30 * time.Second
