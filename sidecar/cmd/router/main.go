@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,9 +65,9 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy, benchmark-only ones included (benchmarks): "+strategyNames())
 	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
-	fs.DurationVar(&f.ejectBase, "eject-base", time.Second, "first ejection of a failing instance; doubles per consecutive failure")
-	fs.DurationVar(&f.ejectMax, "eject-max", 30*time.Second, "longest ejection")
-	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "instances tried when connections fail before anything was sent")
+	fs.DurationVar(&f.ejectBase, "eject-base", proxy.DefaultEjectBase, "first ejection of a failing instance; doubles per consecutive failure")
+	fs.DurationVar(&f.ejectMax, "eject-max", proxy.DefaultEjectMax, "longest ejection")
+	fs.IntVar(&f.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "instances tried when connections fail before anything was sent")
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
@@ -188,22 +187,13 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	}
 	wg.Go(func() { r.RunHealthChecks(watchCtx) })
 
-	var draining atomic.Bool
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", m.Handler())
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		// Not ready while draining, so endpoints stop sending new traffic.
-		if draining.Load() || !r.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	r.HealthRoutes(admin)
 	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
 		return err
 	}
-	traffic := trafficServer(f, closeWhileDraining(&draining, r.Handler()), log)
+	traffic := trafficServer(f, r.Handler(), log)
 	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout, ErrorLog: proxy.StdLogger(log.WithName("http"))}
 
 	errc := make(chan error, 2)
@@ -225,14 +215,10 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	// Graceful shutdown: stop accepting, let in-flight requests (streams
-	// included) finish, then exit.
-	draining.Store(true)
-	// Clients and Services keep sending for a moment after SIGTERM (until
-	// endpoints propagate). Keep serving them, each response closing its
-	// connection (closeWhileDraining), so that by the time the listener
-	// closes no client still holds a kept-alive connection to reuse: closing
-	// idle connections at once instead races with clients writing a request
-	// on them, which resets it.
+	// included) finish, then exit. Clients and Services keep sending for a
+	// moment after SIGTERM (until endpoints propagate): keep serving them
+	// while draining (see Router.Drain) before closing the listener.
+	r.Drain()
 	log.Info("draining: not ready, closing connections after each response", "delay", f.drainDelay.String())
 	time.Sleep(f.drainDelay)
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
@@ -252,17 +238,6 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 func trafficServer(f *flags, h http.Handler, log logr.Logger) *http.Server {
 	return &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout,
 		MaxHeaderBytes: f.maxHeaderBytes, ErrorLog: proxy.StdLogger(log.WithName("http"))}
-}
-
-// closeWhileDraining answers with "Connection: close" once draining is set,
-// so each kept-alive client connection ends cleanly after its next response.
-func closeWhileDraining(draining *atomic.Bool, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if draining.Load() {
-			w.Header().Set("Connection", "close")
-		}
-		next.ServeHTTP(w, req)
-	})
 }
 
 func configPath(f *flags) string {

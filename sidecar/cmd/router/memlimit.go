@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/warmroute/warmroute/sidecar/router/proxy"
 )
 
 // cgroupRoot is where the container's cgroup is mounted.
@@ -12,7 +14,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 
 // fallbackBufferBudget is the buffer budget without a container memory
 // limit to derive it from.
-const fallbackBufferBudget = 1 << 30
+const fallbackBufferBudget = proxy.DefaultMaxBufferedBytes
 
 // bufferBudget is the request buffer budget: the flag when set, else half
 // the container's memory limit (the rest is the Go runtime, connections,

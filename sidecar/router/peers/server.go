@@ -30,9 +30,6 @@ func NewServer(opts Options, state State) *Server {
 	return &Server{opts: opts.withDefaults(), state: state, epoch: rand.Uint64() | 1}
 }
 
-// Epoch identifies this process in its reports.
-func (s *Server) Epoch() uint64 { return s.epoch }
-
 // Handler serves GET /peer/v1/report?since=N and GET /peer/v1/snapshot.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
@@ -26,7 +24,7 @@ func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Hand
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		st := r.state.Load()
 		if st == nil {
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
+			noConfig.write(w)
 			return
 		}
 		path := req.URL.Query().Get("endpoint")
@@ -45,18 +43,13 @@ func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Hand
 			x, bad = r.extractRouting(req, st, ep, body)
 		}
 		if bad != nil {
-			writeError(w, bad.status, bad.typ, bad.code, bad.param, bad.msg, bad.retryAfter)
+			bad.write(w)
 			return
 		}
 		id, err := peek(policyRequest(x))
 		x.Release()
-		switch {
-		case errors.Is(err, policy.ErrUnknownModel):
-			writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-				fmt.Sprintf("The model `%s` does not exist.", truncate(x.Model, maxEchoBytes)), 0)
-			return
-		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "", "no instance can serve this model right now", 1)
+		if err != nil {
+			unpickable(err, x.Model).write(w)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -242,3 +242,46 @@ func TestNoDocumentAndEmptyDocument(t *testing.T) {
 	check(http.MethodPost, "/v1/chat/completions", 503)
 	check(http.MethodPost, "/invocations", 503)
 }
+
+// TestDrain: a draining router is not ready on either mux that serves its
+// health routes, and closes each client connection after its response.
+func TestDrain(t *testing.T) {
+	r := New(Options{AllowLoopbackBackends: true})
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	admin := http.NewServeMux()
+	r.HealthRoutes(admin)
+	traffic, metrics := httptest.NewServer(r.Handler()), httptest.NewServer(admin)
+	defer traffic.Close()
+	defer metrics.Close()
+	get := func(base, path string) *http.Response {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, base := range []string{traffic.URL, metrics.URL} {
+		if resp := get(base, "/readyz"); resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("%s/readyz before draining: %d (close %v)", base, resp.StatusCode, resp.Close)
+		}
+	}
+	r.Drain()
+	if r.Ready() {
+		t.Fatal("ready while draining")
+	}
+	for _, base := range []string{traffic.URL, metrics.URL} {
+		if resp := get(base, "/readyz"); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%s/readyz while draining: %d", base, resp.StatusCode)
+		}
+		if resp := get(base, "/healthz"); resp.StatusCode != 200 {
+			t.Fatalf("%s/healthz while draining: %d", base, resp.StatusCode)
+		}
+	}
+	if resp := get(traffic.URL, "/v1/models"); resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("traffic while draining: %d, connection close %v", resp.StatusCode, resp.Close)
+	}
+}

@@ -20,6 +20,24 @@ func invalid(status int, code, param, msg string) *badRequest {
 	return &badRequest{status: status, typ: "invalid_request_error", code: code, param: param, msg: msg}
 }
 
+func (b *badRequest) write(w http.ResponseWriter) {
+	writeError(w, b.status, b.typ, b.code, b.param, b.msg, b.retryAfter)
+}
+
+// noConfig answers every request until the first routing document.
+var noConfig = &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "no_routing_config",
+	msg: "the router has no routing configuration yet", retryAfter: 1}
+
+// unpickable is the answer to a request the policy found no instance for.
+func unpickable(err error, model string) *badRequest {
+	if errors.Is(err, policy.ErrUnknownModel) {
+		return invalid(http.StatusNotFound, "model_not_found", "model",
+			fmt.Sprintf("The model `%s` does not exist.", truncate(model, maxEchoBytes)))
+	}
+	return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "no_instance",
+		msg: "no instance can serve this model right now", retryAfter: 1}
+}
+
 // readRequest reads the body within the router's limits (readBody) and
 // turns a refusal into what the client sees. The caller releases held
 // from the buffer budget once it no longer needs the body.

@@ -79,6 +79,9 @@ type Router struct {
 	upstream http.RoundTripper
 
 	budget budget
+	// draining: shutting down (Drain), so not ready and closing each
+	// client connection after its response.
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	failures map[string]failure // per instance, since its last success
@@ -96,13 +99,13 @@ type failure struct {
 // New returns a router with no document; it answers 503 until Apply.
 func New(opts Options) *Router {
 	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 3
+		opts.MaxAttempts = DefaultMaxAttempts
 	}
 	if opts.EjectBase <= 0 {
-		opts.EjectBase = time.Second
+		opts.EjectBase = DefaultEjectBase
 	}
 	if opts.EjectMax <= 0 {
-		opts.EjectMax = 30 * time.Second
+		opts.EjectMax = DefaultEjectMax
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -136,8 +139,11 @@ func New(opts Options) *Router {
 	return r
 }
 
-// Defaults of the limits (the router's flags show the same).
+// Defaults of the options (the router's flags show the same).
 const (
+	DefaultMaxAttempts       = 3
+	DefaultEjectBase         = time.Second
+	DefaultEjectMax          = 30 * time.Second
 	DefaultMaxBodyBytes      = 16 << 20
 	DefaultMaxBufferedBytes  = 1 << 30
 	DefaultBodyReadTimeout   = 30 * time.Second
@@ -254,19 +260,30 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// Ready reports whether a document is in force. A document without
-// instances keeps the router ready: while every instance restarts, clients
-// get 503 with Retry-After from it rather than connection refused.
-func (r *Router) Ready() bool { return r.state.Load() != nil }
+// Ready reports whether a document is in force and the router is not
+// draining. A document without instances keeps the router ready: while
+// every instance restarts, clients get 503 with Retry-After from it rather
+// than connection refused.
+func (r *Router) Ready() bool { return r.state.Load() != nil && !r.draining.Load() }
+
+// Drain starts a graceful shutdown: /readyz fails, so endpoints stop
+// sending new traffic, and every response closes its connection, so that by
+// the time the listener closes no client still holds a kept-alive
+// connection to reuse (closing idle connections at once instead races with
+// clients writing a request on them, which resets it).
+func (r *Router) Drain() { r.draining.Store(true) }
 
 // Handler serves the traffic port. Until the first document arrives every
 // path but /healthz answers 503.
 func (r *Router) Handler() http.Handler {
 	mux := r.routes()
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		if r.state.Load() == nil && req.URL.Path != "/healthz" {
 			w.Header().Set("Connection", "close") // the body is left unread
-			writeError(w, http.StatusServiceUnavailable, "service_unavailable", "no_routing_config", "", "the router has no routing configuration yet", 1)
+			noConfig.write(w)
 			return
 		}
 		mux.ServeHTTP(w, req)
@@ -287,13 +304,13 @@ func (r *Router) routes() *http.ServeMux {
 	return mux
 }
 
-// HealthRoutes adds /healthz (the process serves) and /readyz (a routing
-// document is in force).
+// HealthRoutes adds /healthz (the process serves) and /readyz (Ready), on
+// the traffic mux and on the metrics listener's, where the probes are.
 func (r *Router) HealthRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", r.serveHealthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
-			http.Error(w, "no routing document yet", http.StatusServiceUnavailable)
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
@@ -359,20 +376,14 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		x, bad = r.extractRouting(req, st, ep, body)
 	}
 	if bad != nil {
-		r.reject(w, st.strategy, bad.status, bad.typ, bad.code, bad.param, bad.msg, bad.retryAfter)
+		r.reject(w, st.strategy, bad)
 		return
 	}
 	choice, err := r.policy.Pick(policyRequest(x))
 	x.Release() // the policy keeps hashes, never the text
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
-	switch {
-	case errors.Is(err, policy.ErrUnknownModel):
-		r.reject(w, st.strategy, http.StatusNotFound, "invalid_request_error", "model_not_found", "model",
-			fmt.Sprintf("The model `%s` does not exist.", truncate(x.Model, maxEchoBytes)), 0)
-		return
-	case err != nil:
-		r.reject(w, st.strategy, http.StatusServiceUnavailable, "service_unavailable", "no_instance", "",
-			"no instance can serve this model right now", 1)
+	if err != nil {
+		r.reject(w, st.strategy, unpickable(err, x.Model))
 		return
 	}
 	if choice.Spill != policy.SpillNone {
@@ -444,10 +455,9 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 	return "5xx"
 }
 
-func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, status int, typ, code, param, msg string, retryAfter int) {
-	outcome := "rejected"
-	r.opts.Metrics.Requests.WithLabelValues("", string(strategy), outcome).Inc()
-	writeError(w, status, typ, code, param, msg, retryAfter)
+func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *badRequest) {
+	r.opts.Metrics.Requests.WithLabelValues("", string(strategy), "rejected").Inc()
+	bad.write(w)
 }
 
 // serveModels answers GET /v1/models from the document: the base model and
