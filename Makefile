@@ -102,10 +102,13 @@ demo-down: ## Stop everything `make demo` started.
 # BENCH_TRACE is the Mooncake trace replayed as the fifth workload (empty
 # skips it).
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
+# BENCH_BASELINE is the revision whose router runs beside this one for
+# before/after figures (the last release point of the router; empty skips it).
+BENCH_BASELINE ?= 186e86e
 
 .PHONY: bench
-bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 30 min on 2 cores); rewrite docs/benchmarks.md and docs/img/bench-*.png.
-	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -command "make bench"
+bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 40 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
+	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -baseline "$(BENCH_BASELINE)" -command "make bench"
 
 ##@ Deployment
 

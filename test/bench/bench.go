@@ -46,6 +46,14 @@ type Config struct {
 	Workloads []WorkloadSpec
 	// RouterBinary is the router to run; built into WorkDir if empty.
 	RouterBinary string
+	// Baseline is a git revision whose router is run beside this one in
+	// the same run (PREFIX_AWARE, one and two replicas, proxy overhead,
+	// decision benchmark), for before/after figures; "" skips it.
+	Baseline string
+	// router and baseline are the binaries in use and what they accept.
+	router      routerBinary
+	baseline    *routerBinary
+	baselineSrc string
 	// WorkDir holds the router binary, routing documents and logs; a
 	// temporary directory if empty.
 	WorkDir string
@@ -112,7 +120,15 @@ type Report struct {
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
-	Restart  *RestartResult
+	// BaselineRevision is Config.Baseline resolved; Before and
+	// BeforeReplicas are its PREFIX_AWARE runs, BeforeProxy its proxy
+	// overhead, DecisionBench the decision benchmark of both revisions.
+	BaselineRevision string
+	Before           []RunResult
+	BeforeReplicas   []ReplicaRun
+	BeforeProxy      *ProxyOverhead
+	DecisionBench    []DecisionBench
+	Restart          *RestartResult
 }
 
 // WorkloadFacts describe a generated workload.
@@ -147,6 +163,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		cfg.RouterBinary = bin
 	}
+	var err error
+	if cfg.router, err = probeRouter(ctx, cfg.RouterBinary, ""); err != nil {
+		return nil, err
+	}
+	if cfg.Baseline != "" {
+		cfg.log("building the router of the baseline revision %s", cfg.Baseline)
+		b, cleanup, err := cfg.buildBaseline(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		cfg.baseline = &b
+		rep.BaselineRevision = b.revision
+	}
 	for _, spec := range cfg.Workloads {
 		w, err := spec.Build()
 		if err != nil {
@@ -155,13 +185,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Workload[spec.Name] = describe(spec, w)
 		cfg.log("%s: %d requests, %d prompt tokens, %.0f s simulated", spec.Name, len(w.Requests), w.PromptTokens(), w.Duration().Seconds())
 		for _, s := range cfg.Strategies {
-			r, err := cfg.runOne(ctx, spec, w, s)
+			r, err := cfg.runOne(ctx, spec, w, s, cfg.router)
 			if err != nil {
 				return nil, fmt.Errorf("%s × %s: %w", spec.Name, s, err)
 			}
-			cfg.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  (%s)",
-				s, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+			cfg.logRun(string(s), r)
 			rep.Runs = append(rep.Runs, r)
+		}
+		if b := cfg.baseline; b != nil {
+			r, err := cfg.runOne(ctx, spec, w, policy.PrefixAware, *b)
+			if err != nil {
+				return nil, fmt.Errorf("%s × %s at %s: %w", spec.Name, policy.PrefixAware, b.revision, err)
+			}
+			cfg.logRun(string(policy.PrefixAware)+" @"+b.revision, r)
+			rep.Before = append(rep.Before, r)
 		}
 		if err := cfg.measureReplicas(ctx, rep, spec, w); err != nil {
 			return nil, err
@@ -186,17 +223,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.log("decision latency")
 	rep.Decision = cfg.measureDecisions()
 	cfg.log("proxy overhead")
-	p, err := cfg.measureProxy(ctx)
-	if err != nil {
+	if rep.Proxy, err = cfg.measureProxy(ctx, cfg.router); err != nil {
 		return nil, fmt.Errorf("proxy overhead: %w", err)
 	}
-	rep.Proxy = p
+	if b := cfg.baseline; b != nil {
+		cfg.log("proxy overhead and decision benchmark at %s and now", b.revision)
+		p, err := cfg.measureProxy(ctx, *b)
+		if err != nil {
+			return nil, fmt.Errorf("proxy overhead at %s: %w", b.revision, err)
+		}
+		rep.BeforeProxy = &p
+		if rep.DecisionBench, err = cfg.compareDecisionBench(ctx, *b); err != nil {
+			return nil, err
+		}
+	}
 	cfg.log("router memory under large uploads")
 	if rep.Uploads, err = cfg.measureUploads(ctx); err != nil {
 		return nil, fmt.Errorf("upload memory: %w", err)
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
+}
+
+func (c *Config) logRun(label string, r RunResult) {
+	c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  (%s)",
+		label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 }
 
 // revision describes the checkout, or "unknown" outside git.
@@ -252,12 +303,12 @@ func describe(spec WorkloadSpec, w workload.Workload) WorkloadFacts {
 }
 
 // runOne replays w through a fresh fleet routed by strategy.
-func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workload, strategy policy.Strategy) (RunResult, error) {
-	dir := filepath.Join(c.WorkDir, spec.Name, string(strategy))
+func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workload, strategy policy.Strategy, bin routerBinary) (RunResult, error) {
+	dir := filepath.Join(c.WorkDir, spec.Name, string(strategy)+bin.suffix())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return RunResult{}, err
 	}
-	f, err := c.startFleet(ctx, dir, strategy, spec.TimeScale)
+	f, err := c.startFleet(ctx, dir, strategy, spec.TimeScale, bin)
 	if err != nil {
 		return RunResult{}, err
 	}

@@ -28,6 +28,7 @@ func BuildRouter(ctx context.Context, dir string) (string, error) {
 // them: what one workload × strategy run uses, then throws away.
 type fleet struct {
 	sims       []*vllmsim.Server
+	bin        routerBinary
 	router     *process.Process
 	routerURL  string
 	metricsURL string
@@ -91,12 +92,12 @@ func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
 // startFleet starts cold simulators and the router binary with strategy
 // (passed as --strategy-override, which is how the hidden baseline is
 // reached through the real binary).
-func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Strategy, timeScale float64) (*fleet, error) {
+func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Strategy, timeScale float64, bin routerBinary) (*fleet, error) {
 	sims, err := c.startSims(c.Instances, timeScale)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{sims: sims}
+	f := &fleet{sims: sims, bin: bin}
 	if err := f.startRouter(ctx, c, dir, strategy); err != nil {
 		f.stop()
 		return nil, err
@@ -114,14 +115,14 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 		return fmt.Errorf("write routing document: %w", err)
 	}
 	name := "router-" + strings.ToLower(string(strategy))
-	f.router, err = process.Start(name, c.RouterBinary, append([]string{
+	args := append([]string{
 		"--config-file", docPath,
 		"--listen", "127.0.0.1:0",
 		"--metrics-listen", "127.0.0.1:0",
 		"--strategy-override", string(strategy),
 		"--shutdown-timeout", "5s",
-		"--allow-loopback-backends", // the simulators listen on loopback
-	}, extra...), dir)
+	}, f.bin.loopbackArgs()...)
+	f.router, err = process.Start(name, f.bin.path, append(args, extra...), dir)
 	if err != nil {
 		return err
 	}

@@ -173,8 +173,8 @@ const proxyTimeScale = 1e-6
 
 // measureProxy times 4 KiB non-streaming requests, one at a time, sent
 // alternately direct and through the router on loopback.
-func (c *Config) measureProxy(ctx context.Context) (ProxyOverhead, error) {
-	dir := filepath.Join(c.WorkDir, "proxy")
+func (c *Config) measureProxy(ctx context.Context, bin routerBinary) (ProxyOverhead, error) {
+	dir := filepath.Join(c.WorkDir, "proxy"+bin.suffix())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ProxyOverhead{}, err
 	}
@@ -182,7 +182,7 @@ func (c *Config) measureProxy(ctx context.Context) (ProxyOverhead, error) {
 	if err != nil {
 		return ProxyOverhead{}, err
 	}
-	f := &fleet{sims: sims}
+	f := &fleet{sims: sims, bin: bin}
 	defer f.stop()
 	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
 		return ProxyOverhead{}, err
@@ -269,7 +269,7 @@ func (c *Config) measureUploads(ctx context.Context) (UploadMemory, error) {
 	if err != nil {
 		return UploadMemory{}, err
 	}
-	f := &fleet{sims: sims}
+	f := &fleet{sims: sims, bin: c.router}
 	defer f.stop()
 	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, "--max-buffered-bytes", strconv.Itoa(budget)); err != nil {
 		return UploadMemory{}, err

@@ -12,9 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -146,15 +144,29 @@ func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec Workload
 // replicaCounts replays w through each count of router replicas.
 func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
 	for _, n := range c.Replicas.Counts {
-		r, err := c.runReplicas(ctx, spec, w, n)
+		r, err := c.runReplicas(ctx, spec, w, n, c.router)
 		if err != nil {
 			return fmt.Errorf("%s × %d router replicas: %w", spec.Name, n, err)
 		}
-		c.log("  PREFIX_AWARE × %d replicas    hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
-			n, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+		c.logReplicas("", r)
 		rep.Replicas = append(rep.Replicas, r)
+		// The baseline with two replicas, the default router Deployment
+		// (its one-replica figures are its PREFIX_AWARE run).
+		if b := c.baseline; b != nil && n == 2 {
+			r, err := c.runReplicas(ctx, spec, w, n, *b)
+			if err != nil {
+				return fmt.Errorf("%s × %d router replicas at %s: %w", spec.Name, n, b.revision, err)
+			}
+			c.logReplicas(" @"+b.revision, r)
+			rep.BeforeReplicas = append(rep.BeforeReplicas, r)
+		}
 	}
 	return nil
+}
+
+func (c *Config) logReplicas(label string, r ReplicaRun) {
+	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
+		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 }
 
 // measureHotPrefix runs the threshold workload with each count of replicas.
@@ -173,13 +185,17 @@ func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
 }
 
 // runReplicas replays w through n router replicas behind a spreader.
-func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.Workload, n int) (ReplicaRun, error) {
-	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, fmt.Sprintf("replicas-%d", n)), n, spec.TimeScale)
+func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.Workload, n int, bin routerBinary) (ReplicaRun, error) {
+	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, fmt.Sprintf("replicas-%d%s", n, bin.suffix())), n, spec.TimeScale, bin)
 	if err != nil {
 		return ReplicaRun{}, err
 	}
 	defer f.stop()
-	sp := f.spreader(c.Seed, c.Replicas.SampleEvery)
+	every := c.Replicas.SampleEvery
+	if !bin.peers {
+		every = 0 // no /debug/route to ask
+	}
+	sp := f.spreader(c.Seed, every)
 	defer sp.base.CloseIdleConnections()
 	before := workload.FleetStatsOf(f.sims...)
 	results, err := workload.Run(ctx, spreaderURL, w.Requests, workload.Options{
@@ -210,7 +226,7 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 // addresses, back in the spreader once ready.
 func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.Workload) (RestartResult, error) {
 	n := c.Replicas.RestartReplicas
-	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, "restart"), n, spec.TimeScale)
+	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, spec.Name, "restart"), n, spec.TimeScale, c.router)
 	if err != nil {
 		return RestartResult{}, err
 	}
@@ -284,7 +300,7 @@ type replica struct {
 
 func (r *replica) metricsURL() string { return "http://" + r.metricsAddr }
 
-func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeScale float64) (*replicaFleet, error) {
+func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeScale float64, bin routerBinary) (*replicaFleet, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -292,7 +308,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	if err != nil {
 		return nil, err
 	}
-	f := &replicaFleet{sims: sims, dir: dir, bin: c.RouterBinary}
+	f := &replicaFleet{sims: sims, dir: dir, bin: bin.path}
 	ok := false
 	defer func() {
 		if !ok {
@@ -318,10 +334,6 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
 		peerList = append(peerList, addrs[2*i+1])
 	}
-	extra, err := routerExtraArgs(ctx, c.RouterBinary)
-	if err != nil {
-		return nil, err
-	}
 	for _, r := range f.replicas {
 		r.args = append([]string{
 			"--config-file", docPath,
@@ -332,10 +344,10 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 			// The spreader stops sending to a replica before stopping it,
 			// as endpoints do once a pod is terminating.
 			"--drain-delay", "0s",
-			"--peers", strings.Join(peerList, ","),
-			"--replica-name", r.name,
-			"--enable-debug-route",
-		}, extra...)
+		}, bin.loopbackArgs()...)
+		if bin.peers {
+			r.args = append(r.args, "--peers", strings.Join(peerList, ","), "--replica-name", r.name, "--enable-debug-route")
+		}
 		if err := f.startReplica(r); err != nil {
 			return nil, err
 		}
@@ -431,25 +443,6 @@ func freeAddrs(n int) ([]string, error) {
 		out = append(out, l.Addr().String())
 	}
 	return out, nil
-}
-
-// loopbackFlag lets the router accept instance addresses on loopback, which
-// the simulators have; routers that predate it do not know it (and accept
-// them anyway), so it is passed only when `router -h` lists it.
-var loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
-
-// routerExtraArgs are the flags the replicas need that depend on what the
-// router binary accepts.
-func routerExtraArgs(ctx context.Context, bin string) ([]string, error) {
-	// -h exits non-zero with the usage on stderr.
-	out, err := exec.CommandContext(ctx, bin, "-h").CombinedOutput()
-	if len(out) == 0 && err != nil {
-		return nil, fmt.Errorf("%s -h: %w", bin, err)
-	}
-	if loopbackFlag.Match(out) {
-		return []string{"--allow-loopback-backends"}, nil
-	}
-	return nil, nil
 }
 
 // spreaderURL is the base URL the driver sends to; the spreader replaces

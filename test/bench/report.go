@@ -230,6 +230,7 @@ func (r *Report) Markdown() string {
 		p("![share per instance, %s](%s)\n", w, PlotInstanceShare(w))
 	}
 
+	r.baselineMarkdown(&b)
 	r.replicaMarkdown(&b)
 
 	p("\n## Remap on scale\n\n")

@@ -20,6 +20,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed of the generated workloads and the routers' hash")
 	short := flag.Bool("short", false, "run the small configuration of the package's test")
 	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all)")
+	baseline := flag.String("baseline", "", "git revision whose router also runs, for before/after figures in the same run (empty: none)")
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
 	flag.Parse()
 
@@ -46,6 +47,7 @@ func main() {
 		}
 		cfg.Workloads = ws
 	}
+	cfg.Baseline = *baseline
 	cfg.Command = *command
 	if cfg.Command == "" {
 		cfg.Command = strings.TrimSpace("go run ./test/bench/cmd/bench " + strings.Join(os.Args[1:], " "))

@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/warmroute/warmroute/test/gobuild"
+)
+
+// routerBinary is a router executable and what it accepts: a router that
+// predates a flag refuses it, so the benchmark passes each one only to the
+// binaries that list it in `router -h`.
+type routerBinary struct {
+	path string
+	// revision is the git revision it was built from ("" for the working
+	// tree); it names the baseline's runs and directories.
+	revision string
+	// loopback: it knows --allow-loopback-backends (the simulators listen
+	// on loopback, which newer routers refuse without it).
+	loopback bool
+	// peers: it knows --peers, --replica-name and --enable-debug-route.
+	peers bool
+}
+
+var (
+	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
+	peersFlag    = regexp.MustCompile(`(?m)^\s+-peers\b`)
+)
+
+// probeRouter reads what the router at path accepts from its usage.
+func probeRouter(ctx context.Context, path, revision string) (routerBinary, error) {
+	// Older routers exit non-zero on -h, with the usage on stderr.
+	out, err := exec.CommandContext(ctx, path, "-h").CombinedOutput()
+	if len(out) == 0 && err != nil {
+		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
+	}
+	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out)}, nil
+}
+
+func (b routerBinary) loopbackArgs() []string {
+	if b.loopback {
+		return []string{"--allow-loopback-backends"}
+	}
+	return nil
+}
+
+// suffix tells the baseline's run directories from the working tree's.
+func (b routerBinary) suffix() string {
+	if b.revision == "" {
+		return ""
+	}
+	return "@" + b.revision
+}
+
+// buildBaseline checks the baseline revision out into a detached git
+// worktree under WorkDir and builds its router there; cleanup removes the
+// worktree. The worktree stays for the run: the decision benchmark runs in
+// it too.
+func (c *Config) buildBaseline(ctx context.Context) (routerBinary, func(), error) {
+	root, err := gobuild.ModuleRoot(ctx)
+	if err != nil {
+		return routerBinary{}, nil, err
+	}
+	short, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--short", c.Baseline).Output()
+	if err != nil {
+		return routerBinary{}, nil, fmt.Errorf("baseline revision %q: %w", c.Baseline, err)
+	}
+	rev := strings.TrimSpace(string(short))
+	src := filepath.Join(c.WorkDir, "baseline-src")
+	if out, err := exec.CommandContext(ctx, "git", "-C", root, "worktree", "add", "--detach", src, rev).CombinedOutput(); err != nil {
+		return routerBinary{}, nil, fmt.Errorf("check out %s: %w\n%s", rev, err, out)
+	}
+	cleanup := func() {
+		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", src).Run()
+	}
+	c.baselineSrc = src
+	bin := filepath.Join(c.WorkDir, "router@"+rev)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./sidecar/cmd/router")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		cleanup()
+		return routerBinary{}, nil, fmt.Errorf("build the router at %s: %w\n%s", rev, err, out)
+	}
+	b, err := probeRouter(ctx, bin, rev)
+	if err != nil {
+		cleanup()
+		return routerBinary{}, nil, err
+	}
+	return b, cleanup, nil
+}
+
+// DecisionBench is one revision's BenchmarkDecision (sidecar/router/proxy:
+// extract + PREFIX_AWARE decide for 64 KiB chat bodies), the median over
+// rounds run alternately with the other revision's.
+type DecisionBench struct {
+	Revision       string
+	Rounds         int
+	NsPerOp        float64
+	P50us, P99us   float64
+	BytesPerOp     float64
+	AllocsPerOp    float64
+	RawP50, RawP99 []float64
+}
+
+// decisionBenchRounds is how many times each revision's benchmark runs,
+// alternately, so that both see the same machine load.
+const decisionBenchRounds = 5
+
+var benchLine = regexp.MustCompile(`^BenchmarkDecision/PREFIX_AWARE/chat/64KiB\S*\s+\d+\s+(.*)$`)
+
+// compareDecisionBench runs BenchmarkDecision of the baseline's tree and of
+// this one, alternately.
+func (c *Config) compareDecisionBench(ctx context.Context, b routerBinary) ([]DecisionBench, error) {
+	root, err := gobuild.ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	trees := []struct{ rev, dir string }{{b.revision, c.baselineSrc}, {"now", root}}
+	out := make([]DecisionBench, len(trees))
+	samples := make([]map[string][]float64, len(trees))
+	for i := range trees {
+		out[i] = DecisionBench{Revision: trees[i].rev, Rounds: decisionBenchRounds}
+		samples[i] = map[string][]float64{}
+	}
+	for range decisionBenchRounds {
+		for i, t := range trees {
+			cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkDecision$/^PREFIX_AWARE$/^chat$", "-benchtime", "5000x", "-benchmem", "./sidecar/router/proxy")
+			cmd.Dir = t.dir
+			cmd.Env = append(os.Environ(), "GOFLAGS=-count=1")
+			res, err := cmd.CombinedOutput()
+			if err != nil {
+				return nil, fmt.Errorf("BenchmarkDecision at %s: %w\n%s", t.rev, err, res)
+			}
+			found := false
+			for _, line := range strings.Split(string(res), "\n") {
+				m := benchLine.FindStringSubmatch(strings.TrimSpace(line))
+				if m == nil {
+					continue
+				}
+				found = true
+				f := strings.Fields(m[1])
+				for j := 0; j+1 < len(f); j += 2 {
+					v, err := strconv.ParseFloat(f[j], 64)
+					if err == nil {
+						samples[i][f[j+1]] = append(samples[i][f[j+1]], v)
+					}
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("BenchmarkDecision at %s printed no PREFIX_AWARE/chat line:\n%s", t.rev, res)
+			}
+		}
+	}
+	for i := range out {
+		s := samples[i]
+		out[i].NsPerOp, out[i].P50us, out[i].P99us = median(s["ns/op"]), median(s["p50-µs"]), median(s["p99-µs"])
+		out[i].BytesPerOp, out[i].AllocsPerOp = median(s["B/op"]), median(s["allocs/op"])
+		out[i].RawP50, out[i].RawP99 = s["p50-µs"], s["p99-µs"]
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
