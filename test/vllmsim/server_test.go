@@ -542,7 +542,9 @@ func TestCloseFailsRequestsInFlight(t *testing.T) {
 func TestShutdownLetsRequestsFinish(t *testing.T) {
 	s := startServer(t, Config{TimeScale: 0.01})
 	done := make(chan httpResult, 1)
-	go func() { done <- post(t, s.URL()+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 20}) }()
+	// Long enough (about 0.6 s at this time scale) to be seen running by a
+	// poll every 5 ms on a loaded machine, short enough for Shutdown's 5 s.
+	go func() { done <- post(t, s.URL()+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 2000}) }()
 	waitFor(t, "a running request", func() bool { return s.Stats().Running == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
