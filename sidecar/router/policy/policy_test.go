@@ -442,3 +442,23 @@ func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
 		}
 	}
 }
+
+// When every instance looks busy, overflow keeps within this replica's
+// fixed slice ⌈T/R⌉ of each instance while one has room in it, even if the
+// least loaded by the (possibly stale) shared picture is one where this
+// replica already holds its slice: that is what keeps an instance within
+// T + R whatever the reports say.
+func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+	p.SetReplicas(2) // threshold 10: a slice of 5
+	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: []InstanceLoad{
+		{ID: "vllm-0", Requests: 4}, {ID: "vllm-1", Requests: 10}, {ID: "vllm-2", Requests: 10}}})
+	p.table.Load().members[0].stat.inFlight.Store(5) // this replica's slice of vllm-0, not yet reported
+	c := pick(t, p, textReq("a prompt that finds every instance busy"))
+	if c.Spill != SpillAllBusy {
+		t.Fatalf("spill %q, want %q", c.Spill, SpillAllBusy)
+	}
+	if c.Instance().ID == "vllm-0" {
+		t.Fatalf("overflow went to vllm-0, where this replica already holds its slice")
+	}
+}

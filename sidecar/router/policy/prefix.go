@@ -431,7 +431,10 @@ func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, s
 			}
 		}
 	}
-	best := p.leastLoaded(t, order)
+	best := p.leastLoadedInSlice(t, order)
+	if best < 0 {
+		best = p.leastLoaded(t, order)
+	}
 	if reason == SpillConcurrency {
 		reason = SpillAllBusy
 	}
@@ -439,6 +442,26 @@ func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, s
 		return order, reason
 	}
 	return moveToFront(order, best), reason
+}
+
+// leastLoadedInSlice is the position in order of the available instance
+// with the fewest in flight among those where this replica holds less than
+// its fixed slice ⌈T/R⌉ of the threshold, or -1. When every instance looks
+// busy, the shared picture may be stale (another replica's sends are not
+// in it yet); overflow that keeps within the fixed slice still cannot take
+// an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the reports say, until
+// this replica's slice is full on every instance.
+func (p *Policy) leastLoadedInSlice(t *table, order []int) int {
+	r := max(p.replicas.Load(), 1)
+	slice := (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
+	best := -1
+	for i, m := range order {
+		s := t.members[m].stat
+		if p.available(t, m) && s.inFlight.Load() < slice && (best < 0 || s.liveRequests() < t.members[order[best]].stat.liveRequests()) {
+			best = i
+		}
+	}
+	return best
 }
 
 // moveToFront moves order[i] to the front, keeping the rest in order, so
