@@ -16,9 +16,11 @@ LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 GINKGO ?= $(LOCALBIN)/ginkgo
+HELM ?= $(LOCALBIN)/helm
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.7.1
+HELM_VERSION ?= v4.3.2
 GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 
 # Go test flags; FUZZTIME is how long each fuzz target runs in `make test`.
@@ -52,11 +54,15 @@ fmt: ## Run go fmt.
 vet: ## Run go vet.
 	go vet ./...
 
+.PHONY: chart
+chart: manifests kustomize ## Regenerate the Helm chart (dist/chart) from `kustomize build config/default`, so it cannot drift from config/.
+	$(KUSTOMIZE) build config/default | go run ./hack/chartgen --version $(VERSION) --out dist/chart
+
 .PHONY: verify-generated
-verify-generated: manifests generate bundle ## Fail when generated files (CRD, RBAC, webhooks, DeepCopy, OLM bundle) are not committed and current.
-	@if [ -n "$$(git status --porcelain -- api config bundle)" ]; then \
-	  echo "generated files are stale; run 'make manifests generate bundle' and commit:"; \
-	  git status --porcelain -- api config bundle; git --no-pager diff --stat -- api config bundle; exit 1; fi
+verify-generated: manifests generate bundle chart ## Fail when generated files (CRD, RBAC, webhooks, DeepCopy, OLM bundle, Helm chart) are not committed and current.
+	@if [ -n "$$(git status --porcelain -- api config bundle dist)" ]; then \
+	  echo "generated files are stale; run 'make manifests generate bundle chart' and commit:"; \
+	  git status --porcelain -- api config bundle dist; git --no-pager diff --stat -- api config bundle dist; exit 1; fi
 
 .PHONY: controlplane
 controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
@@ -66,7 +72,7 @@ controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-ma
 test: vet verify-generated controlplane test-unit test-fuzz test-e2e ## Run every test: unit, integration (real API server), fuzz smoke, end-to-end.
 
 .PHONY: test-unit
-test-unit: controlplane ## Run unit and integration tests (real API server from the local control plane).
+test-unit: controlplane helm kustomize ## Run unit and integration tests (real API server from the local control plane; the install tests use bin/helm and bin/kustomize).
 	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 
 .PHONY: test-fuzz
@@ -192,6 +198,11 @@ $(KUSTOMIZE): | $(LOCALBIN)
 ginkgo: $(GINKGO) ## Install the ginkgo CLI into ./bin (same version as go.mod).
 $(GINKGO): | $(LOCALBIN)
 	$(call go-install-tool,$(GINKGO),github.com/onsi/ginkgo/v2/ginkgo,$(GINKGO_VERSION))
+
+.PHONY: helm
+helm: $(HELM) ## Install helm into ./bin (~2 min the first time on 2 cores).
+$(HELM): | $(LOCALBIN)
+	$(call go-install-tool,$(HELM),helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
 
 # go-install-tool installs package $2 at version $3 as $1 and keeps a versioned
 # copy, so that a version bump in this file reinstalls it.

@@ -17,7 +17,6 @@ limitations under the License.
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -36,8 +35,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/warmroute/warmroute/hack/manifests"
 )
 
 // Options say what to build the bundle as.
@@ -61,10 +61,7 @@ type Options struct {
 }
 
 // File is one generated file, by its path relative to the repository.
-type File struct {
-	Path    string
-	Content []byte
-}
+type File = manifests.File
 
 // certSecretVolume is the cert-manager Secret the default overlay mounts
 // for the webhook server; under OLM, OLM mounts its own certificate there.
@@ -73,8 +70,8 @@ const certSecretVolume = "webhook-server-cert"
 // Build turns the output of `kustomize build config/manifests` into the
 // bundle's files. Every kind in the input must be accounted for: an object
 // the bundle would silently drop is an error.
-func Build(manifests io.Reader, opts Options) ([]File, error) {
-	objs, err := decodeAll(manifests)
+func Build(manifestStream io.Reader, opts Options) ([]File, error) {
+	objs, err := manifests.DecodeAll(manifestStream)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +81,7 @@ func Build(manifests io.Reader, opts Options) ([]File, error) {
 	}
 	b := &builder{opts: opts, version: v, byKind: map[string][]*unstructured.Unstructured{}}
 	for _, o := range objs {
-		dropKustomizeManagedBy(o)
+		manifests.DropKustomizeManagedBy(o)
 		b.byKind[o.GetKind()] = append(b.byKind[o.GetKind()], o)
 	}
 	return b.build()
@@ -703,48 +700,6 @@ func (b *builder) addMetadata() {
 	)
 }
 
-// managedBy is the recommended label naming the tool that manages an
-// object: in the bundle that is OLM, not kustomize.
-const managedBy = "app.kubernetes.io/managed-by"
-
-// dropKustomizeManagedBy removes managed-by: kustomize from an object's
-// labels (the Deployment's become the CSV's deployment label).
-func dropKustomizeManagedBy(o *unstructured.Unstructured) {
-	if l := o.GetLabels(); l[managedBy] == "kustomize" {
-		delete(l, managedBy)
-		o.SetLabels(l)
-	}
-}
-
-// decodeAll reads a multi-document YAML stream.
-func decodeAll(r io.Reader) ([]*unstructured.Unstructured, error) {
-	yr := utilyaml.NewYAMLReader(bufio.NewReader(r))
-	var out []*unstructured.Unstructured
-	for {
-		doc, err := yr.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read manifests: %w", err)
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		o := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &o.Object); err != nil {
-			return nil, fmt.Errorf("decode manifest: %w", err)
-		}
-		if len(o.Object) == 0 {
-			continue
-		}
-		if o.GetKind() == "" {
-			return nil, fmt.Errorf("manifest without a kind: %.80s", doc)
-		}
-		out = append(out, o)
-	}
-}
-
 // fromUnstructured converts through JSON, so that types with their own
 // JSON encoding (the CSV's version) decode right, and refuses unknown
 // fields: a typo in the input must not vanish from the bundle.
@@ -761,32 +716,10 @@ func fromUnstructured(u *unstructured.Unstructured, into any) error {
 // marshal writes YAML with sorted keys and without the null fields that Go
 // types add (creationTimestamp: null and the like).
 func marshal(obj map[string]any) ([]byte, error) {
-	pruned := pruneNulls(obj)
+	pruned := manifests.PruneNulls(obj)
 	out, err := yaml.Marshal(pruned)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-func pruneNulls(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		m := make(map[string]any, len(t))
-		for k, val := range t {
-			if val == nil {
-				continue
-			}
-			m[k] = pruneNulls(val)
-		}
-		return m
-	case []any:
-		s := make([]any, len(t))
-		for i, val := range t {
-			s[i] = pruneNulls(val)
-		}
-		return s
-	default:
-		return v
-	}
 }

@@ -30,6 +30,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/warmroute/warmroute/hack/manifests"
 )
 
 func main() {
@@ -84,14 +86,5 @@ func run(opts Options, root string) error {
 			return err
 		}
 	}
-	for _, f := range files {
-		path := filepath.Join(root, f.Path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(path, f.Content, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	return manifests.WriteFiles(root, files)
 }
