@@ -5,7 +5,8 @@
 # clones (CI) reuse it. Prints the directory. A cache built before kubectl was
 # added gains kubectl alone: every binary is built only when it is missing.
 #
-# Cold: ~20 minutes on 2 cores (kube-apiserver dominates). Warm: instant.
+# Cold: ~25 minutes on 2 cores (kube-apiserver dominates), 26 for a first
+# `make demo` on a fresh machine. Warm: instant.
 # A cold build prints its phases on stderr with the elapsed time and a rough
 # share done (weighted by each phase's cold time on 2 cores), and sends the
 # go tool's own output (the `go: downloading` lines) to a log it names.
@@ -48,10 +49,13 @@ declare -A todo=()
 { [ -s "$dest/kwok" ] && [ -s "$dest/kwok-stages.yaml" ]; } || todo[kwok]=1
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do [ -s "$dest/$b" ] || todo[$b]=1; done
 todo[download]=1
+# With kube-apiserver built the modules are mostly in the module cache.
+[ -n "${todo[kube-apiserver]:-}" ] || cold[download]=1
 total=0; for p in "${!todo[@]}"; do total=$((total + cold[$p])); done
 done_min=0 # cold minutes of the phases finished
 started=$SECONDS
 
+every=${PROGRESS_EVERY:-60} # seconds between "still building" lines
 clock() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 # share prints the rough share done when a phase of cold minutes $1 has run
 # for $2 seconds: its part counts in proportion, at most 95% of it.
@@ -65,7 +69,7 @@ phase() { # phase NAME DESCRIPTION COMMAND...: runs COMMAND with its output in t
   local start=$SECONDS
   log "[$(printf '%3d' "$(share 1 0)")% $(clock $((SECONDS - started)))] $what (~${cold[$name]} min cold)"
   ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-    while sleep 60 & nap=$!; wait "$nap"; do
+    while sleep "$every" & nap=$!; wait "$nap"; do
       log "[$(printf '%3d' "$(share "${cold[$name]}" $((SECONDS - start)))")% $(clock $((SECONDS - started)))] still $what"
     done ) &
   heartbeat=$!
