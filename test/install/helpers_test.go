@@ -62,15 +62,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// helmBin is bin/helm, which `make helm` (and so `make test`) installs.
-func helmBin(t *testing.T) string {
+// tool is bin/<name>, which `make <name>` (and so `make test`) installs.
+func tool(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(repoRoot, "bin", "helm")
+	p := filepath.Join(repoRoot, "bin", name)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s is missing: run `make helm` (make test-unit installs it)", p)
+		t.Fatalf("%s is missing: run `make %s` (make test-unit installs it)", p, name)
 	}
 	return p
 }
+
+func helmBin(t *testing.T) string { return tool(t, "helm") }
 
 // helm runs bin/helm with its own config, cache and data directories, so
 // that the user's repositories and plugins play no part.
