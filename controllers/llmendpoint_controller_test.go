@@ -32,6 +32,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,6 +72,8 @@ func ownedObjects(ns, name string) []client.Object {
 		&rbacv1.RoleBinding{ObjectMeta: meta(name + "-router")},
 		&appsv1.Deployment{ObjectMeta: meta(name + "-router")},
 		&corev1.Service{ObjectMeta: meta(name)},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-vllm")},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-router")},
 	}
 }
 
