@@ -189,6 +189,37 @@ func TestDefaultManager(t *testing.T) {
 	}
 }
 
+// Nothing the manager's ServiceAccount is bound to lets it read a Secret:
+// a compromised operator must not hand out the cluster's credentials.
+func TestManagerReadsNoSecrets(t *testing.T) {
+	in := buildDefault(t)
+	check := func(kind, name string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			core := slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")
+			secrets := slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*")
+			if core && secrets {
+				t.Errorf("%s %s grants %v on secrets", kind, name, r.Verbs)
+			}
+		}
+	}
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, o := range in.objects[kind] {
+			name := o["metadata"].(map[string]any)["name"].(string)
+			var role struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
+			raw, err := yaml.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(raw, &role); err != nil {
+				t.Fatal(err)
+			}
+			check(kind, name, role.Rules)
+		}
+	}
+}
+
 // The webhook configurations reach the manager through the webhook
 // Service, with a certificate for that Service's name whose CA
 // cert-manager injects.
