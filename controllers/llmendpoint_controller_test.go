@@ -250,6 +250,9 @@ var _ = Describe("LLMEndpoint validation", func() {
 		Entry("a model URI of no known kind", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Model.URI = "s3://bucket/model"
 		}, "spec.model.uri", "Hugging Face id", "pvc://"),
+		Entry("a NetworkPolicy peer that selects nothing", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.NetworkPolicy.RouterFrom = []networkingv1.NetworkPolicyPeer{{}}
+		}, "spec.networkPolicy.routerFrom", "must set podSelector, namespaceSelector or ipBlock"),
 		Entry("an unknown service type", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Router.ServiceType = "ExternalName"
 		}, "spec.router.serviceType", "Unsupported value"),

@@ -124,6 +124,7 @@ type NetworkPolicySpec struct {
 	// apart, so these peers can reach the API too), and the routers'
 	// metrics port. Empty: nothing outside the endpoint scrapes them.
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="spec.networkPolicy.monitoringFrom[] entries must set podSelector, namespaceSelector or ipBlock"
 	// +listType=atomic
 	// +optional
 	MonitoringFrom []networkingv1.NetworkPolicyPeer `json:"monitoringFrom,omitempty"`
@@ -132,6 +133,7 @@ type NetworkPolicySpec struct {
 	// Empty: any source, as a Service of type LoadBalancer or NodePort
 	// needs; list your clients' namespaces or pods to narrow it.
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="spec.networkPolicy.routerFrom[] entries must set podSelector, namespaceSelector or ipBlock"
 	// +listType=atomic
 	// +optional
 	RouterFrom []networkingv1.NetworkPolicyPeer `json:"routerFrom,omitempty"`
