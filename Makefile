@@ -130,9 +130,11 @@ uninstall: manifests kustomize ## Remove the CRD from the cluster.
 deploy: manifests kustomize ## Deploy the operator to the cluster of the current kubeconfig.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+	$(KUSTOMIZE) build config/admission | kubectl apply --server-side -f -
 
 .PHONY: undeploy
 undeploy: kustomize ## Remove the operator from the cluster.
+	$(KUSTOMIZE) build config/admission | kubectl delete --ignore-not-found -f -
 	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
 
 ##@ Images and the OLM bundle

@@ -46,7 +46,7 @@ func build(t *testing.T, dir string) resmap.ResMap {
 }
 
 func TestEveryOverlayBuilds(t *testing.T) {
-	for _, dir := range []string{"crd", "rbac", "manager", "webhook", "certmanager", "prometheus", "samples", "scorecard", "default", "manifests"} {
+	for _, dir := range []string{"crd", "rbac", "manager", "webhook", "certmanager", "prometheus", "samples", "scorecard", "admission", "default", "manifests"} {
 		t.Run(dir, func(t *testing.T) {
 			if n := build(t, dir).Size(); n == 0 {
 				t.Fatalf("config/%s builds to nothing", dir)
@@ -186,6 +186,37 @@ func TestDefaultManager(t *testing.T) {
 		return slices.Contains(r.APIGroups, "coordination.k8s.io") && slices.Contains(r.Resources, "leases")
 	}) {
 		t.Error("the leader election Role does not grant Leases")
+	}
+}
+
+// Nothing the manager's ServiceAccount is bound to lets it read a Secret:
+// a compromised operator must not hand out the cluster's credentials.
+func TestManagerReadsNoSecrets(t *testing.T) {
+	in := buildDefault(t)
+	check := func(kind, name string, rules []rbacv1.PolicyRule) {
+		for _, r := range rules {
+			core := slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")
+			secrets := slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*")
+			if core && secrets {
+				t.Errorf("%s %s grants %v on secrets", kind, name, r.Verbs)
+			}
+		}
+	}
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, o := range in.objects[kind] {
+			name := o["metadata"].(map[string]any)["name"].(string)
+			var role struct {
+				Rules []rbacv1.PolicyRule `json:"rules"`
+			}
+			raw, err := yaml.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(raw, &role); err != nil {
+				t.Fatal(err)
+			}
+			check(kind, name, role.Rules)
+		}
 	}
 }
 

@@ -17,8 +17,9 @@ limitations under the License.
 // Package controllers holds the LLMEndpoint reconciler: it turns an
 // LLMEndpoint into a vLLM Deployment and its headless Service, the routing
 // ConfigMap, a router Deployment with its ServiceAccount, Role,
-// RoleBinding and client-facing Service, and a PodDisruptionBudget for
-// each Deployment, and keeps them true to the spec.
+// RoleBinding and client-facing Service, a PodDisruptionBudget for each
+// Deployment and NetworkPolicies around both, keeps them true to the spec
+// and deletes those the spec no longer asks for.
 package controllers
 
 import (
@@ -27,10 +28,7 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -80,14 +78,17 @@ type LLMEndpointReconciler struct {
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;patch
+// Every owned kind may be deleted: the prune phase removes objects the
+// endpoint no longer wants.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;patch;delete
 // The router Role grants get/list/watch on one ConfigMap; granting needs holding.
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
 // The router Role grants list/watch on EndpointSlices (router replicas find each other).
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list;watch
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
 // Pods are read for the routing configuration and annotated with their deletion cost.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -117,6 +118,8 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
+	ctx, wanted := withWantedObjects(ctx)
+
 	// The routing document and the status both show where the adapters
 	// are placed: it is worked out once, from the same pods.
 	obs := observed{pods: pods, placements: placeAdapters(ep, pods)}
@@ -137,6 +140,10 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
+	errs = appendErr(errs, "NetworkPolicies", r.reconcileNetworkPolicies(ctx, ep))
+	if len(errs) == 0 {
+		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted))
+	}
 	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())
 	errs = appendErr(errs, "pod deletion costs", err)
 
@@ -178,16 +185,11 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("warmroute-operator")
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.LLMEndpoint{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
+	b := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.LLMEndpoint{})
+	for _, k := range ownedKinds {
+		b = b.Owns(k.object())
+	}
+	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("llmendpoint").
 		Complete(do)
@@ -211,16 +213,11 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant requirement
 	}
 	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*managed)}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:                   byLabel,
-		&corev1.ConfigMap{}:             byLabel,
-		&corev1.Service{}:               byLabel,
-		&corev1.ServiceAccount{}:        byLabel,
-		&appsv1.Deployment{}:            byLabel,
-		&rbacv1.Role{}:                  byLabel,
-		&rbacv1.RoleBinding{}:           byLabel,
-		&policyv1.PodDisruptionBudget{}: byLabel,
-	}}
+	byObject := map[client.Object]cache.ByObject{&corev1.Pod{}: byLabel}
+	for _, k := range ownedKinds {
+		byObject[k.object()] = byLabel
+	}
+	return cache.Options{ByObject: byObject}
 }
 
 // Labels on every object the operator creates for an endpoint. The

@@ -33,6 +33,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -71,6 +72,8 @@ func ownedObjects(ns, name string) []client.Object {
 		&rbacv1.RoleBinding{ObjectMeta: meta(name + "-router")},
 		&appsv1.Deployment{ObjectMeta: meta(name + "-router")},
 		&corev1.Service{ObjectMeta: meta(name)},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-vllm")},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-router")},
 	}
 }
 
@@ -247,6 +250,9 @@ var _ = Describe("LLMEndpoint validation", func() {
 		Entry("a model URI of no known kind", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Model.URI = "s3://bucket/model"
 		}, "spec.model.uri", "Hugging Face id", "pvc://"),
+		Entry("a NetworkPolicy peer that selects nothing", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.NetworkPolicy.RouterFrom = []networkingv1.NetworkPolicyPeer{{}}
+		}, "spec.networkPolicy.routerFrom", "must set podSelector, namespaceSelector or ipBlock"),
 		Entry("an unknown service type", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Router.ServiceType = "ExternalName"
 		}, "spec.router.serviceType", "Unsupported value"),

@@ -257,7 +257,7 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--vllm-url=http://127.0.0.1:" + strconv.Itoa(vllmPort),
 		},
-		Env: []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace")},
+		Env: loraAgentEnv(ep),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("10m"),
 			corev1.ResourceMemory: resource.MustParse("32Mi"),
@@ -269,6 +269,44 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 		SecurityContext:          sc,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// loraAgentEnv names the agent's pod for its report and hands it vLLM's
+// API key, if vLLM has one: vLLM refuses the agent's /v1 calls without it.
+func loraAgentEnv(ep *v1alpha1.LLMEndpoint) []corev1.EnvVar {
+	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace")}
+	if key := vllmAPIKeyEnv(ep); key != nil {
+		env = append(env, *key)
+	}
+	return env
+}
+
+// vllmAPIKeyEnv is vLLM's API key as the agent's VLLM_API_KEY, taken from
+// where vLLM takes it: --api-key in spec.model.args (which wins in vLLM),
+// else the VLLM_API_KEY of spec.model.env, copied whole so that a Secret
+// reference stays a reference. vLLM accepts several keys after --api-key;
+// the first serves. Nil when vLLM runs without a key.
+func vllmAPIKeyEnv(ep *v1alpha1.LLMEndpoint) *corev1.EnvVar {
+	const name = "VLLM_API_KEY"
+	args := ep.Spec.Model.Args
+	for i, a := range args {
+		flag, value, hasValue := strings.Cut(a, "=")
+		if flag != "--api-key" && flag != "--api_key" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			value, hasValue = args[i+1], true
+		}
+		if hasValue && value != "" {
+			return &corev1.EnvVar{Name: name, Value: value}
+		}
+	}
+	for _, e := range ep.Spec.Model.Env {
+		if e.Name == name {
+			return e.DeepCopy()
+		}
+	}
+	return nil
 }
 
 // reconcileLoRAAgentRBAC applies the agent's ServiceAccount, Role and

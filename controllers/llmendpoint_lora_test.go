@@ -118,3 +118,42 @@ func TestLoRACapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestLoRAAgentGetsVLLMAPIKey: the agent gets vLLM's key from wherever
+// the user gave it to vLLM, a Secret reference staying a reference.
+func TestLoRAAgentGetsVLLMAPIKey(t *testing.T) {
+	fromSecret := corev1.EnvVar{Name: "VLLM_API_KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "vllm-key"}, Key: "key",
+	}}}
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  []corev1.EnvVar
+		want *corev1.EnvVar
+	}{
+		{name: "no key"},
+		{name: "flag with =", args: []string{"--dtype=half", "--api-key=k1"}, want: &corev1.EnvVar{Name: "VLLM_API_KEY", Value: "k1"}},
+		{name: "flag and value", args: []string{"--api-key", "k1", "k2", "--dtype=half"}, want: &corev1.EnvVar{Name: "VLLM_API_KEY", Value: "k1"}},
+		{name: "underscore spelling", args: []string{"--api_key=k1"}, want: &corev1.EnvVar{Name: "VLLM_API_KEY", Value: "k1"}},
+		{name: "Secret in env", env: []corev1.EnvVar{{Name: "OTHER", Value: "x"}, fromSecret}, want: &fromSecret},
+		{name: "flag wins over env, as in vLLM", args: []string{"--api-key=k1"}, env: []corev1.EnvVar{fromSecret}, want: &corev1.EnvVar{Name: "VLLM_API_KEY", Value: "k1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+				ep.Spec.Model.MaxLoras = ptr.To[int32](2)
+				ep.Spec.Model.Args, ep.Spec.Model.Env = tt.args, tt.env
+			})
+			var got *corev1.EnvVar
+			for _, c := range buildVLLMDeployment(ep, testOptions).Spec.Template.Spec.Containers {
+				for i, e := range c.Env {
+					if c.Name == loraAgentContainer && e.Name == "VLLM_API_KEY" {
+						got = &c.Env[i]
+					}
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("agent's VLLM_API_KEY (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -105,6 +105,9 @@ func conditions(ep *v1alpha1.LLMEndpoint, obs observed, ready int32) []metav1.Co
 	case ready == 0:
 		available.Status, available.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoReadyInstances
 		available.Message = fmt.Sprintf("0 of %d vLLM instances are ready", want)
+		if why := podStartProblem(obs.pods); why != "" {
+			available.Message = truncate(available.Message+"; "+why, 1024)
+		}
 	case !routerUp:
 		available.Status, available.Reason = metav1.ConditionFalse, v1alpha1.ReasonRouterUnavailable
 		available.Message = "no router replica is available"
@@ -139,6 +142,25 @@ func conditions(ep *v1alpha1.LLMEndpoint, obs observed, ready int32) []metav1.Co
 		degraded.Message = "the endpoint is as its spec asks"
 	}
 	return []metav1.Condition{available, progressing, degraded}
+}
+
+// startFailures are the reasons the kubelet gives for a container it
+// cannot start at all, as opposed to one still starting.
+var startFailures = []string{"CreateContainerConfigError", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"}
+
+// podStartProblem is why the first instance the kubelet cannot start is
+// stuck: a missing Secret (spec.model.hfTokenSecretRef) shows here as
+// CreateContainerConfigError, which the operator learns without the right
+// to read Secrets. Empty when no instance is stuck so.
+func podStartProblem(pods []corev1.Pod) string {
+	for i := range pods {
+		for _, cs := range pods[i].Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && slices.Contains(startFailures, w.Reason) {
+				return fmt.Sprintf("pod %s container %s: %s: %s", pods[i].Name, cs.Name, w.Reason, w.Message)
+			}
+		}
+	}
+	return ""
 }
 
 func routingStrategy(ep *v1alpha1.LLMEndpoint) v1alpha1.RoutingStrategy {

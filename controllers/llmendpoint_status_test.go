@@ -177,3 +177,31 @@ func TestBuildStatusKeepsTransitionTimes(t *testing.T) {
 		t.Error("a changed condition kept its old transition time")
 	}
 }
+
+// A missing Secret keeps vLLM from starting; the operator, which may not
+// read Secrets, tells the user from the pod.
+func TestAvailableNamesWhyNoInstanceStarts(t *testing.T) {
+	stuck := newPod("chat-vllm-a", "", podUnready, time.Now())
+	stuck.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "vllm",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CreateContainerConfigError", Message: `secret "hf-token" not found`,
+		}},
+	}}
+	starting := newPod("chat-vllm-b", "", podUnready, time.Now())
+	starting.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "vllm", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+	}}
+	for _, tt := range []struct {
+		pods []corev1.Pod
+		want string
+	}{
+		{[]corev1.Pod{starting, stuck}, `0 of 2 vLLM instances are ready; pod chat-vllm-a container vllm: CreateContainerConfigError: secret "hf-token" not found`},
+		{[]corev1.Pod{starting}, "0 of 2 vLLM instances are ready"},
+	} {
+		st := buildStatus(newEndpoint(), observed{pods: tt.pods})
+		if got := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAvailable).Message; got != tt.want {
+			t.Errorf("Available message %q, want %q", got, tt.want)
+		}
+	}
+}

@@ -329,6 +329,12 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 					Containers:         containers,
 					Volumes:            volumes,
 					ServiceAccountName: serviceAccount,
+					// The API server copies serviceAccountName into this
+					// deprecated field and back when one is empty: owning
+					// both is what lets the apply that turns LoRA off
+					// clear them, rather than leave the pods naming the
+					// agent's pruned ServiceAccount.
+					DeprecatedServiceAccount: serviceAccount,
 					// A leaving instance finishes the requests it has:
 					// preStop covers the routers' reload, vLLM's
 					// --shutdown-timeout the longest generation.

@@ -78,6 +78,13 @@ func (c *appliedCache) put(owner types.NamespacedName, key appliedKey, e applied
 	c.byOwner[owner][key] = e
 }
 
+// drop forgets one object, deleted because it is no longer wanted.
+func (c *appliedCache) drop(owner types.NamespacedName, key appliedKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.byOwner[owner], key)
+}
+
 // forget drops what is remembered for a deleted LLMEndpoint.
 func (c *appliedCache) forget(owner types.NamespacedName) {
 	c.mu.Lock()
@@ -122,6 +129,7 @@ func (r *LLMEndpointReconciler) apply(ctx context.Context, ep *v1alpha1.LLMEndpo
 	name := client.ObjectKeyFromObject(desired)
 	owner := client.ObjectKeyFromObject(ep)
 	key := appliedKey{gvk: gvk, name: name}
+	recordWanted(ctx, key)
 
 	// A zero object of the same type: decoding into a filled one would
 	// keep the desired fields the live object lacks.

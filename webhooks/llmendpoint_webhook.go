@@ -28,7 +28,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -45,11 +44,14 @@ import (
 // +kubebuilder:webhook:path=/mutate-serving-warmroute-dev-v1alpha1-llmendpoint,mutating=true,failurePolicy=fail,sideEffects=None,groups=serving.warmroute.dev,resources=llmendpoints,verbs=create;update,versions=v1alpha1,name=mllmendpoint-v1alpha1.serving.warmroute.dev,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-serving-warmroute-dev-v1alpha1-llmendpoint,mutating=false,failurePolicy=fail,sideEffects=None,groups=serving.warmroute.dev,resources=llmendpoints,verbs=create;update,versions=v1alpha1,name=vllmendpoint-v1alpha1.serving.warmroute.dev,admissionReviewVersions=v1,timeoutSeconds=10
 
-// The validator looks up the Secret and the PersistentVolumeClaims an
-// endpoint refers to. It reads Secrets as metadata only: it learns whether
-// one exists, never what it holds.
+// The validator looks up the PersistentVolumeClaims an endpoint refers to.
+// It does not look up spec.model.hfTokenSecretRef: RBAC cannot grant
+// "does it exist" on Secrets without granting their contents, and a warning
+// is not worth the operator reading every Secret in the cluster. A missing
+// Secret shows in the endpoint's Available condition instead, from the
+// pods the kubelet cannot start.
 //
-// +kubebuilder:rbac:groups="",resources=secrets;persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
 
 var (
 	_ admission.Defaulter[*servingv1alpha1.LLMEndpoint] = &LLMEndpointDefaulter{}
@@ -59,7 +61,7 @@ var (
 // SetupLLMEndpointWebhookWithManager registers the LLMEndpoint defaulting and
 // validating webhooks with the manager's webhook server. The validator reads
 // through the manager's API reader, not its cache, so that admission starts
-// no informer on Secrets or PersistentVolumeClaims.
+// no informer on PersistentVolumeClaims.
 func SetupLLMEndpointWebhookWithManager(mgr ctrl.Manager) error {
 	err := ctrl.NewWebhookManagedBy(mgr, &servingv1alpha1.LLMEndpoint{}).
 		WithDefaulter(&LLMEndpointDefaulter{}).
@@ -153,8 +155,8 @@ func pointer(f func(*servingv1alpha1.LLMEndpoint) int32) func(*servingv1alpha1.L
 // but the operator cannot serve, and warns about ones that will not work as
 // their author expects.
 type LLMEndpointValidator struct {
-	// Reader looks up the Secrets and PersistentVolumeClaims an endpoint
-	// refers to. Nil skips those checks.
+	// Reader looks up the PersistentVolumeClaims an endpoint refers to.
+	// Nil skips those checks.
 	Reader client.Reader
 }
 
@@ -307,8 +309,8 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 	return w
 }
 
-// referenceWarnings warns about the Secret and PersistentVolumeClaims the
-// endpoint refers to but that do not exist (yet). They are warnings, not
+// referenceWarnings warns about the PersistentVolumeClaims the endpoint
+// refers to but that do not exist (yet). They are warnings, not
 // errors, because creating the endpoint before them is legitimate (as
 // `kubectl apply -f dir/` does in any order); its pods wait until they
 // appear.
@@ -317,12 +319,6 @@ func (v *LLMEndpointValidator) referenceWarnings(ctx context.Context, e *serving
 		return nil
 	}
 	var w admission.Warnings
-	if ref := e.Spec.Model.HFTokenSecretRef; ref != nil {
-		s := &metav1.PartialObjectMetadata{}
-		s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-		w = append(w, v.lookup(ctx, e.Namespace, ref.Name, s, "spec.model.hfTokenSecretRef.name", "Secret",
-			"vLLM cannot start without it")...)
-	}
 	claims := map[string]string{} // claim → the first field naming it
 	var order []string
 	add := func(uri, path string) {

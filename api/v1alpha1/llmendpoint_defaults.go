@@ -145,3 +145,9 @@ func deref[T any](p *T, def T) T {
 	}
 	return *p
 }
+
+// NetworkPolicyEnabled is whether the operator creates the endpoint's
+// NetworkPolicies: unless spec.networkPolicy.enabled is false.
+func NetworkPolicyEnabled(e *LLMEndpoint) bool {
+	return e.Spec.NetworkPolicy.Enabled == nil || *e.Spec.NetworkPolicy.Enabled
+}

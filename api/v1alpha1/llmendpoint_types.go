@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -97,6 +98,45 @@ type LLMEndpointSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Router RouterSpec `json:"router,omitempty"`
+
+	// networkPolicy is the network boundary the operator draws around the
+	// endpoint's pods with NetworkPolicies. It needs a network plugin that
+	// enforces NetworkPolicy; without one the objects exist and do nothing.
+	// +kubebuilder:default={}
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicySpec configures the endpoint's NetworkPolicies: one lets
+// only this endpoint's routers (and monitoringFrom) reach the vLLM
+// instances, so no pod bypasses the router or loads and unloads adapters;
+// the other limits who reaches the routers. Both restrict ingress only.
+type NetworkPolicySpec struct {
+	// enabled creates the NetworkPolicies; false removes them. Defaults to
+	// true.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// monitoringFrom are the peers (typically Prometheus: a namespaceSelector
+	// and a podSelector) allowed to scrape metrics: vLLM's port, where vLLM
+	// serves /metrics beside its API (a NetworkPolicy cannot tell paths
+	// apart, so these peers can reach the API too), and the routers'
+	// metrics port. Empty: nothing outside the endpoint scrapes them.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="spec.networkPolicy.monitoringFrom[] entries must set podSelector, namespaceSelector or ipBlock"
+	// +listType=atomic
+	// +optional
+	MonitoringFrom []networkingv1.NetworkPolicyPeer `json:"monitoringFrom,omitempty"`
+
+	// routerFrom are the peers allowed to reach the routers' client port.
+	// Empty: any source, as a Service of type LoadBalancer or NodePort
+	// needs; list your clients' namespaces or pods to narrow it.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="spec.networkPolicy.routerFrom[] entries must set podSelector, namespaceSelector or ipBlock"
+	// +listType=atomic
+	// +optional
+	RouterFrom []networkingv1.NetworkPolicyPeer `json:"routerFrom,omitempty"`
 }
 
 // ModelSpec describes the base model and the vLLM server that serves it.

@@ -57,6 +57,10 @@ type Agent struct {
 	// Resync is how often the agent re-reads vLLM's adapters even when no
 	// document arrives, which catches a restarted vLLM. Defaults to 10s.
 	Resync time.Duration
+	// APIKey is vLLM's API key (its --api-key or VLLM_API_KEY), sent as a
+	// bearer token: vLLM guards /v1, where the models list and the adapter
+	// loading live, with it. Empty sends none.
+	APIKey string
 	// HTTP is the client for vLLM; defaults to one with a 5-minute timeout
 	// (a load downloads the adapter).
 	HTTP *http.Client
@@ -246,13 +250,21 @@ func (a *Agent) client() *http.Client {
 	return &http.Client{Timeout: 5 * time.Minute}
 }
 
+// do sends a request to vLLM with the API key, if there is one.
+func (a *Agent) do(req *http.Request) (*http.Response, error) {
+	if a.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+a.APIKey)
+	}
+	return a.client().Do(req)
+}
+
 // loaded lists the adapters vLLM serves: every model but the base one.
 func (a *Agent) loaded(ctx context.Context, base string) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.VLLM+"/v1/models", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a.client().Do(req)
+	resp, err := a.do(req)
 	if err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
@@ -302,7 +314,7 @@ func (a *Agent) post(ctx context.Context, path string, body map[string]string) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.client().Do(req)
+	resp, err := a.do(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -19,7 +19,12 @@ package loraagent
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +141,42 @@ func TestAgentMakesRoomForDesired(t *testing.T) {
 	a.Sync(ctx, time.Now().Add(time.Hour)) // past the back-off
 	if !slices.Equal(st.Loaded, []string{"new"}) || len(st.Failed) != 0 {
 		t.Fatalf("state %+v, want new loaded", st)
+	}
+}
+
+// TestAgentSendsVLLMAPIKey: vLLM started with --api-key refuses /v1
+// requests without it, so an agent without the key loads nothing and says
+// why, and one with it works.
+func TestAgentSendsVLLMAPIKey(t *testing.T) {
+	sim, err := url.Parse(startSim(t, vllmsim.Config{MaxLoRAs: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(sim)
+	// vLLM's --api-key guard: bearer token on every /v1 path.
+	guarded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1") && r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, `{"error":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(guarded.Close)
+
+	for _, tt := range []struct {
+		key        string
+		wantLoaded bool
+	}{{"", false}, {"wrong", false}, {"s3cret", true}} {
+		var st *routing.LoRAState
+		a := &Agent{
+			Instance: "pod-a", VLLM: guarded.URL, APIKey: tt.key, Log: logr.Discard(),
+			Report: func(_ context.Context, s routing.LoRAState) error { st = &s; return nil },
+		}
+		_ = a.Apply(doc(routing.Adapter{Name: "sql", URI: "org/sql", Desired: []string{"pod-a"}}))
+		a.Sync(context.Background(), time.Now())
+		loaded := st != nil && slices.Equal(st.Loaded, []string{"sql"})
+		if loaded != tt.wantLoaded {
+			t.Errorf("key %q: state %+v, want loaded %v", tt.key, st, tt.wantLoaded)
+		}
 	}
 }

@@ -80,9 +80,12 @@ func main() {
 	agent := &loraagent.Agent{
 		Instance: pod,
 		VLLM:     *vllmURL,
-		Report:   loraagent.PodAnnotator(client, namespace, pod),
-		Resync:   *resync,
-		Log:      log.WithName("agent"),
+		// vLLM's own variable: the operator copies vLLM's entry, and a
+		// Secret reference works only through the environment.
+		APIKey: os.Getenv("VLLM_API_KEY"),
+		Report: loraagent.PodAnnotator(client, namespace, pod),
+		Resync: *resync,
+		Log:    log.WithName("agent"),
 	}
 	loader := &config.Loader{Apply: agent.Apply, Log: log.WithName("config")}
 	var wg sync.WaitGroup
