@@ -3,6 +3,7 @@ package extract
 import (
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // SaltedBody returns the body of an OpenAI request (one OpenAI accepted)
@@ -28,8 +29,7 @@ func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
 	open := s.pos + 1
 	var member []byte
 	if salt != "" {
-		quoted, _ := json.Marshal(salt) // a string always marshals
-		member = append(append([]byte(`"cache_salt":`), quoted...), ',')
+		member = append(appendQuoted(append(make([]byte, 0, len(salt)+16), `"cache_salt":`...), salt), ',')
 	}
 	if !tenantFields {
 		s.pos = open
@@ -65,6 +65,19 @@ func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
 }
 
 var comma = []byte{','}
+
+// appendQuoted appends s as a JSON string. The router's salts are
+// base64url, which needs no escaping; anything else goes through
+// encoding/json.
+func appendQuoted(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(dst, quoted...)
+		}
+	}
+	return append(append(append(dst, '"'), s...), '"')
+}
 
 // nonEmpty drops the empty pieces.
 func nonEmpty(pieces ...[]byte) [][]byte {

@@ -13,7 +13,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"os"
+	"sync"
 	"sync/atomic"
 )
 
@@ -28,7 +30,19 @@ const saltContext = "warmroute cache_salt v1\x00"
 // Salter derives cache salts. The key can be replaced while it serves
 // (rotation); each derivation uses one key whole.
 type Salter struct {
-	key atomic.Pointer[[]byte]
+	key atomic.Pointer[saltKey]
+}
+
+// saltKey is one key with a pool of HMACs keyed with it: setting up an
+// HMAC hashes the key twice, most of a derivation's cost, so each request
+// takes a ready one and resets it.
+type saltKey struct {
+	macs sync.Pool // of hash.Hash
+}
+
+func newSaltKey(key []byte) *saltKey {
+	k := bytes.Clone(key)
+	return &saltKey{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
 }
 
 // NewSalter returns a Salter with key.
@@ -48,7 +62,7 @@ func RandomSalter() *Salter {
 	key := make([]byte, MinKeyBytes)
 	_, _ = rand.Read(key) // never fails (crypto/rand panics instead)
 	s := &Salter{}
-	s.key.Store(&key)
+	s.key.Store(newSaltKey(key))
 	return s
 }
 
@@ -58,8 +72,7 @@ func (s *Salter) SetKey(key []byte) error {
 	if len(key) < MinKeyBytes {
 		return fmt.Errorf("cache salt key has %d bytes, want at least %d", len(key), MinKeyBytes)
 	}
-	k := bytes.Clone(key)
-	s.key.Store(&k)
+	s.key.Store(newSaltKey(key))
 	return nil
 }
 
@@ -71,10 +84,15 @@ func (s *Salter) Salt(tenant string) string {
 	if tenant == "" {
 		return ""
 	}
-	mac := hmac.New(sha256.New, *s.key.Load())
+	k := s.key.Load()
+	mac := k.macs.Get().(hash.Hash)
+	mac.Reset()
 	mac.Write([]byte(saltContext))
 	mac.Write([]byte(tenant))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	var sum [sha256.Size]byte
+	mac.Sum(sum[:0])
+	k.macs.Put(mac)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // ReadKeyFile reads a salt key file: the key is its bytes as they are

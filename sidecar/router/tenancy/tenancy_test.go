@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -136,5 +137,35 @@ func TestSalt(t *testing.T) {
 	}
 	if _, err := NewSalter([]byte("short")); err == nil {
 		t.Error("short key accepted")
+	}
+}
+
+// BenchmarkSalt is the per-request cost of deriving a tenant's salt.
+func BenchmarkSalt(b *testing.B) {
+	s := RandomSalter()
+	b.ReportAllocs()
+	for range b.N {
+		_ = s.Salt("tenant-0123")
+	}
+}
+
+// BenchmarkKeyLookup is the per-request cost of finding an API key's
+// tenant among 100 keys (all compared, whatever matches).
+func BenchmarkKeyLookup(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 100 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("tenant-%03d", i)), fmt.Appendf(nil, "sk-key-of-tenant-%03d-0123456789", i), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ks := &KeyStore{}
+	if _, err := ks.LoadDir(dir); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for range b.N {
+		if _, ok := ks.Tenant("sk-key-of-tenant-042-0123456789"); !ok {
+			b.Fatal("not found")
+		}
 	}
 }
