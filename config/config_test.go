@@ -190,14 +190,16 @@ func TestDefaultManager(t *testing.T) {
 }
 
 // Nothing the manager's ServiceAccount is bound to lets it read a Secret:
-// a compromised operator must not hand out the cluster's credentials.
+// a compromised operator must not hand out the cluster's credentials. It
+// may create them (each endpoint's cache-salt key), which reveals nothing
+// it did not write itself.
 func TestManagerReadsNoSecrets(t *testing.T) {
 	in := buildDefault(t)
 	check := func(kind, name string, rules []rbacv1.PolicyRule) {
 		for _, r := range rules {
 			core := slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")
 			secrets := slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*")
-			if core && secrets {
+			if core && secrets && slices.ContainsFunc(r.Verbs, func(v string) bool { return v != "create" }) {
 				t.Errorf("%s %s grants %v on secrets", kind, name, r.Verbs)
 			}
 		}

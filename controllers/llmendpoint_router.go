@@ -122,10 +122,11 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	if spec.Resources != nil {
 		resources = *spec.Resources.DeepCopy()
 	}
+	tenancyArgs, tenancyVolumes, tenancyMounts := routerTenancy(ep)
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
-		Args: []string{
+		Args: append([]string{
 			"--config-dir=" + routerConfigDir,
 			"--listen=:" + strconv.Itoa(routerHTTPPort),
 			"--metrics-listen=:" + strconv.Itoa(routerMetricsPort),
@@ -137,7 +138,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			// that Service (possibly a LoadBalancer) does not expose.
 			"--peer-service=" + ep.Namespace + "/" + routerServiceName(ep),
 			"--peer-port=" + strconv.Itoa(routerMetricsPort),
-		},
+		}, tenancyArgs...),
 		Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
@@ -146,9 +147,9 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		Env:       routerEnv(resources),
 		// A directory mount, never subPath: the kubelet updates only
 		// directory mounts when the ConfigMap changes.
-		VolumeMounts: []corev1.VolumeMount{{
+		VolumeMounts: append([]corev1.VolumeMount{{
 			Name: "routing", MountPath: routerConfigDir, ReadOnly: true,
-		}},
+		}}, tenancyMounts...),
 		ReadinessProbe: httpProbe(routerReadinessPath, "metrics", 5, 2),
 		LivenessProbe:  httpProbe(routerHealthPath, "metrics", 10, 3),
 		SecurityContext: func() *corev1.SecurityContext {
@@ -174,12 +175,12 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 					AutomountServiceAccountToken:  ptr.To(true),
 					EnableServiceLinks:            ptr.To(false),
 					Containers:                    []corev1.Container{container},
-					Volumes: []corev1.Volume{{
+					Volumes: append([]corev1.Volume{{
 						Name: "routing",
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
 						}},
-					}},
+					}}, tenancyVolumes...),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -242,9 +243,13 @@ func buildRouterService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
 	}
 }
 
-// reconcileRouter applies the router's ServiceAccount, Role, RoleBinding,
-// Deployment and Service, in the order the pods need them.
+// reconcileRouter creates the cache salt Secret, then applies the router's
+// ServiceAccount, Role, RoleBinding, Deployment and Service, in the order
+// the pods need them.
 func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
+	if err := r.reconcileCacheSalt(ctx, ep); err != nil {
+		return err
+	}
 	for _, desired := range []client.Object{
 		buildRouterServiceAccount(ep),
 		buildRouterRole(ep),

@@ -59,7 +59,7 @@ func TestBuildRouterDeployment(t *testing.T) {
 				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
 			}
 			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing", "--drain-delay=5s", "--shutdown-timeout=60s",
-				"--peer-service=team/chat", "--peer-port=9090"}
+				"--peer-service=team/chat", "--peer-port=9090", "--cache-salt-key-file=/etc/warmroute/cache-salt/key"}
 			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -73,10 +73,12 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if len(wantEnv) != 0 {
 				t.Errorf("downward API env missing: %v (env %+v)", wantEnv, c.Env)
 			}
-			if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
+			// The routing ConfigMap, then the cache salt Secret
+			// (TestRouterTenancy), each a directory, never a subPath.
+			if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
 				t.Errorf("routing mount %+v: want the directory, never a subPath", c.VolumeMounts)
 			}
-			if len(ps.Volumes) != 1 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != "chat-routing" {
+			if len(ps.Volumes) != 2 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != "chat-routing" {
 				t.Errorf("volumes %+v", ps.Volumes)
 			}
 			if ps.ServiceAccountName != "chat-router" {

@@ -306,7 +306,7 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 			w = append(w, fmt.Sprintf("spec.loraAdapters[%d].replicas: %d is more than the %d instances; the adapter %q is placed on all of them", i, *a.Replicas, instances, a.Name))
 		}
 	}
-	return w
+	return append(w, exposureWarnings(e)...)
 }
 
 // referenceWarnings warns about the PersistentVolumeClaims the endpoint

@@ -403,6 +403,11 @@ type RouterSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	Port *int32 `json:"port,omitempty"`
+
+	// auth authenticates tenants (RouterAuth). Unset: tenant ids are
+	// whatever clients claim.
+	// +optional
+	Auth *RouterAuth `json:"auth,omitempty"`
 }
 
 // Condition types of an LLMEndpoint.

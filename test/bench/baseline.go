@@ -27,11 +27,15 @@ type routerBinary struct {
 	loopback bool
 	// peers: it knows --peers, --replica-name and --enable-debug-route.
 	peers bool
+	// saltKey: it knows --cache-salt-key-file (without one, each replica
+	// salts tenants with a key of its own and splits their cache hits).
+	saltKey bool
 }
 
 var (
 	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
 	peersFlag    = regexp.MustCompile(`(?m)^\s+-peers\b`)
+	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
 )
 
 // probeRouter reads what the router at path accepts from its usage.
@@ -41,7 +45,7 @@ func probeRouter(ctx context.Context, path, revision string) (routerBinary, erro
 	if len(out) == 0 && err != nil {
 		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
 	}
-	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out)}, nil
+	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out)}, nil
 }
 
 func (b routerBinary) loopbackArgs() []string {
@@ -49,6 +53,19 @@ func (b routerBinary) loopbackArgs() []string {
 		return []string{"--allow-loopback-backends"}
 	}
 	return nil
+}
+
+// saltKeyArgs writes a cache salt key into dir for every replica of a
+// fleet to share, as the operator's Secret is shared by a Deployment's.
+func (b routerBinary) saltKeyArgs(dir string) ([]string, error) {
+	if !b.saltKey {
+		return nil, nil
+	}
+	path := filepath.Join(dir, "cache-salt-key")
+	if err := os.WriteFile(path, []byte("warmroute benchmark cache salt key, 32+ bytes"), 0o600); err != nil {
+		return nil, fmt.Errorf("write cache salt key: %w", err)
+	}
+	return []string{"--cache-salt-key-file", path}, nil
 }
 
 // suffix tells the baseline's run directories from the working tree's.

@@ -329,6 +329,10 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	if err != nil {
 		return nil, err
 	}
+	saltArgs, err := bin.saltKeyArgs(dir)
+	if err != nil {
+		return nil, err
+	}
 	var peerList []string
 	for i := range n {
 		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
@@ -344,7 +348,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 			// The spreader stops sending to a replica before stopping it,
 			// as endpoints do once a pod is terminating.
 			"--drain-delay", "0s",
-		}, bin.loopbackArgs()...)
+		}, append(bin.loopbackArgs(), saltArgs...)...)
 		if bin.peers {
 			r.args = append(r.args, "--peers", strings.Join(peerList, ","), "--replica-name", r.name, "--enable-debug-route")
 		}

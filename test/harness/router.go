@@ -2,7 +2,9 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -47,6 +49,10 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 	if err != nil {
 		return nil, err
 	}
+	saltKey, err := e.sharedSaltKey()
+	if err != nil {
+		return nil, err
+	}
 	r := &Router{
 		URL: "http://" + listen, MetricsURL: "http://" + metrics, ConfigDir: dir,
 		name: fmt.Sprintf("router-%s-%d", endpoint, len(e.routers)), logDir: e.LogDir(), bin: e.Bin.Router,
@@ -55,6 +61,10 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 			"--configmap=" + e.opts.Namespace + "/" + cm,
 			"--listen=" + listen,
 			"--metrics-listen=" + metrics,
+			// Routers started alone share one key, as the replicas of a
+			// router Deployment share their endpoint's Secret: without
+			// it, each would salt a tenant differently.
+			"--cache-salt-key-file=" + saltKey,
 		}, e.localRouterFlags()...), extra...),
 	}
 	if err := r.start(ctx); err != nil {
@@ -62,6 +72,22 @@ func (e *Env) StartRouter(ctx context.Context, endpoint string, extra ...string)
 	}
 	e.routers = append(e.routers, r)
 	return r, nil
+}
+
+// sharedSaltKey is the cache salt key file of the routers StartRouter
+// starts, written once per Env in a kubelet-style directory.
+func (e *Env) sharedSaltKey() (string, error) {
+	dir := filepath.Join(e.WorkDir, "cache-salt")
+	path := filepath.Join(dir, "key")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	if err := WriteProjected(dir, map[string]string{"key": string(key)}); err != nil {
+		return "", fmt.Errorf("write cache salt key: %w", err)
+	}
+	return path, nil
 }
 
 // localRouterFlags are the flags every router the harness runs gets, after

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,6 +117,25 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 				r.MetricsURL = "http://" + addr
 			}
 			a = "--" + name + "=" + addr
+		case "cache-salt-key-file", "api-keys-dir":
+			// Project the Secret mounted there, and wait for it as the
+			// kubelet does before it starts the container.
+			mountDir, file := value, ""
+			if name == "cache-salt-key-file" {
+				mountDir, file = filepath.Dir(value), filepath.Base(value)
+			}
+			secret, err := mountedSecret(pod, c, mountDir)
+			if err != nil {
+				return nil, err
+			}
+			dir := filepath.Join(e.WorkDir, "secrets", pod.Name, secret)
+			if err := MirrorSecret(ctx, e.Kube, pod.Namespace, secret, dir); err != nil {
+				return nil, err
+			}
+			if err := waitFile(ctx, filepath.Join(dir, "..data"), 30*time.Second); err != nil {
+				return nil, fmt.Errorf("pod %s: Secret %s never appeared: %w", pod.Name, secret, err)
+			}
+			a = "--" + name + "=" + filepath.Join(dir, file)
 		case "drain-delay", "shutdown-timeout":
 			// Shortened so that stopping a pod's router fits the tests'
 			// patience; the values themselves are tested in the operator.
@@ -138,19 +158,56 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 	return r, nil
 }
 
-// mountedConfigMap is the ConfigMap of the volume c mounts at path.
+// mountedConfigMap names the ConfigMap volume c mounts at path.
 func mountedConfigMap(pod *corev1.Pod, c *corev1.Container, path string) (string, error) {
+	return mountedVolume(pod, c, path, "ConfigMap", func(v corev1.Volume) string {
+		if v.ConfigMap == nil {
+			return ""
+		}
+		return v.ConfigMap.Name
+	})
+}
+
+// mountedSecret names the Secret volume c mounts at path.
+func mountedSecret(pod *corev1.Pod, c *corev1.Container, path string) (string, error) {
+	return mountedVolume(pod, c, path, "Secret", func(v corev1.Volume) string {
+		if v.Secret == nil {
+			return ""
+		}
+		return v.Secret.SecretName
+	})
+}
+
+// mountedVolume names the object of the kind's volume c mounts at path;
+// source says a volume's object name, "" when it is of another kind.
+func mountedVolume(pod *corev1.Pod, c *corev1.Container, path, kind string, source func(corev1.Volume) string) (string, error) {
 	for _, m := range c.VolumeMounts {
 		if m.MountPath != path {
 			continue
 		}
 		for _, v := range pod.Spec.Volumes {
-			if v.Name == m.Name && v.ConfigMap != nil {
-				return v.ConfigMap.Name, nil
+			if name := source(v); v.Name == m.Name && name != "" {
+				return name, nil
 			}
 		}
 	}
-	return "", fmt.Errorf("pod %s: no ConfigMap volume mounted at %s", pod.Name, path)
+	return "", fmt.Errorf("pod %s: no %s volume mounted at %s", pod.Name, kind, path)
+}
+
+// waitFile waits until path exists.
+func waitFile(ctx context.Context, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w", path, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // containerEnv resolves c's environment as the kubelet would, for the

@@ -44,6 +44,7 @@ type flags struct {
 	tuning                                       policy.Tuning
 	verbosity                                    int
 	peers                                        peerFlags
+	tenancy                                      tenancyFlags
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -87,6 +88,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
 	f.peers.register(fs)
+	f.tenancy.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -105,6 +107,9 @@ func parseFlags(args []string) (*flags, error) {
 		f.tuning.BenchmarkStrategies = true
 	}
 	if err := f.peers.validate(); err != nil {
+		return nil, err
+	}
+	if err := f.tenancy.validate(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -142,6 +147,13 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	if budget < f.maxBodyBytes {
 		log.Info("warning: --max-buffered-bytes is below --max-body-bytes; the largest bodies will always be refused", "budget", budget, "maxBodyBytes", f.maxBodyBytes)
 	}
+	var wg sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer func() { stopWatch(); wg.Wait() }()
+	salts, auth, err := startTenancy(watchCtx, &wg, f.tenancy, f.poll, log)
+	if err != nil {
+		return err
+	}
 	r := proxy.New(proxy.Options{
 		MaxBodyBytes:          f.maxBodyBytes,
 		MaxBufferedBytes:      budget,
@@ -154,15 +166,14 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		HealthInterval:        f.healthInterval,
 		StrategyOverride:      policy.Strategy(f.strategyOverride),
 		Tuning:                f.tuning,
+		Salts:                 salts,
+		Auth:                  auth,
 		Log:                   log,
 	})
 	m := r.Metrics()
 	loader := &config.Loader{Apply: r.Apply, Log: log.WithName("config"),
 		Observe: func(res string) { m.ConfigReloads.WithLabelValues(res).Inc() }}
 
-	var wg sync.WaitGroup
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer func() { stopWatch(); wg.Wait() }()
 	if path := configPath(f); path != "" {
 		wg.Go(func() {
 			if err := config.WatchFile(watchCtx, path, f.poll, loader); err != nil {
@@ -224,7 +235,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
-	err := traffic.Shutdown(sctx)
+	err = traffic.Shutdown(sctx)
 	_ = adminSrv.Shutdown(sctx)
 	if err != nil {
 		return fmt.Errorf("drain traffic server: %w", err)

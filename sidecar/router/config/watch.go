@@ -3,26 +3,20 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
 )
 
 // WatchFile offers the file at path to the loader now, whenever its
 // directory changes, and every poll interval, until ctx ends.
-//
-// It watches the directory, not the file: kubelet updates a ConfigMap
-// volume by writing a new timestamped directory and swapping the ..data
-// symlink, so a watch on the file would see it removed and never see the new
-// one (and a subPath mount is never updated at all). The poll catches
-// anything the watch misses — including a watch that failed to start or was
-// lost with its directory — and re-adds the watch when it can.
 func WatchFile(ctx context.Context, path string, poll time.Duration, l *Loader) error {
-	dir := filepath.Dir(path)
-	check := func() {
+	return WatchDir(ctx, filepath.Dir(path), poll, l.Log, func() {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) || l.Log.V(1).Enabled() {
@@ -31,11 +25,24 @@ func WatchFile(ctx context.Context, path string, poll time.Duration, l *Loader) 
 			return
 		}
 		_, _ = l.Offer(SourceFile, data) // the loader logs and counts refusals
-	}
+	})
+}
 
+// WatchDir calls check now, whenever the mounted directory dir changes,
+// and every poll interval, until ctx ends. check reads what it needs and
+// does nothing when it is unchanged. The routing document, the cache salt
+// key and the API keys are all mounted this way.
+//
+// It watches the directory, not a file: kubelet updates a ConfigMap or
+// Secret volume by writing a new timestamped directory and swapping the
+// ..data symlink, so a watch on the file would see it removed and never see
+// the new one (and a subPath mount is never updated at all). The poll
+// catches anything the watch misses — including a watch that failed to
+// start or was lost with its directory — and re-adds the watch when it can.
+func WatchDir(ctx context.Context, dir string, poll time.Duration, log logr.Logger, check func()) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return err
+		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	defer w.Close()
 	watching := false
@@ -44,7 +51,7 @@ func WatchFile(ctx context.Context, path string, poll time.Duration, l *Loader) 
 			return
 		}
 		if err := w.Add(dir); err != nil {
-			l.Log.V(1).Info("cannot watch routing document directory yet; polling", "dir", dir, "error", err.Error())
+			log.V(1).Info("cannot watch directory yet; polling", "dir", dir, "error", err.Error())
 			return
 		}
 		watching = true
@@ -70,7 +77,7 @@ func WatchFile(ctx context.Context, path string, poll time.Duration, l *Loader) 
 			if !ok {
 				return nil
 			}
-			l.Log.Error(err, "watching routing document directory", "dir", dir)
+			log.Error(err, "watching directory", "dir", dir)
 		case <-ticker.C:
 			addWatch()
 			check()

@@ -136,3 +136,26 @@ func BenchmarkOpenAI(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSaltedBody puts the router's salt into a 64 KiB chat body: as
+// it comes (one piece inserted) and with a client cache_salt to take out
+// (the top-level members are read again, skipping the text).
+func BenchmarkSaltedBody(b *testing.B) {
+	plain := kindBody(kindASCII, 64<<10)
+	withSalt := append([]byte(`{"cache_salt":"client",`), plain[1:]...)
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		fields bool
+	}{{"no client salt", plain, false}, {"client salt", withSalt, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := SaltedBody(tc.body, "QIl7XCOpZjX36WKVKfJohVpCyEwPSrqzbEJhbT9b4JM", tc.fields); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -34,10 +34,21 @@ type Limits struct {
 
 // Request is what the router needs from a body.
 type Request struct {
-	Model        string
-	Tenant       string
-	Stream       bool
-	HasCacheSalt bool
+	Model string
+	// Tenant is the tenant the request is routed and salted for: the
+	// caller's (a header, an API key's) as given, or after ClaimBodyTenant
+	// the body's claim.
+	Tenant string
+	Stream bool
+	// PromptCacheKey and ClientSalt are the body's prompt_cache_key and
+	// cache_salt strings ("" when absent or null): claims of a tenant that
+	// only an unauthenticated router believes (ClaimBodyTenant).
+	PromptCacheKey, ClientSalt string
+	// TenantFields says the body has a cache_salt or prompt_cache_key
+	// member (null ones too), which SaltedBody must take out: neither may
+	// reach vLLM, where a client's salt would replace the router's and a
+	// tenant id would be seen.
+	TenantFields bool
 	// Text is the window followed by the lookahead; WindowBytes is the
 	// length of the window part.
 	Text        []byte
@@ -113,12 +124,12 @@ const (
 	sepPart    = 0x1d // before a non-text content part
 )
 
-// OpenAI extracts from a chat or completions body. headerTenant (already
-// taken from the request headers) wins over the body's prompt_cache_key.
-// The text of the messages is gathered in message order, each message's
+// OpenAI extracts from a chat or completions body. tenant (from the
+// request headers or the authentication, already) is validated and kept;
+// the body's own claims are returned apart, for ClaimBodyTenant. The text of the messages is gathered in message order, each message's
 // fields in a fixed order, so JSON whitespace and key order do not matter.
-func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, error) {
-	if err := ValidTenant(headerTenant); err != nil {
+func OpenAI(kind Kind, body []byte, tenant string, lim Limits) (Request, error) {
+	if err := ValidTenant(tenant); err != nil {
 		return Request{}, err
 	}
 	var req Request
@@ -126,7 +137,6 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 	// Pooled: the text is needed only until the decision is made.
 	tb.buf = getBuffer(min(len(body), 4*lim.Window+lim.Lookahead))
 	s := &scanner{data: body}
-	var cacheKey string
 	if s.peek() != '{' {
 		return Request{}, s.fail("the body must be a JSON object")
 	}
@@ -150,14 +160,11 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 			return &fieldError{field: "stream", msg: "must be a boolean"}
 		case key.is("prompt_cache_key"):
 			v, err := s.optString("prompt_cache_key")
-			cacheKey = v
+			req.PromptCacheKey, req.TenantFields = v, true
 			return err
 		case key.is("cache_salt"):
-			if s.peek() == 'n' {
-				return s.literal("null")
-			}
-			_, err := s.optString("cache_salt")
-			req.HasCacheSalt = true
+			v, err := s.optString("cache_salt")
+			req.ClientSalt, req.TenantFields = v, true
 			return err
 		case kind == Chat && key.is("messages"):
 			tb.reset() // a repeated key replaces the earlier one, as in encoding/json
@@ -175,15 +182,30 @@ func OpenAI(kind Kind, body []byte, headerTenant string, lim Limits) (Request, e
 	if s.peek() != 0 {
 		return Request{}, s.fail("trailing data after the JSON object")
 	}
-	req.Tenant = headerTenant
-	if req.Tenant == "" {
-		if err := ValidTenant(cacheKey); err != nil {
-			return Request{}, &fieldError{field: "prompt_cache_key", msg: err.Error()}
-		}
-		req.Tenant = cacheKey
-	}
+	req.Tenant = tenant
 	req.Text, req.WindowBytes, req.PromptBytes, req.owned = tb.buf, tb.windowBytes(), tb.prompt, true
 	return req, nil
+}
+
+// ClaimBodyTenant believes the body's claim of a tenant when the caller
+// gave none (an unauthenticated router): prompt_cache_key, else a
+// cache_salt the client chose, which thus keeps separating that client's
+// blocks from others' as it meant to (through the router's derived salt,
+// never verbatim). A prompt_cache_key must be a valid tenant id; a
+// cache_salt may be any string, as vLLM takes any, since it is only ever
+// hashed.
+func (r *Request) ClaimBodyTenant() error {
+	if r.Tenant != "" {
+		return nil
+	}
+	if err := ValidTenant(r.PromptCacheKey); err != nil {
+		return &fieldError{field: "prompt_cache_key", msg: err.Error()}
+	}
+	r.Tenant = r.PromptCacheKey
+	if r.Tenant == "" {
+		r.Tenant = r.ClientSalt
+	}
+	return nil
 }
 
 // fieldError is a well-formed body with a field of the wrong type.

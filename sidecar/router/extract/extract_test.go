@@ -79,10 +79,11 @@ func TestFields(t *testing.T) {
 	}{
 		{"model and stream", `{"model":"lora-a","stream":true,"messages":[]}`, "", Chat, Request{Model: "lora-a", Stream: true}},
 		{"stream null", `{"model":"m","stream":null,"messages":[]}`, "", Chat, Request{Model: "m"}},
-		{"prompt_cache_key is the tenant", `{"prompt_cache_key":"t1","messages":[]}`, "", Chat, Request{Tenant: "t1"}},
-		{"header wins", `{"prompt_cache_key":"t1","messages":[]}`, "hdr", Chat, Request{Tenant: "hdr"}},
-		{"cache_salt seen", `{"cache_salt":"s","messages":[]}`, "", Chat, Request{HasCacheSalt: true}},
-		{"cache_salt null is absent", `{"cache_salt":null,"messages":[]}`, "", Chat, Request{}},
+		{"prompt_cache_key is the tenant", `{"prompt_cache_key":"t1","messages":[]}`, "", Chat, Request{Tenant: "t1", PromptCacheKey: "t1", TenantFields: true}},
+		{"header wins", `{"prompt_cache_key":"t1","cache_salt":"s","messages":[]}`, "hdr", Chat, Request{Tenant: "hdr", PromptCacheKey: "t1", ClientSalt: "s", TenantFields: true}},
+		{"cache_salt is the last claim", `{"cache_salt":"s","messages":[]}`, "", Chat, Request{Tenant: "s", ClientSalt: "s", TenantFields: true}},
+		{"escaped key", `{"cache\u005fsalt":"s","messages":[]}`, "", Chat, Request{Tenant: "s", ClientSalt: "s", TenantFields: true}},
+		{"cache_salt null is still a field", `{"cache_salt":null,"messages":[]}`, "", Chat, Request{TenantFields: true}},
 		{"prompt string", `{"prompt":"hello"}`, "", Completions, Request{Text: []byte("hello"), WindowBytes: 5}},
 		{"prompt list", `{"prompt":["a","b"]}`, "", Completions, Request{Text: []byte("a\x1eb\x1e"), WindowBytes: 4}},
 		{"prompt tokens", `{"prompt":[1, 2,3]}`, "", Completions, Request{Text: []byte("1,2,3,"), WindowBytes: 6}},
@@ -92,6 +93,9 @@ func TestFields(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := OpenAI(tc.kind, []byte(tc.body), tc.header, lim)
+			if err == nil {
+				err = got.ClaimBodyTenant()
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +103,8 @@ func TestFields(t *testing.T) {
 				got.Text, got.WindowBytes = nil, 0
 			}
 			if got.Model != tc.want.Model || got.Stream != tc.want.Stream || got.Tenant != tc.want.Tenant ||
-				got.HasCacheSalt != tc.want.HasCacheSalt || !bytes.Equal(got.Text, tc.want.Text) || got.WindowBytes != tc.want.WindowBytes {
+				got.PromptCacheKey != tc.want.PromptCacheKey || got.ClientSalt != tc.want.ClientSalt ||
+				got.TenantFields != tc.want.TenantFields || !bytes.Equal(got.Text, tc.want.Text) || got.WindowBytes != tc.want.WindowBytes {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
@@ -130,7 +135,10 @@ func TestErrors(t *testing.T) {
 		{"prompt_cache_key not ASCII", `{"prompt_cache_key":"é","messages":[]}`, "", false, "prompt_cache_key", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := OpenAI(Chat, []byte(tc.body), tc.header, lim)
+			r, err := OpenAI(Chat, []byte(tc.body), tc.header, lim)
+			if err == nil {
+				err = r.ClaimBodyTenant()
+			}
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -202,21 +210,77 @@ func TestNonUTF8(t *testing.T) {
 	}
 }
 
-func TestWithCacheSalt(t *testing.T) {
-	for _, body := range []string{`{"model":"m","messages":[]}`, ` { } `, "{\n\"prompt\":\"x\"}"} {
-		out := WithCacheSalt([]byte(body), `ten"ant`)
-		var v map[string]any
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("%s → %s: %v", body, out, err)
+func TestSaltedBody(t *testing.T) {
+	for _, tc := range []struct{ name, body, salt string }{
+		{"plain", `{"model":"m","messages":[]}`, `ten"ant`},
+		{"empty object", ` { } `, "s"},
+		{"newline", "{\n\"prompt\":\"x\"}", "s"},
+		{"client salt replaced", `{"cache_salt":"mine","prompt":"x"}`, "s"},
+		{"null salt replaced", `{"prompt":"x", "cache_salt" : null }`, "s"},
+		{"duplicates and escaped keys", `{"cache_salt":"a","prompt":"x","cache\u005fsalt":"b","prompt_cache_key":"k"}`, "s"},
+		{"only tenant fields", `{"cache_salt":"a","prompt_cache_key":"k"}`, "s"},
+		{"no salt strips", `{"cache_salt":"a","prompt":"x","prompt_cache_key":"k"}`, ""},
+		{"no salt, nothing to strip", `{"prompt":"x"}`, ""},
+		{"nested cache_salt kept", `{"prompt":"x","extra_body":{"cache_salt":"inner"}}`, "s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := OpenAI(Completions, []byte(tc.body), "", lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pieces, err := SaltedBody([]byte(tc.body), tc.salt, r.TenantFields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := bytes.Join(pieces, nil)
+			if !json.Valid(out) {
+				t.Fatalf("%s → invalid %s", tc.body, out)
+			}
+			// Count top-level keys as vLLM's parser would see them.
+			keys := topLevelKeys(t, out)
+			want := 0
+			if tc.salt != "" {
+				want = 1
+			}
+			if keys["cache_salt"] != want || keys["prompt_cache_key"] != 0 {
+				t.Fatalf("%s → %s: keys %v", tc.body, out, keys)
+			}
+			var v map[string]any
+			_ = json.Unmarshal(out, &v)
+			if tc.salt != "" && v["cache_salt"] != tc.salt {
+				t.Fatalf("%s → %s", tc.body, out)
+			}
+			orig := topLevelKeys(t, []byte(tc.body))
+			for k, n := range orig {
+				if k != "cache_salt" && k != "prompt_cache_key" && keys[k] != n {
+					t.Fatalf("%s → %s: key %q lost", tc.body, out, k)
+				}
+			}
+		})
+	}
+}
+
+// topLevelKeys counts the top-level keys of a JSON object, repeats
+// included (which a map would hide), decoded.
+func topLevelKeys(t *testing.T, body []byte) map[string]int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if v["cache_salt"] != `ten"ant` {
-			t.Fatalf("%s → %s", body, out)
-		}
-		r, err := OpenAI(Chat, out, "", lim)
-		if err != nil || !r.HasCacheSalt {
-			t.Fatalf("re-extract: %+v %v", r, err)
+		n[k.(string)]++
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
 		}
 	}
+	return n
 }
 
 func TestInvocationsTenant(t *testing.T) {

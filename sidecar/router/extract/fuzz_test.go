@@ -15,6 +15,8 @@ func FuzzOpenAI(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9\ud83d\ude00"},{"type":"image_url","image_url":{"url":"u"}}]}]}`,
 		`{"prompt":[[1,2],[3]],"prompt_cache_key":"k"}`,
 		`{"prompt":"x","cache_salt":"s"}`,
+		`{"cache_salt":null,"prompt":"x","cache\u005fsalt":"s","prompt_cache_key":"k"}`,
+		`{"cache_salt":"s"}`, ` {} `,
 		`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}]}`,
 		"{\"prompt\":\"\xff\"}", `[`, `{"a":}`,
 		// Escape-heavy, non-ASCII and surrogate-pair text, cut by the
@@ -63,9 +65,20 @@ func FuzzOpenAI(f *testing.F) {
 				t.Fatalf("indentation changed the key: %q vs %q (%v)", r.Text, r2.Text, err)
 			}
 		}
-		if !r.HasCacheSalt && valid {
-			if out := WithCacheSalt(body, "t"); !json.Valid(out) {
-				t.Fatalf("cache_salt made invalid JSON: %q", out)
+		if valid {
+			for _, salt := range []string{"t", ""} {
+				pieces, err := SaltedBody(body, salt, r.TenantFields)
+				if err != nil {
+					t.Fatalf("SaltedBody refused an accepted body %q: %v", body, err)
+				}
+				out := bytes.Join(pieces, nil)
+				if !json.Valid(out) {
+					t.Fatalf("cache_salt made invalid JSON: %q → %q", body, out)
+				}
+				r2, err := OpenAI(kind, out, "", lim)
+				if err != nil || r2.ClientSalt != salt || r2.PromptCacheKey != "" || !bytes.Equal(r.Text, r2.Text) {
+					t.Fatalf("salted body %q reads as salt %q, key %q, text %q (%v)", out, r2.ClientSalt, r2.PromptCacheKey, r2.Text, err)
+				}
 			}
 		}
 	})

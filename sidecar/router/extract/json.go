@@ -23,6 +23,9 @@ import (
 type scanner struct {
 	data []byte
 	pos  int
+	// keyStart is where the key of the member being read began (for
+	// SaltedBody, which cuts members out whole).
+	keyStart int
 }
 
 // SyntaxError is malformed JSON; Offset is a byte position in the body.
@@ -382,6 +385,8 @@ func (s *scanner) object(depth int, member func(key jsonString) error) error {
 		return nil
 	}
 	for {
+		s.ws()
+		s.keyStart = s.pos
 		key, err := s.str()
 		if err != nil {
 			return err

@@ -2,28 +2,90 @@ package extract
 
 import (
 	"encoding/json"
+	"fmt"
+	"unicode/utf8"
 )
 
-// WithCacheSalt returns the body of an OpenAI request with "cache_salt" set
-// to salt as its first member, so that vLLM keeps this tenant's KV blocks
-// apart from other tenants' even on the same instance. The body must be a
-// JSON object that OpenAI accepted (so it starts with '{' after spaces) and
-// that has no cache_salt of its own; the rest is left byte for byte.
-func WithCacheSalt(body []byte, salt string) []byte {
+// SaltedBody returns the body of an OpenAI request (one OpenAI accepted)
+// as it goes to vLLM: with "cache_salt" set to salt as its only
+// cache_salt member (none when salt is ""), and without the client's own
+// cache_salt and prompt_cache_key members when tenantFields (Request's
+// TenantFields) says it has some. vLLM keeps a salted request's KV blocks
+// apart from every request with another salt or none, so the salt must be
+// the router's alone: with a client's second cache_salt member (null
+// included) vLLM would take whichever came last.
+//
+// The result is the body's own bytes cut into pieces around the members
+// taken out and the one put in, never a copy: the router holds a body
+// within its buffer budget, and a second copy of each would hold twice what
+// the budget counts. Only the cache_salt member is new (under 100 bytes).
+// Without tenant fields the rest is left byte for byte; with them the
+// whitespace between top-level members is dropped.
+func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
 	s := &scanner{data: body}
 	if s.peek() != '{' {
-		return body
+		return nil, s.fail("the body must be a JSON object")
 	}
 	open := s.pos + 1
-	s.pos = open
-	empty := s.peek() == '}'
-	quoted, _ := json.Marshal(salt) // a string always marshals
-	out := make([]byte, 0, len(body)+len(quoted)+16)
-	out = append(out, body[:open]...)
-	out = append(out, `"cache_salt":`...)
-	out = append(out, quoted...)
-	if !empty {
-		out = append(out, ',')
+	var member []byte
+	if salt != "" {
+		member = append(appendQuoted(append(make([]byte, 0, len(salt)+16), `"cache_salt":`...), salt), ',')
 	}
-	return append(out, body[open:]...)
+	if !tenantFields {
+		s.pos = open
+		if s.peek() == '}' && member != nil {
+			member = member[:len(member)-1] // {"cache_salt":"…"}: no comma
+		}
+		return nonEmpty(body[:open], member, body[open:]), nil
+	}
+	// Rebuild the object from its members: '{', the salt, each kept
+	// member (key to the end of its value) with a comma, then '}' and
+	// what followed it.
+	out := [][]byte{body[:open], member}
+	err := s.object(0, func(key jsonString) error {
+		start := s.keyStart
+		if _, err := s.skip(1); err != nil {
+			return err
+		}
+		if !key.is("cache_salt") && !key.is("prompt_cache_key") {
+			out = append(out, body[start:s.pos], comma)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("salt request body: %w", err)
+	}
+	// The last piece's comma (the salt's, or the last member's) goes.
+	last := len(out) - 1
+	if len(out[last]) > 0 && out[last][len(out[last])-1] == ',' {
+		out[last] = out[last][:len(out[last])-1]
+	}
+	out = append(out, body[s.pos-1:])
+	return nonEmpty(out...), nil
+}
+
+var comma = []byte{','}
+
+// appendQuoted appends s as a JSON string. The router's salts are
+// base64url, which needs no escaping; anything else goes through
+// encoding/json.
+func appendQuoted(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(dst, quoted...)
+		}
+	}
+	return append(append(append(dst, '"'), s...), '"')
+}
+
+// nonEmpty drops the empty pieces.
+func nonEmpty(pieces ...[]byte) [][]byte {
+	out := pieces[:0]
+	for _, p := range pieces {
+		if len(p) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -24,6 +24,8 @@ type backend struct {
 
 	mu     sync.Mutex
 	bodies [][]byte
+	// headers are the last request's.
+	headers http.Header
 	// release, if set, gates each streamed chunk after the first.
 	release chan struct{}
 }
@@ -39,13 +41,13 @@ func newBackend(t testing.TB, id string) *backend {
 	})
 	mux.HandleFunc("POST /invocations", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		b.record(body)
+		b.record(body, r.Header)
 		w.Header().Set("X-Backend", id)
 		_, _ = w.Write(body) // echo
 	})
 	completion := func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		b.record(body)
+		b.record(body, r.Header)
 		var req struct {
 			Model  string `json:"model"`
 			Stream bool   `json:"stream"`
@@ -75,10 +77,11 @@ func newBackend(t testing.TB, id string) *backend {
 	return b
 }
 
-func (b *backend) record(body []byte) {
+func (b *backend) record(body []byte, h http.Header) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.bodies = append(b.bodies, body)
+	b.headers = h.Clone()
 }
 
 func (b *backend) count() int {
@@ -175,6 +178,12 @@ func postURL(t testing.TB, url, body string, header ...string) (*http.Response, 
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	return do(t, req, header...)
+}
+
+// do sends req with header name/value pairs and reads the response.
+func do(t testing.TB, req *http.Request, header ...string) (*http.Response, string) {
+	t.Helper()
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

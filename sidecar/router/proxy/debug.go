@@ -36,11 +36,16 @@ func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Hand
 			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "endpoint", "endpoint must be a traffic path: /v1/chat/completions, /v1/completions or /invocations", 0)
 			return
 		}
+		who, bad := r.identify(w, req)
+		if bad != nil {
+			bad.write(w)
+			return
+		}
 		body, held, bad := r.readRequest(w, req)
 		defer r.budget.release(held)
 		var x extract.Request
 		if bad == nil {
-			x, bad = r.extractRouting(req, st, ep, body)
+			x, bad = r.extractRouting(st, ep, body, who)
 		}
 		if bad != nil {
 			bad.write(w)

@@ -88,42 +88,6 @@ func TestAdapterRoutesOnlyToReadyInstances(t *testing.T) {
 	}
 }
 
-func TestTenantBecomesCacheSalt(t *testing.T) {
-	f := newFixture(t, 1, Options{})
-	b := f.backends["vllm-0"]
-	for _, tc := range []struct {
-		name, body string
-		header     []string
-		salt       any
-	}{
-		{"header", chatBody("m", "hi", ""), []string{"X-Amzn-SageMaker-Prefix-Aware-Id", "tenant-a"}, "tenant-a"},
-		{"alias header", chatBody("m", "hi", ""), []string{"X-Prefix-Aware-Id", "tenant-b"}, "tenant-b"},
-		{"prompt_cache_key", chatBody("m", "hi", `,"prompt_cache_key":"k1"`), nil, "k1"},
-		{"client salt kept", chatBody("m", "hi", `,"cache_salt":"mine"`), []string{"X-Prefix-Aware-Id", "t"}, "mine"},
-		{"no tenant", chatBody("m", "hi", ""), nil, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			resp, body := f.post(t, "/v1/chat/completions", tc.body, tc.header...)
-			if resp.StatusCode != 200 {
-				t.Fatal(body)
-			}
-			var got map[string]any
-			if err := json.Unmarshal(b.last(), &got); err != nil {
-				t.Fatalf("backend got invalid JSON %q", b.last())
-			}
-			if got["cache_salt"] != tc.salt {
-				t.Fatalf("cache_salt %v, want %v", got["cache_salt"], tc.salt)
-			}
-		})
-	}
-	// /invocations bodies are opaque and forwarded byte for byte.
-	raw := `{"inputs":"x"}  `
-	resp, body := f.post(t, "/invocations", raw, "X-Prefix-Aware-Id", "t")
-	if resp.StatusCode != 200 || body != raw {
-		t.Fatalf("invocations body changed: %q", body)
-	}
-}
-
 // TestStreamingFlushesEachChunk checks that the first SSE chunk reaches the
 // client while the backend is still holding the rest back.
 func TestStreamingFlushesEachChunk(t *testing.T) {

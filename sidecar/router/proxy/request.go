@@ -7,6 +7,7 @@ import (
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
 // badRequest is a request refused before routing, as the client sees it.
@@ -67,13 +68,26 @@ func policyRequest(x extract.Request) policy.Request {
 	return policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes}
 }
 
-// extractRouting reads what the policy needs from a body sent to ep, under
-// the routing document in force.
-func (r *Router) extractRouting(req *http.Request, st *state, ep endpoint, body []byte) (extract.Request, *badRequest) {
-	tenant := req.Header.Get(extract.TenantHeader)
-	if tenant == "" {
-		tenant = req.Header.Get(extract.TenantHeaderAlias)
+// identify resolves who the client is from its headers (tenancy.Auth):
+// with API keys a request without a known key is refused here, before its
+// body is read, with 401 and an OpenAI-style body that never quotes the key.
+func (r *Router) identify(w http.ResponseWriter, req *http.Request) (tenancy.Identity, *badRequest) {
+	id, outcome := r.opts.Auth.Identify(req.Header)
+	if outcome == tenancy.Resolved {
+		return id, nil
 	}
+	w.Header().Set("Connection", "close") // the body is left unread
+	w.Header().Set("WWW-Authenticate", `Bearer realm="warmroute"`)
+	msg := "Incorrect API key provided."
+	if outcome == tenancy.MissingKey {
+		msg = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+	}
+	return id, invalid(http.StatusUnauthorized, "invalid_api_key", "", msg)
+}
+
+// extractRouting reads what the policy needs from a body sent to ep, under
+// the routing document in force, for the client id is.
+func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *badRequest) {
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
 		lim.Lookahead = r.policy.LookaheadBytes()
@@ -82,18 +96,44 @@ func (r *Router) extractRouting(req *http.Request, st *state, ep endpoint, body 
 	var err error
 	switch ep {
 	case endpointInvocations:
-		x, err = extract.Invocations(body, tenant, lim)
+		x, err = extract.Invocations(body, id.Tenant, lim)
 	case endpointChat:
-		x, err = extract.OpenAI(extract.Chat, body, tenant, lim)
+		x, err = extract.OpenAI(extract.Chat, body, id.Tenant, lim)
 	case endpointCompletions:
-		x, err = extract.OpenAI(extract.Completions, body, tenant, lim)
+		x, err = extract.OpenAI(extract.Completions, body, id.Tenant, lim)
+	}
+	if err == nil && id.Claim {
+		err = x.ClaimBodyTenant()
 	}
 	if err != nil {
+		x.Release()
 		param := extract.Param(err)
 		if errors.Is(err, extract.ErrBadTenant) && param == "" {
-			param = extract.TenantHeader
+			param = id.Param
 		}
-		return x, invalid(http.StatusBadRequest, "", param, err.Error())
+		return extract.Request{}, invalid(http.StatusBadRequest, "", param, err.Error())
 	}
 	return x, nil
+}
+
+// saltedBody is the body as it goes to vLLM: with the router's cache_salt
+// for the tenant as its only one, and neither the client's cache_salt nor
+// its prompt_cache_key (extract.SaltedBody). /invocations bodies are
+// opaque to routing, but vLLM reads them as OpenAI JSON: a JSON object
+// there is salted the same way (read whole for its members), anything else
+// goes as it is, for vLLM to refuse.
+func (r *Router) saltedBody(ep endpoint, body []byte, x extract.Request) ([][]byte, *badRequest) {
+	salt := r.opts.Salts.Salt(x.Tenant)
+	if ep == endpointInvocations {
+		pieces, err := extract.SaltedBody(body, salt, true)
+		if err != nil {
+			return [][]byte{body}, nil
+		}
+		return pieces, nil
+	}
+	pieces, err := extract.SaltedBody(body, salt, x.TenantFields)
+	if err != nil { // the body was read whole already: not expected
+		return nil, invalid(http.StatusBadRequest, "", "", err.Error())
+	}
+	return pieces, nil
 }

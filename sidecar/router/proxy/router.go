@@ -4,7 +4,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +25,7 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
 // Options configures the router.
@@ -56,6 +57,12 @@ type Options struct {
 	StrategyOverride policy.Strategy
 	// Tuning tunes the policy.
 	Tuning policy.Tuning
+	// Salts derives each tenant's cache_salt (nil: a random key of this
+	// process's own, see tenancy.RandomSalter).
+	Salts *tenancy.Salter
+	// Auth says where the tenant comes from (zero: the client's claim,
+	// unauthenticated).
+	Auth tenancy.Auth
 	// Transport overrides the upstream transport (tests).
 	Transport http.RoundTripper
 	Log       logr.Logger
@@ -118,6 +125,9 @@ func New(opts Options) *Router {
 	}
 	if opts.StreamIdleTimeout <= 0 {
 		opts.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if opts.Salts == nil {
+		opts.Salts = tenancy.RandomSalter()
 	}
 	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}}
 	r.budget.limit = opts.MaxBufferedBytes
@@ -332,9 +342,12 @@ const (
 // route is the per-request state the transport needs, carried in the
 // request context from the handler through ReverseProxy.
 type route struct {
-	router   *Router
-	choice   *policy.Choice
-	body     []byte
+	router *Router
+	choice *policy.Choice
+	// body is what goes to vLLM: the client's body in pieces around the
+	// router's cache_salt (extract.SaltedBody), bodyLen bytes in all.
+	body     [][]byte
+	bodyLen  int64
 	start    time.Time
 	stream   bool
 	attempts int
@@ -368,12 +381,22 @@ type routeKey struct{}
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep endpoint) {
 	start := time.Now()
 	st := r.state.Load()
+	// Who the client is, before its body takes any of the buffer budget.
+	id, bad := r.identify(w, req)
+	if bad != nil {
+		r.reject(w, st.strategy, bad)
+		return
+	}
 	body, held, bad := r.readRequest(w, req)
 	defer r.budget.release(held)
 	decideStart := time.Now()
 	var x extract.Request
 	if bad == nil {
-		x, bad = r.extractRouting(req, st, ep, body)
+		x, bad = r.extractRouting(st, ep, body, id)
+	}
+	var pieces [][]byte
+	if bad == nil {
+		pieces, bad = r.saltedBody(ep, body, x)
 	}
 	if bad != nil {
 		r.reject(w, st.strategy, bad)
@@ -392,10 +415,10 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	if choice.Strategy == policy.PrefixAware {
 		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
 	}
-	if ep != endpointInvocations && x.Tenant != "" && !x.HasCacheSalt {
-		body = extract.WithCacheSalt(body, x.Tenant)
+	rt := &route{router: r, choice: choice, body: pieces, start: start, stream: x.Stream}
+	for _, p := range pieces {
+		rt.bodyLen += int64(len(p))
 	}
-	rt := &route{router: r, choice: choice, body: body, start: start, stream: x.Stream}
 	r.forward(w, req, rt, string(st.strategy))
 }
 
@@ -462,8 +485,13 @@ func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *ba
 
 // serveModels answers GET /v1/models from the document: the base model and
 // every adapter ready on some instance, which no single instance can tell
-// (each holds only its own adapters). It reads no request body.
-func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
+// (each holds only its own adapters). It reads no request body. With API
+// keys it too needs one: adapter names are the users' business.
+func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
+	if _, bad := r.identify(w, req); bad != nil {
+		bad.write(w)
+		return
+	}
 	st := r.state.Load()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -477,14 +505,21 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Host = rt.choice.Instance().Address
 	pr.Out.Host = ""
 	pr.SetXForwarded()
+	r.opts.Auth.Strip(pr.Out.Header)
 	if rt.body != nil {
-		pr.Out.Body = io.NopCloser(bytes.NewReader(rt.body))
+		pr.Out.Body = rt.newBody()
 		// GetBody lets the transport resend on a fresh connection when a
 		// pooled one fails before anything was written.
-		pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(rt.body)), nil }
-		pr.Out.ContentLength = int64(len(rt.body))
-		pr.Out.Header.Set("Content-Length", strconv.Itoa(len(rt.body)))
+		pr.Out.GetBody = func() (io.ReadCloser, error) { return rt.newBody(), nil }
+		// The transport sends this, never a Content-Length header.
+		pr.Out.ContentLength = rt.bodyLen
 	}
+}
+
+// newBody reads the body to send from its start.
+func (rt *route) newBody() io.ReadCloser {
+	b := net.Buffers(slices.Clone(rt.body)) // reading consumes the list
+	return io.NopCloser(&b)
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -507,7 +542,7 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 			out = req.Clone(req.Context())
 			out.URL.Host = in.Address
 			if rt.body != nil {
-				out.Body = io.NopCloser(bytes.NewReader(rt.body))
+				out.Body = rt.newBody()
 			}
 		}
 		var reused bool

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/warmroute/warmroute/sidecar/router/config"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
+)
+
+// tenancyFlags say where the cache salt key and the tenants come from.
+type tenancyFlags struct {
+	saltKeyFile, apiKeysDir, tenantHeader string
+}
+
+func (t *tenancyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.saltKeyFile, "cache-salt-key-file", "", "file holding the secret key each tenant's cache_salt is derived from (HMAC-SHA-256), in a mounted Secret directory (not a subPath mount), re-read when it changes; unset: a random key of this process's own, so replicas and restarts salt differently")
+	fs.StringVar(&t.apiKeysDir, "api-keys-dir", "", "mounted Secret directory of API keys: each file is a tenant, holding its keys one per line; requests then need Authorization: Bearer <key> and are that key's tenant")
+	fs.StringVar(&t.tenantHeader, "tenant-header", "", "take the tenant only from this header, set by an authenticating gateway (ignores prompt_cache_key, cache_salt and the Prefix-Aware-Id headers)")
+}
+
+func (t *tenancyFlags) validate() error {
+	if t.apiKeysDir != "" && t.tenantHeader != "" {
+		return errors.New("--api-keys-dir and --tenant-header are exclusive")
+	}
+	if t.tenantHeader != "" && !validHeaderName(t.tenantHeader) {
+		return fmt.Errorf("--tenant-header %q is not a header name", t.tenantHeader)
+	}
+	return nil
+}
+
+func validHeaderName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// startTenancy loads the salt key and the API keys (both must load before
+// the router serves: without them it would salt with a key no other
+// replica has, or let everyone in) and keeps them current.
+func startTenancy(ctx context.Context, wg *sync.WaitGroup, t tenancyFlags, poll time.Duration, log logr.Logger) (*tenancy.Salter, tenancy.Auth, error) {
+	auth := tenancy.Auth{TrustedHeader: http.CanonicalHeaderKey(t.tenantHeader)}
+	var salts *tenancy.Salter
+	if t.saltKeyFile == "" {
+		log.Info("warning: no --cache-salt-key-file; cache salts use a random key of this process, so router replicas and restarts split each tenant's cache hits")
+		salts = tenancy.RandomSalter()
+	} else {
+		key, err := tenancy.ReadKeyFile(t.saltKeyFile)
+		if err != nil {
+			return nil, auth, err
+		}
+		if salts, err = tenancy.NewSalter(key); err != nil {
+			return nil, auth, err
+		}
+		current := string(key)
+		l := log.WithName("salt-key")
+		wg.Go(func() {
+			err := config.WatchDir(ctx, filepath.Dir(t.saltKeyFile), poll, l, func() {
+				key, err := tenancy.ReadKeyFile(t.saltKeyFile)
+				if err != nil {
+					l.Error(err, "keeping the cache salt key in force")
+					return
+				}
+				if string(key) == current {
+					return
+				}
+				if err := salts.SetKey(key); err != nil {
+					l.Error(err, "keeping the cache salt key in force")
+					return
+				}
+				current = string(key)
+				l.Info("cache salt key rotated")
+			})
+			if err != nil {
+				l.Error(err, "cache salt key watch stopped")
+			}
+		})
+	}
+	if t.apiKeysDir != "" {
+		auth.Keys = &tenancy.KeyStore{}
+		if _, err := auth.Keys.LoadDir(t.apiKeysDir); err != nil {
+			return nil, auth, err
+		}
+		l := log.WithName("api-keys")
+		l.Info("API keys loaded", "keys", auth.Keys.Len())
+		wg.Go(func() {
+			err := config.WatchDir(ctx, t.apiKeysDir, poll, l, func() {
+				changed, err := auth.Keys.LoadDir(t.apiKeysDir)
+				switch {
+				case err != nil:
+					l.Error(err, "keeping the API keys in force")
+				case changed:
+					l.Info("API keys reloaded", "keys", auth.Keys.Len())
+				}
+			})
+			if err != nil {
+				l.Error(err, "API keys watch stopped")
+			}
+		})
+	}
+	return salts, auth, nil
+}
