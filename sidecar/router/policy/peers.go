@@ -32,7 +32,6 @@ func (p *Policy) LocalReport(since uint64) Report {
 	p.stats.each(func(id string, s *stat) {
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
-		s.pubPrefill.Store(l.PrefillTokens)
 		s.pubShare.Store(l.Share)
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
 			r.Loads = append(r.Loads, l)
