@@ -94,8 +94,9 @@ type Tuning struct {
 	// overloaded, so that a lightly loaded fleet never spills (about one
 	// engine step's token budget).
 	TokenFloor int64
-	// PlacementLog is how many placements the policy keeps for peers to
-	// pull (LocalReport); a peer further behind gets Truncated.
+	// PlacementLog is how many log entries (placements, and the block
+	// hashes requests carried) the policy keeps for peers to pull
+	// (LocalReport); a peer further behind gets Truncated.
 	PlacementLog int
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
 	// for the router's --strategy-override.
@@ -119,7 +120,7 @@ func DefaultTuning() Tuning {
 		DecodeTokens:   256,
 		TokenBalance:   1.5,
 		TokenFloor:     8192,
-		PlacementLog:   1 << 16,
+		PlacementLog:   1 << 17,
 		Now:            time.Now,
 	}
 }

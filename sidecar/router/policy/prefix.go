@@ -65,6 +65,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	x := p.expect(req, t.blockSize, w, depths)
 	if commit {
 		p.pop.record(w.hashes)
+		p.log.addSeen(w.hashes[:w.leaf+1])
 	}
 	chosen, ver := p.place(t, w)
 	c.AnchorDepth = w.leaf
