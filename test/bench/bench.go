@@ -66,6 +66,10 @@ type Config struct {
 	DecisionSamples, ProxySamples int
 	// Replicas configures the runs through several router replicas.
 	Replicas ReplicaConfig
+	// SkipExtras runs only the workloads × strategies and the replica
+	// counts: no hot-prefix, restart, remap, decision, proxy or upload
+	// measurements (quick experiments; the report leaves them out).
+	SkipExtras bool
 	// Command is how this configuration is run, for the report.
 	Command string
 	// Log reports progress; nil is silent.
@@ -209,11 +213,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		cfg.log("  %-26s hit %5.1f%%", "pooled oracle", 100*o.HitRate)
 		rep.Oracles[spec.Name] = o
+		if cfg.SkipExtras {
+			continue
+		}
 		remap, err := cfg.workloadRemap(w)
 		if err != nil {
 			return nil, fmt.Errorf("%s remap: %w", spec.Name, err)
 		}
 		rep.Remap = append(rep.Remap, remap...)
+	}
+	if cfg.SkipExtras {
+		rep.Elapsed = time.Since(rep.Started)
+		return rep, nil
 	}
 	if err := cfg.measureHotPrefix(ctx, rep); err != nil {
 		return nil, err
@@ -271,7 +282,7 @@ func (c *Config) defaults() {
 	setDefault(&c.DecisionSamples, 5000)
 	setDefault(&c.ProxySamples, 2000)
 	c.Replicas.defaults()
-	if len(c.Strategies) == 0 {
+	if c.Strategies == nil {
 		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline, policy.PrefixAware}
 	}
 }

@@ -152,6 +152,9 @@ func (r *Report) plotInstanceShare(w, path string) error {
 }
 
 func (r *Report) plotRemap(path string) error {
+	if len(r.Remap) == 0 {
+		return nil // a quick run without the remap measurement
+	}
 	var groups []string
 	moved := series{name: "moved"}
 	ideal := series{name: "least possible"}

@@ -173,8 +173,8 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	c := r.Config
 	p("\n## Router replicas\n\n")
-	p("PREFIX_AWARE through 1 to %d replicas of the router binary, each started with `--peers` listing every replica's metrics address (the addresses are chosen before any starts) and `--enable-debug-route`, exchanging load reports as in a Deployment. In front of them a spreader in the load generator sends each request to a replica picked at random, as a Service does. Fresh simulators and replicas for every run. *Agreement*: one request in %d is first sent to every replica's `POST /debug/route` (where it would go, without routing it), all at once, before it is routed: the share of those requests on which all replicas named the same instance. *Same replica twice* is the control: the first replica asked the same question twice at once, which shows how much of the disagreement is the policy's random tie-breaking or load moving between two calls rather than replicas seeing different pictures. *Most in flight* is the highest `vllm:num_requests_running` + `vllm:num_requests_waiting` any one simulator ever had during the run (a high-water mark kept by the simulator each time it sets those gauges, so no peak falls between scrapes). TTFT is the engine's, in simulated seconds.\n\n",
-		maxInt(c.Replicas.Counts), c.Replicas.SampleEvery)
+	p("PREFIX_AWARE through 1 to %d replicas of the router binary, each started with `--peers` listing every replica's metrics address (the addresses are chosen before any starts) and `--enable-debug-route`, exchanging load reports as in a Deployment. %s In front of them a spreader in the load generator sends each request to a replica picked at random, as a Service does. Fresh simulators and replicas for every run. *Agreement*: one request in %d is first sent to every replica's `POST /debug/route` (where it would go, without routing it), all at once, before it is routed: the share of those requests on which all replicas named the same instance. *Same replica twice* is the control: the first replica asked the same question twice at once, which shows how much of the disagreement is the policy's random tie-breaking or load moving between two calls rather than replicas seeing different pictures. *Most in flight* is the highest `vllm:num_requests_running` + `vllm:num_requests_waiting` any one simulator ever had during the run (a high-water mark kept by the simulator each time it sets those gauges, so no peak falls between scrapes). TTFT is the engine's, in simulated seconds.\n\n",
+		maxInt(c.Replicas.Counts), peerIntervalNote(c.Replicas), c.Replicas.SampleEvery)
 	p("| workload | replicas | hit rate | vs 1 replica | TTFT p50 | p90 | p90 vs 1 replica | client p90 | agreement | same replica twice | most in flight | share max/avg | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Replicas {
 		one, ok := r.replicaRun(x.Workload, 1)
@@ -233,4 +233,12 @@ func rate(w AgreementWindow) string {
 		s += fmt.Sprintf(" (%d errors)", w.Errors)
 	}
 	return s
+}
+
+// peerIntervalNote says how often the replicas exchanged reports.
+func peerIntervalNote(r ReplicaConfig) string {
+	if r.PeerInterval < 0 {
+		return "They pull each other's reports at the router's default interval of wall time, which in simulated time is that interval divided by the time scale (reports far staler than in a real fleet)."
+	}
+	return fmt.Sprintf("They pull each other's reports every %s of simulated time (`--peer-interval` set to %s × the workload's time scale, at least %s of wall time), so that reports are as old, in the simulators' time, as with the router's default interval in a real fleet.", r.PeerInterval, r.PeerInterval, MinPeerInterval)
 }

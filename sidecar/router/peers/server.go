@@ -68,9 +68,11 @@ func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
 	_ = zw.Close()
 }
 
-// encodeBounded encodes a report within limit bytes, dropping its oldest
-// placements (and saying so with Truncated) when it does not fit: a peer
-// that falls behind then gets the recent placements, which matter most.
+// encodeBounded encodes a report within limit bytes, dropping first its
+// seen hashes (popularity is an estimate, and the next report brings more)
+// and then its oldest placements (saying so with Truncated) when it does
+// not fit: a peer that falls behind then gets the recent placements, which
+// matter most.
 func encodeBounded(r policy.Report, limit int64) ([]byte, error) {
 	for {
 		body, err := json.Marshal(r)
@@ -79,6 +81,10 @@ func encodeBounded(r policy.Report, limit int64) ([]byte, error) {
 		}
 		if int64(len(body)) <= limit {
 			return body, nil
+		}
+		if len(r.Seen) > 0 {
+			r.Seen, r.SeenRequests = nil, 0
+			continue
 		}
 		if len(r.Placements) == 0 {
 			return nil, fmt.Errorf("report of %d bytes exceeds %d without placements", len(body), limit)

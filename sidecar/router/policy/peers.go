@@ -32,18 +32,20 @@ func (p *Policy) LocalReport(since uint64) Report {
 	p.stats.each(func(id string, s *stat) {
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
-		s.pubPrefill.Store(l.PrefillTokens)
 		s.pubShare.Store(l.Share)
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
 			r.Loads = append(r.Loads, l)
 		}
 	})
-	r.Seq, r.Placements, r.Truncated = p.log.since(since)
+	lr := p.log.since(since)
+	r.Seq, r.Placements, r.Truncated = lr.seq, lr.placements, lr.truncated
+	r.Seen, r.SeenRequests = lr.seen, lr.requests
 	return r
 }
 
-// ApplyPeer replaces a peer's contribution to the loads and shares with r
-// and records its placements in the prefix index.
+// ApplyPeer replaces a peer's contribution to the loads and shares with r,
+// records its placements in the prefix index and adds the hashes its
+// requests carried to the popularity sketch.
 func (p *Policy) ApplyPeer(r Report) {
 	p.peers.mu.Lock()
 	if p.peers.byName == nil {
@@ -52,6 +54,7 @@ func (p *Policy) ApplyPeer(r Report) {
 	p.peers.byName[r.Replica] = r.Loads
 	p.peers.mu.Unlock()
 	p.recomputePeers()
+	p.pop.add(r.Seen, r.SeenRequests)
 	if len(r.Placements) == 0 {
 		return
 	}
@@ -110,16 +113,34 @@ func (p *Policy) recomputePeers() {
 	})
 }
 
-// placementLog is a ring of the most recent placements, numbered from 1,
-// for peers to pull with LocalReport.
+// placementLog is a ring of the most recent placements and of the block
+// hashes requests carried (popularity), numbered from 1, for peers to pull
+// with LocalReport.
 type placementLog struct {
 	mu   sync.Mutex
-	ring []Placement
-	seq  uint64 // number of the last placement logged
+	ring []logEntry
+	seq  uint64 // number of the last entry logged
+}
+
+// logEntry is a placement, or (seen) a block hash a request carried; first
+// marks the first hash of a request's chain, so that a range of entries
+// knows how many requests it holds.
+type logEntry struct {
+	Placement
+	seen, first bool
+}
+
+// logRange is what a peer pulls: the entries after its last Seq.
+type logRange struct {
+	seq        uint64
+	placements []Placement
+	seen       []SeenHash
+	requests   int64
+	truncated  bool
 }
 
 func newPlacementLog(n int) *placementLog {
-	return &placementLog{ring: make([]Placement, max(n, 1))}
+	return &placementLog{ring: make([]logEntry, max(n, 1))}
 }
 
 // add logs that the hashes at depths were placed on instance at version
@@ -128,26 +149,59 @@ func (l *placementLog) add(hashes []uint64, depths []int, instance string, ver u
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range depths {
-		l.seq++
-		l.ring[l.seq%uint64(len(l.ring))] = Placement{Hash: hashes[d], Instance: instance, Version: ver}
+		l.put(logEntry{Placement: Placement{Hash: hashes[d], Instance: instance, Version: ver}})
 	}
 }
 
-// since returns the last sequence number and the placements after since,
-// truncated to what the ring still holds.
-func (l *placementLog) since(since uint64) (uint64, []Placement, bool) {
+// addSeen logs the hashes one request carried.
+func (l *placementLog) addSeen(hashes []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for i, h := range hashes {
+		l.put(logEntry{Placement: Placement{Hash: h}, seen: true, first: i == 0})
+	}
+}
+
+func (l *placementLog) put(e logEntry) {
+	l.seq++
+	l.ring[l.seq%uint64(len(l.ring))] = e
+}
+
+// since returns the last sequence number and the entries after since,
+// truncated to what the ring still holds: the placements, and the seen
+// hashes counted per hash. A first pull (since 0) carries no seen hashes:
+// the peer either starts as fresh as this replica or restored a snapshot
+// that already counts them, and counts are not idempotent as placements
+// are.
+func (l *placementLog) since(since uint64) logRange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := logRange{seq: l.seq}
 	if since >= l.seq {
-		return l.seq, nil, false
+		return r
 	}
-	from, truncated := since+1, false
+	from := since + 1
 	if oldest := l.seq - min(l.seq, uint64(len(l.ring))) + 1; from < oldest {
-		from, truncated = oldest, since != 0 || oldest > 1
+		from, r.truncated = oldest, since != 0 || oldest > 1
 	}
-	out := make([]Placement, 0, l.seq-from+1)
+	var counts map[uint64]uint32
 	for s := from; s <= l.seq; s++ {
-		out = append(out, l.ring[s%uint64(len(l.ring))])
+		e := l.ring[s%uint64(len(l.ring))]
+		switch {
+		case !e.seen:
+			r.placements = append(r.placements, e.Placement)
+		case since != 0:
+			if counts == nil {
+				counts = make(map[uint64]uint32)
+			}
+			counts[e.Hash]++
+			if e.first {
+				r.requests++
+			}
+		}
 	}
-	return l.seq, out, truncated
+	for h, n := range counts {
+		r.seen = append(r.seen, SeenHash{Hash: h, Count: n})
+	}
+	return r
 }

@@ -94,8 +94,9 @@ type Tuning struct {
 	// overloaded, so that a lightly loaded fleet never spills (about one
 	// engine step's token budget).
 	TokenFloor int64
-	// PlacementLog is how many placements the policy keeps for peers to
-	// pull (LocalReport); a peer further behind gets Truncated.
+	// PlacementLog is how many log entries (placements, and the block
+	// hashes requests carried) the policy keeps for peers to pull
+	// (LocalReport); a peer further behind gets Truncated.
 	PlacementLog int
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
 	// for the router's --strategy-override.
@@ -119,7 +120,7 @@ func DefaultTuning() Tuning {
 		DecodeTokens:   256,
 		TokenBalance:   1.5,
 		TokenFloor:     8192,
-		PlacementLog:   1 << 16,
+		PlacementLog:   1 << 17,
 		Now:            time.Now,
 	}
 }
@@ -212,9 +213,9 @@ type Policy struct {
 	// replicas is the number of router replicas sharing the fleet (self
 	// included), which sizes this replica's slice of the threshold.
 	replicas atomic.Int64
-	peers    peers
 	// shared is set while peers' reports are counted (see globalShare).
 	shared atomic.Bool
+	peers  peers
 	log    *placementLog
 }
 
@@ -459,7 +460,7 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(t.members[a].stat.liveRequests(), t.members[b].stat.liveRequests())
+		return cmp.Compare(p.requests(t.members[a].stat), p.requests(t.members[b].stat))
 	})
 	return order
 }
@@ -483,7 +484,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			// made since the last report counts, so that a burst of
 			// overflow does not pile onto the one instance that looked
 			// least loaded when the report was made.
-			if best < 0 || t.members[m].stat.liveRequests() < t.members[order[best]].stat.liveRequests() {
+			if best < 0 || p.requests(t.members[m].stat) < p.requests(t.members[order[best]].stat) {
 				best = i
 			}
 		}

@@ -65,6 +65,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	x := p.expect(req, t.blockSize, w, depths)
 	if commit {
 		p.pop.record(w.hashes)
+		p.log.addSeen(w.hashes[:w.leaf+1])
 	}
 	chosen, ver := p.place(t, w)
 	c.AnchorDepth = w.leaf
@@ -395,9 +396,9 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	first := order[0]
 	switch {
 	case !p.available(t, first):
-		return p.spillByRequests(t, order, SpillUnhealthy)
+		return p.spillByRequests(t, order, x, SpillUnhealthy)
 	case p.overThreshold(t, first):
-		return p.spillByRequests(t, order, SpillConcurrency)
+		return p.spillByRequests(t, order, x, SpillConcurrency)
 	}
 	limit := p.tokenCap(t, order)
 	s := t.members[first].stat
@@ -422,7 +423,7 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // threshold (an instance with room is never passed over for one without:
 // the threshold is the limit, the balance cap a preference); if none, the
 // least loaded.
-func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, string) {
+func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason string) ([]int, string) {
 	limit := capOf(p.tuning.BalanceFactor, sumOver(t, order, p.requests)+1, len(order))
 	for _, capped := range []bool{true, false} {
 		for i, m := range order[1:] {
@@ -431,10 +432,7 @@ func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, s
 			}
 		}
 	}
-	best := p.leastLoadedInSlice(t, order)
-	if best < 0 {
-		best = p.leastLoaded(t, order)
-	}
+	best := p.overflow(t, order, x)
 	if reason == SpillConcurrency {
 		reason = SpillAllBusy
 	}
@@ -444,24 +442,64 @@ func (p *Policy) spillByRequests(t *table, order []int, reason string) ([]int, s
 	return moveToFront(order, best), reason
 }
 
-// leastLoadedInSlice is the position in order of the available instance
-// with the fewest in flight among those where this replica holds less than
-// its fixed slice ⌈T/R⌉ of the threshold, or -1. When every instance looks
-// busy, the shared picture may be stale (another replica's sends are not
-// in it yet); overflow that keeps within the fixed slice still cannot take
-// an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the reports say, until
-// this replica's slice is full on every instance.
-func (p *Policy) leastLoadedInSlice(t *table, order []int) int {
-	r := max(p.replicas.Load(), 1)
-	slice := (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
-	best := -1
-	for i, m := range order {
-		s := t.members[m].stat
-		if p.available(t, m) && s.inFlight.Load() < slice && (best < 0 || s.liveRequests() < t.members[order[best]].stat.liveRequests()) {
-			best = i
+// overflowSlack is how many more requests in flight than the least
+// loaded an instance may have and still take an all-busy overflow.
+const overflowSlack = 1
+
+// overflow picks where a request goes when no instance is under the
+// threshold: among the available instances (within this replica's fixed
+// slice while any has room in it, see overflowPool) with at most
+// overflowSlack more requests in flight than the least loaded of them, the
+// one where the request would see its first token soonest: the least token
+// load plus the prompt it would have to prefill there, which favours an
+// instance that holds its prefix. Counting requests alone sends overflow to
+// whichever instance happens to have one fewer, cold for the prefix, though
+// in a continuously batching engine one more running request delays a
+// prefill far less than prefilling the whole prompt does.
+func (p *Policy) overflow(t *table, order []int, x *expectation) int {
+	var buf [64]int
+	pool := p.overflowPool(t, order, buf[:0])
+	if len(pool) == 0 {
+		return p.leastLoaded(t, order)
+	}
+	least := int64(math.MaxInt64)
+	for _, i := range pool {
+		least = min(least, p.requests(t.members[order[i]].stat))
+	}
+	best, bestWork := -1, int64(0)
+	for _, i := range pool {
+		s := t.members[order[i]].stat
+		if p.requests(s) > least+overflowSlack {
+			continue
+		}
+		if work := p.tokenLoad(s) + x.own(s.token); best < 0 || work < bestWork {
+			best, bestWork = i, work
 		}
 	}
 	return best
+}
+
+// overflowPool appends to out the positions in order of the available
+// instances where this replica holds less than its fixed slice ⌈T/R⌉ of the
+// threshold, or, when none is, of every available instance. When every
+// instance looks busy, the shared picture may be stale (another replica's
+// sends are not in it yet); overflow that keeps within the fixed slice
+// still cannot take an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the
+// reports say, until this replica's slice is full on every instance.
+func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
+	r := max(p.replicas.Load(), 1)
+	slice := (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
+	for _, inSlice := range []bool{true, false} {
+		if !inSlice && len(out) > 0 {
+			break
+		}
+		for i, m := range order {
+			if p.available(t, m) && (!inSlice || r > 1 && t.members[m].stat.inFlight.Load() < slice) {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
 }
 
 // moveToFront moves order[i] to the front, keeping the rest in order, so

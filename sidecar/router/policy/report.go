@@ -25,6 +25,21 @@ type Report struct {
 	Placements []Placement `json:"placements,omitempty"`
 	// Truncated says Placements does not reach back to the Seq asked for.
 	Truncated bool `json:"truncated,omitempty"`
+	// Seen counts the block hashes carried by the requests the replica
+	// decided after the Seq asked for, up to each one's anchor (what the
+	// replica-set walk reads), and SeenRequests is how many requests they
+	// came from. Every replica adds its peers' to its own popularity
+	// sketch, so that all learn which prefixes are popular from the whole
+	// traffic, not from the part a Service happened to send them, and walk
+	// to the same anchors. Empty on a first pull (Seq 0).
+	Seen         []SeenHash `json:"seen,omitempty"`
+	SeenRequests int64      `json:"seenRequests,omitempty"`
+}
+
+// SeenHash is how many requests carried one block hash.
+type SeenHash struct {
+	Hash  uint64 `json:"h"`
+	Count uint32 `json:"n"`
 }
 
 // InstanceLoad is one replica's in-flight work on one instance.

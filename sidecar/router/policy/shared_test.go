@@ -32,15 +32,15 @@ func TestPlacementLogTruncates(t *testing.T) {
 	for i := range 6 {
 		l.add([]uint64{uint64(i)}, []int{0}, "a", 1)
 	}
-	seq, ps, trunc := l.since(1)
-	if seq != 6 || len(ps) != 4 || !trunc || ps[0].Hash != 2 {
-		t.Fatalf("since 1: seq %d %v truncated %v", seq, ps, trunc)
+	r := l.since(1)
+	if r.seq != 6 || len(r.placements) != 4 || !r.truncated || r.placements[0].Hash != 2 {
+		t.Fatalf("since 1: seq %d %v truncated %v", r.seq, r.placements, r.truncated)
 	}
-	if seq, ps, trunc = l.since(4); len(ps) != 2 || trunc || ps[1].Hash != 5 {
-		t.Fatalf("since 4: seq %d %v truncated %v", seq, ps, trunc)
+	if r = l.since(4); len(r.placements) != 2 || r.truncated || r.placements[1].Hash != 5 {
+		t.Fatalf("since 4: seq %d %v truncated %v", r.seq, r.placements, r.truncated)
 	}
-	if _, ps, _ = l.since(6); len(ps) != 0 {
-		t.Fatalf("since 6: %v", ps)
+	if r = l.since(6); len(r.placements) != 0 {
+		t.Fatalf("since 6: %v", r.placements)
 	}
 }
 
@@ -214,4 +214,46 @@ func FuzzRestore(f *testing.F) {
 			t.Fatalf("re-snapshot refused: %v", err)
 		}
 	})
+}
+
+// TestPeersSharePopularity checks that a replica learns popularity from
+// the requests its peers decided: after pulling a peer's report, it counts
+// the blocks of the peer's requests (up to their anchors) as the peer does.
+func TestPeersSharePopularity(t *testing.T) {
+	a := newPolicy(t, PrefixAware, 4, Tuning{})
+	b := newPolicy(t, PrefixAware, 4, Tuning{})
+	shared := strings.Repeat("system prompt shared by every request. ", 40)
+	pick(t, a, Request{Model: "m", Text: []byte("an earlier request"), WindowBytes: 18}).Done()
+	first := a.LocalReport(0)
+	if first.Seq == 0 || len(first.Seen) != 0 || first.SeenRequests != 0 {
+		t.Fatalf("a first pull (seq %d) carries seen hashes: %v", first.Seq, first.Seen)
+	}
+	var hashes [][]uint64
+	for i := range 20 {
+		req := Request{Model: "m", Text: []byte(shared + fmt.Sprintf("question %d", i))}
+		req.WindowBytes = len(req.Text)
+		c := pick(t, a, req)
+		c.Done()
+		tb := a.table.Load()
+		hashes = append(hashes, blockChain(nil, scopeSeed(tb.cfg.HashSeed, req.Model, req.Tenant), req.Text, tb.blockSize))
+	}
+	r := a.LocalReport(first.Seq)
+	if r.SeenRequests != 20 || len(r.Seen) == 0 {
+		t.Fatalf("report: %d requests, %d hashes", r.SeenRequests, len(r.Seen))
+	}
+	r.Replica = "a"
+	b.ApplyPeer(r)
+	if got, want := b.pop.total.Load(), a.pop.total.Load()-1; got != want {
+		t.Fatalf("b counts %d requests, a %d", got, want)
+	}
+	// The shared leading block was carried by all 20 requests.
+	if got := b.pop.estimate(hashes[0][0]); got != 20 {
+		t.Fatalf("b estimates the shared first block at %d, want 20", got)
+	}
+	// Applying the same range again would double count: the puller asks
+	// from the Seq it last applied, so it never does; a later report holds
+	// only what came after.
+	if r2 := a.LocalReport(r.Seq); len(r2.Seen) != 0 || r2.SeenRequests != 0 {
+		t.Fatalf("nothing new, yet %d hashes", len(r2.Seen))
+	}
 }

@@ -50,8 +50,25 @@ func (p *popularity) record(hashes []uint64) {
 		p.slot(0, h).Add(1)
 		p.slot(1, h).Add(1)
 	}
-	p.total.Add(1)
-	if p.since.Add(1) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
+	p.counted(1)
+}
+
+// add counts what a peer's requests carried (Report.Seen).
+func (p *popularity) add(seen []SeenHash, requests int64) {
+	for _, s := range seen {
+		p.slot(0, s.Hash).Add(s.Count)
+		p.slot(1, s.Hash).Add(s.Count)
+	}
+	if requests > 0 {
+		p.counted(requests)
+	}
+}
+
+// counted adds n requests to the total, halving every count each
+// decayEvery requests.
+func (p *popularity) counted(n int64) {
+	p.total.Add(n)
+	if p.since.Add(n) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
 		// Halving keeps the estimate about the last ~2×decayEvery requests;
 		// a concurrent increment may be halved or not, which is noise well
 		// below the fractions the policy compares.

@@ -21,17 +21,14 @@ type stat struct {
 	// The peers' latest reports, summed (see ApplyPeer); written only by
 	// recomputePeers.
 	peerRequests, peerPrefill, peerShare atomic.Int64
-	// What this replica last reported of itself (see LocalReport), which
-	// it compares in place of its live counts while it has peers (load.go).
-	pubRequests, pubPrefill, pubShare atomic.Int64
+	// What this replica last reported of itself (see LocalReport): the
+	// share it compares while it has peers (globalShare), and the requests
+	// that bound how far it may fill an instance beyond what its peers
+	// know (overThreshold).
+	pubRequests, pubShare atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
-
-// liveRequests is the instance's in-flight requests from every router
-// replica, this one's counted live rather than as last reported (compare
-// Policy.requests).
-func (s *stat) liveRequests() int64 { return s.inFlight.Load() + s.peerRequests.Load() }
 
 // statRegistry hands out one stat per instance ID for the process lifetime
 // of that ID, so counters survive reloads. IDs are pod names; a fleet churns

@@ -22,6 +22,10 @@ func main() {
 	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all)")
 	baseline := flag.String("baseline", "", "git revision whose router also runs, for before/after figures in the same run (empty: none)")
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
+	strategies := flag.String("strategies", "", "comma-separated strategies to run per workload (default all; \"none\" runs none)")
+	replicas := flag.String("replicas", "", "comma-separated router replica counts to run per workload (default 1,2,3; \"none\" runs none)")
+	peerInterval := flag.Duration("peer-interval", 100*time.Millisecond, "report interval between router replicas to model, in simulated time (scaled by each workload's time scale; negative: the router's default wall interval)")
+	extras := flag.Bool("extras", true, "also run the hot-prefix, restart, remap, decision, proxy and upload measurements (false: only workloads × strategies and replicas, for quick experiments)")
 	flag.Parse()
 
 	cfg := bench.Full(*trace, *seed)
@@ -47,6 +51,11 @@ func main() {
 		}
 		cfg.Workloads = ws
 	}
+	if err := cfg.Select(*strategies, *replicas, *extras); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	cfg.Replicas.PeerInterval = *peerInterval
 	cfg.Baseline = *baseline
 	cfg.Command = *command
 	if cfg.Command == "" {
