@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/test/kubeletvolume"
 )
 
 func doc(gen int, instances ...string) []byte {
@@ -106,30 +107,11 @@ func TestLoaderApplyErrorKeepsLastGood(t *testing.T) {
 	}
 }
 
-// kubeletWrite updates a ConfigMap volume the way kubelet does: a new
-// timestamped directory, a ..data_tmp symlink renamed over ..data, and
-// routing.json a symlink through ..data.
-func kubeletWrite(t *testing.T, dir string, n int, data []byte) {
+// kubeletWrite updates a ConfigMap volume the way kubelet does.
+func kubeletWrite(t *testing.T, dir string, data []byte) {
 	t.Helper()
-	ts := fmt.Sprintf("..2026_11_30_00_00_%02d.%d", n, n)
-	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+	if err := kubeletvolume.Write(dir, map[string]string{routingv1alpha1.ConfigMapKey: string(data)}); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ts, routingv1alpha1.ConfigMapKey), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(dir, routingv1alpha1.ConfigMapKey)
-	if _, err := os.Lstat(link); err != nil {
-		if err := os.Symlink(filepath.Join("..data", routingv1alpha1.ConfigMapKey), link); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -148,7 +130,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
 	dir := t.TempDir()
-	kubeletWrite(t, dir, 1, doc(1, "a"))
+	kubeletWrite(t, dir, doc(1, "a"))
 	rec := &recorder{}
 	l := rec.loader()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,11 +139,11 @@ func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
 	go func() { _ = WatchFile(ctx, filepath.Join(dir, routingv1alpha1.ConfigMapKey), time.Minute, l) }()
 	waitFor(t, "initial load", time.Second, func() bool { return rec.last() == 1 })
 	for gen := 2; gen <= 4; gen++ {
-		kubeletWrite(t, dir, gen, doc(gen, "a", "b"))
+		kubeletWrite(t, dir, doc(gen, "a", "b"))
 		d := waitFor(t, fmt.Sprintf("generation %d", gen), time.Second, func() bool { return rec.last() == int64(gen) })
 		t.Logf("generation %d applied %v after the symlink swap", gen, d)
 	}
-	kubeletWrite(t, dir, 5, []byte("{broken"))
+	kubeletWrite(t, dir, []byte("{broken"))
 	waitFor(t, "rejection", time.Second, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
