@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -115,18 +116,19 @@ func kubeletWrite(t *testing.T, dir string, data []byte) {
 	}
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < within {
-		if cond() {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
+// lastResult is what the loader made of the last document offered.
+func (r *recorder) lastResult() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.results) == 0 {
+		return ""
 	}
-	t.Fatalf("%s: not within %v", what, within)
-	return 0
+	return r.results[len(r.results)-1]
 }
+
+// poll is how often the tests look; the deadlines are generous bounds for
+// a loaded machine, and the figures they log are what to read.
+const poll = 5 * time.Millisecond
 
 func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
 	dir := t.TempDir()
@@ -136,19 +138,17 @@ func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// A long poll, so only fsnotify can make the deadline below.
+	g := NewWithT(t)
 	go func() { _ = WatchFile(ctx, filepath.Join(dir, routingv1alpha1.ConfigMapKey), time.Minute, l) }()
-	waitFor(t, "initial load", time.Second, func() bool { return rec.last() == 1 })
+	g.Eventually(rec.last, time.Second, poll).Should(Equal(int64(1)), "initial load")
 	for gen := 2; gen <= 4; gen++ {
 		kubeletWrite(t, dir, doc(gen, "a", "b"))
-		d := waitFor(t, fmt.Sprintf("generation %d", gen), time.Second, func() bool { return rec.last() == int64(gen) })
-		t.Logf("generation %d applied %v after the symlink swap", gen, d)
+		start := time.Now()
+		g.Eventually(rec.last, time.Second, poll).Should(Equal(int64(gen)), "generation %d", gen)
+		t.Logf("generation %d applied %v after the symlink swap", gen, time.Since(start))
 	}
 	kubeletWrite(t, dir, []byte("{broken"))
-	waitFor(t, "rejection", time.Second, func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.results[len(rec.results)-1] == Rejected
-	})
+	g.Eventually(rec.lastResult, time.Second, poll).Should(Equal(Rejected), "rejection")
 	if rec.last() != 4 {
 		t.Fatalf("generation %d in force after a bad document, want 4", rec.last())
 	}
@@ -168,7 +168,7 @@ func TestWatchFilePollsWhenDirectoryAppearsLate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "routing.json"), doc(7, "a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "late directory", 2*time.Second, func() bool { return rec.last() == 7 })
+	NewWithT(t).Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(7)), "late directory")
 }
 
 func TestWatchConfigMap(t *testing.T) {
@@ -179,15 +179,17 @@ func TestWatchConfigMap(t *testing.T) {
 	l := rec.loader()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	g := NewWithT(t)
 	go func() { _ = WatchConfigMap(ctx, client, "ns", "ep-routing", l) }()
-	waitFor(t, "initial", 2*time.Second, func() bool { return rec.last() == 1 })
+	g.Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(1)), "initial")
 	cm = cm.DeepCopy()
 	cm.Data[routingv1alpha1.ConfigMapKey] = string(doc(2, "a", "b"))
 	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := waitFor(t, "update", 2*time.Second, func() bool { return rec.last() == 2 })
-	t.Logf("API update applied after %v", d)
+	start := time.Now()
+	g.Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(2)), "update")
+	t.Logf("API update applied after %v", time.Since(start))
 }
 
 func TestParseConfigMapRef(t *testing.T) {
