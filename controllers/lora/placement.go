@@ -26,6 +26,8 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"slices"
+
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
 // Demand is one adapter and how many instances should hold it.
@@ -90,8 +92,9 @@ func Place(adapters []Demand, instances []string, capacity int, seed uint64) map
 }
 
 // score is the rendezvous weight of an adapter on an instance: FNV-1a of
-// both names, then a 64-bit finaliser so that names differing in one
-// character still rank independently.
+// both names, then splitmix64 so that names differing in one character
+// still rank independently. FNV stays (the router hashes with xxhash) so
+// that adapters placed by earlier releases do not move.
 func score(seed uint64, adapter, instance string) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -100,13 +103,7 @@ func score(seed uint64, adapter, instance string) uint64 {
 	h.Write([]byte(adapter))
 	h.Write([]byte{0})
 	h.Write([]byte(instance))
-	x := h.Sum64()
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return hrw.Mix64(h.Sum64())
 }
 
 // Moves counts the adapter-instance assignments in after that were not in

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -33,6 +34,8 @@ import (
 const (
 	sample   = "serving_v1alpha1_llmendpoint_support_bot.yaml"
 	endpoint = "support-bot"
+	// poll is how often the demo looks at the cluster while it waits.
+	poll = 200 * time.Millisecond
 )
 
 func main() {
@@ -86,7 +89,7 @@ func run(exit bool, timeScale, size float64) error {
 	if _, err := env.ApplyManifest(ctx, filepath.Join(root, "config", "samples", sample)); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, 90*time.Second, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, poll, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		doc, err := env.RoutingDocument(ctx, endpoint)
 		return err == nil && len(doc.Instances) == 4 && len(env.Agent.Backends()) == 4, nil
 	}); err != nil {
@@ -219,7 +222,7 @@ func setStrategy(ctx context.Context, env *harness.Env, router *harness.Router, 
 		return err
 	}
 	step("kubectl patch llmendpoint %s: spec.routing.strategy=%s", endpoint, s)
-	return waitFor(ctx, 30*time.Second, func() (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, poll, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		doc, err := env.RoutingDocument(ctx, endpoint)
 		if err != nil || doc.Strategy != routingv1alpha1.Strategy(s) {
 			return false, nil
@@ -250,27 +253,6 @@ func fleetStats(env *harness.Env) workload.FleetStats {
 		}
 	}
 	return workload.FleetStatsOf(servers...)
-}
-
-func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s", timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

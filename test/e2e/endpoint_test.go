@@ -250,26 +250,20 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 
 		By("killing the simulator of " + victim + " without warning")
 		failedBefore := tr.failed.Load()
+		failedSinceKill := func() int64 { return tr.failed.Load() - failedBefore }
 		Expect(env.Agent.Kill(victim)).To(Succeed())
-		time.Sleep(time.Second)
-		failedAtKill := tr.failed.Load() - failedBefore
+		Consistently(failedSinceKill).WithTimeout(time.Second).WithPolling(50*time.Millisecond).
+			Should(BeNumerically("<=", workers), "at most the requests in flight on it fail")
+		failedAtKill := failedSinceKill()
 		sentAfter := tr.sent.Load()
-		time.Sleep(2 * time.Second)
-		Expect(tr.failed.Load()-failedBefore).To(Equal(failedAtKill), "no failures more than a second after the kill")
+		Consistently(failedSinceKill).WithTimeout(2*time.Second).WithPolling(50*time.Millisecond).
+			Should(Equal(failedAtKill), "no failures more than a second after the kill")
 		Expect(tr.sent.Load()).To(BeNumerically(">", sentAfter+20), "traffic goes on")
-		Expect(failedAtKill).To(BeNumerically("<=", workers), "at most the requests in flight on it fail")
 		GinkgoWriter.Printf("kill: %d requests failed (≤ %d in flight); %d failures: %v\n", failedAtKill, workers, len(tr.failureList()), tr.failureList())
 
 		By("bringing it back")
 		Expect(env.Agent.Revive(ctx, victim)).To(Succeed())
-		Eventually(func() bool {
-			p := tr.placement()
-			served := false
-			for _, inst := range p {
-				served = served || inst == victim
-			}
-			return served
-		}).WithTimeout(40*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "the instance rejoins")
+		Eventually(func() bool { return contains(tr.placement(), victim) }).WithTimeout(40*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "the instance rejoins")
 		tr.stop()
 	})
 

@@ -2,23 +2,20 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/warmroute/warmroute/test/kubeletvolume"
 )
 
-// MirrorConfigMap projects a ConfigMap into dir the way kubelet does for a
-// ConfigMap volume (without subPath): each version in its own timestamped
-// directory, a `..data` symlink swapped atomically to the newest, and one
-// symlink per key pointing through `..data`. The router's file watcher is
-// thereby tested against the same filesystem dance it meets in a pod.
+// MirrorConfigMap projects a ConfigMap into dir on every change, the way
+// kubelet does for a ConfigMap volume (see test/kubeletvolume), so that the
+// router's file watcher is tested against what it meets in a pod.
 func MirrorConfigMap(ctx context.Context, client kubernetes.Interface, namespace, name, dir string) error {
 	return mirror(ctx, client, "configmaps", &corev1.ConfigMap{}, namespace, name, dir,
 		func(obj any) map[string]string { return obj.(*corev1.ConfigMap).Data })
@@ -46,53 +43,10 @@ func mirror(ctx context.Context, client kubernetes.Interface, resource string, o
 		ListerWatcher: lw,
 		ObjectType:    objType,
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { _ = projectConfigMap(dir, data(obj)) },
-			UpdateFunc: func(_, obj any) { _ = projectConfigMap(dir, data(obj)) },
+			AddFunc:    func(obj any) { _ = kubeletvolume.Write(dir, data(obj)) },
+			UpdateFunc: func(_, obj any) { _ = kubeletvolume.Write(dir, data(obj)) },
 		},
 	})
 	go ctrl.Run(ctx.Done())
 	return nil
-}
-
-// projectConfigMap writes one version of the data atomically.
-func projectConfigMap(dir string, data map[string]string) error {
-	version := filepath.Join(dir, ".."+time.Now().UTC().Format("2006_01_02_15_04_05.000000000"))
-	if err := os.Mkdir(version, 0o755); err != nil {
-		return err
-	}
-	for k, v := range data {
-		if err := os.WriteFile(filepath.Join(version, k), []byte(v), 0o644); err != nil {
-			return err
-		}
-	}
-	tmpLink := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmpLink)
-	if err := os.Symlink(filepath.Base(version), tmpLink); err != nil {
-		return err
-	}
-	old, _ := os.Readlink(filepath.Join(dir, "..data"))
-	if err := os.Rename(tmpLink, filepath.Join(dir, "..data")); err != nil {
-		return fmt.Errorf("swap ..data: %w", err)
-	}
-	for k := range data {
-		link := filepath.Join(dir, k)
-		if _, err := os.Lstat(link); os.IsNotExist(err) {
-			if err := os.Symlink(filepath.Join("..data", k), link); err != nil {
-				return err
-			}
-		}
-	}
-	if old != "" {
-		_ = os.RemoveAll(filepath.Join(dir, old))
-	}
-	return nil
-}
-
-// WriteProjected writes data into dir the same way, for tests that feed a
-// router directly (a malformed document, say).
-func WriteProjected(dir string, data map[string]string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return projectConfigMap(dir, data)
 }

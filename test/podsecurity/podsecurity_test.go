@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -314,15 +315,12 @@ func startOperator(t *testing.T, opts controllers.Options) (client.Client, func(
 func waitForDeployment(t *testing.T, c client.Client, ns, name string) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	NewWithT(t).Eventually(func() error {
 		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d)
-		if err == nil {
-			return d
+		if err != nil && !apierrors.IsNotFound(err) {
+			return StopTrying("get").Wrap(err) // only absence is worth waiting out
 		}
-		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
-			t.Fatalf("Deployment %s/%s: %v", ns, name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "Deployment %s/%s", ns, name)
+	return d
 }

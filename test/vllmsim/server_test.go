@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -481,6 +482,7 @@ func TestTimingModel(t *testing.T) {
 }
 
 func TestQueueing(t *testing.T) {
+	g := settle(t)
 	s := startServer(t, Config{MaxRunning: 2, TimeScale: 0.01})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -494,16 +496,16 @@ func TestQueueing(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "2 running and 4 waiting", func() bool {
+	g.Eventually(func() bool {
 		st, err := ScrapeStats(ctx, http.DefaultClient, s.URL())
 		return err == nil && st.Running == 2 && st.Waiting == 4 && st.KVCacheUsage > 0
-	})
+	}).Should(BeTrue(), "2 running and 4 waiting")
 	cancel() // clients leave: their requests are aborted
 	wg.Wait()
-	waitFor(t, "an empty engine", func() bool {
+	g.Eventually(func() bool {
 		st := s.Stats()
 		return st.Running == 0 && st.Waiting == 0 && st.KVCacheUsage == 0
-	})
+	}).Should(BeTrue(), "an empty engine")
 	// The high-water mark keeps the peak of running + waiting after the
 	// gauges fell back to zero.
 	if got := s.Stats().MaxInFlight; got != 6 {
@@ -512,6 +514,7 @@ func TestQueueing(t *testing.T) {
 }
 
 func TestCloseFailsRequestsInFlight(t *testing.T) {
+	g := settle(t)
 	s := startServer(t, Config{TimeScale: 0.01})
 	errc := make(chan error, 1)
 	go func() {
@@ -524,7 +527,7 @@ func TestCloseFailsRequestsInFlight(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, "a running request", func() bool { return s.Stats().Running == 1 })
+	g.Eventually(func() bool { return s.Stats().Running == 1 }).Should(BeTrue(), "a running request")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -540,12 +543,13 @@ func TestCloseFailsRequestsInFlight(t *testing.T) {
 }
 
 func TestShutdownLetsRequestsFinish(t *testing.T) {
+	g := settle(t)
 	s := startServer(t, Config{TimeScale: 0.01})
 	done := make(chan httpResult, 1)
 	// Long enough (about 0.6 s at this time scale) to be seen running by a
 	// poll every 5 ms on a loaded machine, short enough for Shutdown's 5 s.
 	go func() { done <- post(t, s.URL()+"/v1/completions", map[string]any{"prompt": "x", "max_tokens": 2000}) }()
-	waitFor(t, "a running request", func() bool { return s.Stats().Running == 1 })
+	g.Eventually(func() bool { return s.Stats().Running == 1 }).Should(BeTrue(), "a running request")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {
@@ -585,13 +589,11 @@ func TestConfigRejectsNonsense(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+// settle is gomega for t with a generous Eventually deadline: a bound on
+// a loaded machine, not a performance assertion.
+func settle(t *testing.T) *WithT {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(5 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(5 * time.Millisecond)
+	return g
 }

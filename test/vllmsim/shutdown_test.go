@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/onsi/gomega"
 )
 
 // stream is a streaming completions request read event by event.
@@ -61,12 +63,13 @@ func (s *stream) rest() (tokens int, done bool) {
 // vLLM starts a streaming response before prefill; a request that waits
 // in the queue already has its headers.
 func TestStreamingHeadersBeforePrefill(t *testing.T) {
+	g := settle(t)
 	s := startServer(t, Config{TimeScale: 1, MaxRunning: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Holds the only running slot for about an hour of wall time.
 	_ = startStream(t, ctx, s, 100000)
-	waitFor(t, "a running request", func() bool { return s.Stats().Running == 1 })
+	g.Eventually(func() bool { return s.Stats().Running == 1 }).Should(BeTrue(), "a running request")
 
 	queued := startStream(t, ctx, s, 4) // returns once headers arrive
 	if got := s.Stats().Waiting; got != 1 {
@@ -118,6 +121,7 @@ func TestTerminateWithoutTimeoutAbortsRequests(t *testing.T) {
 
 // With --shutdown-timeout, running requests finish and new ones get 503.
 func TestTerminateWithTimeoutDrains(t *testing.T) {
+	g := settle(t)
 	s := startServer(t, Config{TimeScale: 0.01, ShutdownTimeout: time.Minute})
 	const tokens = 200 // 6 simulated seconds, 60 ms of wall time
 	st := startStream(t, context.Background(), s, tokens)
@@ -126,7 +130,7 @@ func TestTerminateWithTimeoutDrains(t *testing.T) {
 	}
 	result := make(chan Termination, 1)
 	go func() { result <- s.Terminate() }()
-	waitFor(t, "termination to begin", func() bool { _, ok := s.Terminated(); return ok })
+	g.Eventually(func() bool { _, ok := s.Terminated(); return ok }).Should(BeTrue(), "termination to begin")
 
 	r := post(t, s.URL()+"/v1/completions", map[string]any{"prompt": "late", "max_tokens": 1})
 	if r.status != http.StatusServiceUnavailable {

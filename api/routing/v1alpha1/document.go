@@ -14,10 +14,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	kjson "sigs.k8s.io/json"
 )
 
 const (
@@ -123,73 +124,35 @@ type Adapter struct {
 }
 
 // Decode parses and validates a document, refusing unknown fields so that a
-// typo or a newer schema is noticed instead of silently ignored.
+// typo or a newer schema is noticed instead of silently ignored. Keys match
+// case-sensitively (sigs.k8s.io/json, as the API server decodes): a key
+// spelled "HashSeed" is a typo to report, not the field to fill, though
+// encoding/json would take it for hashSeed.
 func Decode(data []byte) (*Document, error) {
+	// One pass of the standard decoder finds trailing data, which a strict
+	// Unmarshal would only call an invalid character.
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var d Document
-	if err := dec.Decode(&d); err != nil {
+	var first json.RawMessage
+	if err := dec.Decode(&first); err != nil {
 		return nil, fmt.Errorf("decode routing document: %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("decode routing document: trailing data after the document")
 	}
-	// encoding/json matches keys case-insensitively even with
-	// DisallowUnknownFields; a key spelled "HashSeed" is a typo to report,
-	// not the field to fill.
-	var raw any
-	if err := json.Unmarshal(data, &raw); err != nil {
+	var d Document
+	strict, err := kjson.UnmarshalStrict(data, &d, kjson.DisallowUnknownFields)
+	if err != nil {
 		return nil, fmt.Errorf("decode routing document: %w", err)
 	}
-	if err := exactKeys(raw, reflect.TypeOf(d), ""); err != nil {
-		return nil, fmt.Errorf("decode routing document: %w", err)
+	if len(strict) > 0 {
+		// Each names the field's path, e.g. unknown field "instances[0].ID".
+		return nil, fmt.Errorf("decode routing document: %w", errors.Join(strict...))
 	}
 	d.Default()
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	return &d, nil
-}
-
-// exactKeys checks that every object key in raw is spelled exactly as a json
-// tag of the struct type t describes it, at any depth.
-func exactKeys(raw any, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch v := raw.(type) {
-	case map[string]any:
-		if t.Kind() != reflect.Struct {
-			return nil
-		}
-		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name != "" && name != "-" {
-				fields[name] = f.Type
-			}
-		}
-		for k, child := range v {
-			ft, ok := fields[k]
-			if !ok {
-				return fmt.Errorf("unknown field %q", path+k)
-			}
-			if err := exactKeys(child, ft, path+k+"."); err != nil {
-				return err
-			}
-		}
-	case []any:
-		if t.Kind() != reflect.Slice {
-			return nil
-		}
-		for i, child := range v {
-			if err := exactKeys(child, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // Encode renders the document deterministically (same content, same bytes),

@@ -39,13 +39,19 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestDecodeRefusesMisspelledKeys(t *testing.T) {
-	for _, doc := range []string{
-		`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","HashSeed":7}`,
-		`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","instances":[{"ID":"a","address":"10.0.0.1:8000"}]}`,
-		`{"ApiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig"}`,
+	for _, tc := range []struct{ doc, field string }{
+		{`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","HashSeed":7}`, `"HashSeed"`},
+		{`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","instances":[{"ID":"a","address":"10.0.0.1:8000"}]}`, `"instances[0].ID"`},
+		{`{"ApiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig"}`, `"ApiVersion"`},
+		{`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","prefixAware":{"prefixlength":2048}}`, `"prefixAware.prefixlength"`},
 	} {
-		if _, err := Decode([]byte(doc)); err == nil || !strings.Contains(err.Error(), "unknown field") {
-			t.Errorf("Decode(%s) = %v, want an unknown field error", doc, err)
+		if _, err := Decode([]byte(tc.doc)); err == nil || !strings.Contains(err.Error(), "unknown field "+tc.field) {
+			t.Errorf("Decode(%s) = %v, want an unknown field error naming %s", tc.doc, err, tc.field)
+		}
+	}
+	for _, doc := range []string{`{} {}`, `{}}`, `{"kind":`} {
+		if _, err := Decode([]byte(doc)); err == nil {
+			t.Errorf("Decode(%s) accepted malformed JSON", doc)
 		}
 	}
 	ok := `{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","hashSeed":7,"instances":[{"id":"a","address":"10.0.0.1:8000"}],"adapters":[]}`

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -73,19 +74,15 @@ func TestGracefulShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- run(ctx, f, logr.Discard()) }()
-	var ready bool
-	for range 100 {
-		if resp, err := http.Get("http://" + f.metricsListen + "/readyz"); err == nil {
-			resp.Body.Close()
-			if ready = resp.StatusCode == 200; ready {
-				break
-			}
+	readyz := func() (int, error) {
+		resp, err := http.Get("http://" + f.metricsListen + "/readyz")
+		if err != nil {
+			return 0, err
 		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode, nil
 	}
-	if !ready {
-		t.Fatal("router never became ready")
-	}
+	NewWithT(t).Eventually(readyz, 2*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK), "router ready")
 	result := make(chan int)
 	go func() {
 		resp, err := http.Post("http://"+f.listen+"/v1/chat/completions", "application/json",

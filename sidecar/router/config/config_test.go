@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/test/kubeletvolume"
 )
 
 func doc(gen int, instances ...string) []byte {
@@ -106,67 +108,47 @@ func TestLoaderApplyErrorKeepsLastGood(t *testing.T) {
 	}
 }
 
-// kubeletWrite updates a ConfigMap volume the way kubelet does: a new
-// timestamped directory, a ..data_tmp symlink renamed over ..data, and
-// routing.json a symlink through ..data.
-func kubeletWrite(t *testing.T, dir string, n int, data []byte) {
+// kubeletWrite updates a ConfigMap volume the way kubelet does.
+func kubeletWrite(t *testing.T, dir string, data []byte) {
 	t.Helper()
-	ts := fmt.Sprintf("..2026_11_30_00_00_%02d.%d", n, n)
-	if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+	if err := kubeletvolume.Write(dir, map[string]string{routingv1alpha1.ConfigMapKey: string(data)}); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ts, routingv1alpha1.ConfigMapKey), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	if err := os.Symlink(ts, tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(dir, routingv1alpha1.ConfigMapKey)
-	if _, err := os.Lstat(link); err != nil {
-		if err := os.Symlink(filepath.Join("..data", routingv1alpha1.ConfigMapKey), link); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < within {
-		if cond() {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
+// lastResult is what the loader made of the last document offered.
+func (r *recorder) lastResult() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.results) == 0 {
+		return ""
 	}
-	t.Fatalf("%s: not within %v", what, within)
-	return 0
+	return r.results[len(r.results)-1]
 }
+
+// poll is how often the tests look; the deadlines are generous bounds for
+// a loaded machine, and the figures they log are what to read.
+const poll = 5 * time.Millisecond
 
 func TestWatchFileFollowsSymlinkSwaps(t *testing.T) {
 	dir := t.TempDir()
-	kubeletWrite(t, dir, 1, doc(1, "a"))
+	kubeletWrite(t, dir, doc(1, "a"))
 	rec := &recorder{}
 	l := rec.loader()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// A long poll, so only fsnotify can make the deadline below.
+	g := NewWithT(t)
 	go func() { _ = WatchFile(ctx, filepath.Join(dir, routingv1alpha1.ConfigMapKey), time.Minute, l) }()
-	waitFor(t, "initial load", time.Second, func() bool { return rec.last() == 1 })
+	g.Eventually(rec.last, time.Second, poll).Should(Equal(int64(1)), "initial load")
 	for gen := 2; gen <= 4; gen++ {
-		kubeletWrite(t, dir, gen, doc(gen, "a", "b"))
-		d := waitFor(t, fmt.Sprintf("generation %d", gen), time.Second, func() bool { return rec.last() == int64(gen) })
-		t.Logf("generation %d applied %v after the symlink swap", gen, d)
+		kubeletWrite(t, dir, doc(gen, "a", "b"))
+		start := time.Now()
+		g.Eventually(rec.last, time.Second, poll).Should(Equal(int64(gen)), "generation %d", gen)
+		t.Logf("generation %d applied %v after the symlink swap", gen, time.Since(start))
 	}
-	kubeletWrite(t, dir, 5, []byte("{broken"))
-	waitFor(t, "rejection", time.Second, func() bool {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return rec.results[len(rec.results)-1] == Rejected
-	})
+	kubeletWrite(t, dir, []byte("{broken"))
+	g.Eventually(rec.lastResult, time.Second, poll).Should(Equal(Rejected), "rejection")
 	if rec.last() != 4 {
 		t.Fatalf("generation %d in force after a bad document, want 4", rec.last())
 	}
@@ -186,7 +168,7 @@ func TestWatchFilePollsWhenDirectoryAppearsLate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "routing.json"), doc(7, "a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "late directory", 2*time.Second, func() bool { return rec.last() == 7 })
+	NewWithT(t).Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(7)), "late directory")
 }
 
 func TestWatchConfigMap(t *testing.T) {
@@ -197,15 +179,17 @@ func TestWatchConfigMap(t *testing.T) {
 	l := rec.loader()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	g := NewWithT(t)
 	go func() { _ = WatchConfigMap(ctx, client, "ns", "ep-routing", l) }()
-	waitFor(t, "initial", 2*time.Second, func() bool { return rec.last() == 1 })
+	g.Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(1)), "initial")
 	cm = cm.DeepCopy()
 	cm.Data[routingv1alpha1.ConfigMapKey] = string(doc(2, "a", "b"))
 	if _, err := client.CoreV1().ConfigMaps("ns").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := waitFor(t, "update", 2*time.Second, func() bool { return rec.last() == 2 })
-	t.Logf("API update applied after %v", d)
+	start := time.Now()
+	g.Eventually(rec.last, 2*time.Second, poll).Should(Equal(int64(2)), "update")
+	t.Logf("API update applied after %v", time.Since(start))
 }
 
 func TestParseConfigMapRef(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -143,15 +144,11 @@ func startPuller(t *testing.T, opts Options, st State, peers ...string) (*Puller
 	return p, reg
 }
 
-// eventually polls cond until it holds or a generous deadline passes (a
-// deadline on a loaded machine, not a performance assertion).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+// settle is gomega for t with a generous Eventually deadline: a bound on
+// a loaded machine, not a performance assertion.
+func settle(t *testing.T) *WithT {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(5 * time.Millisecond)
+	return g
 }

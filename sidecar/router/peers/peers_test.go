@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -51,6 +52,7 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 // benchmark would): each learns the other two's loads and placements,
 // recognises itself, and counts three replicas.
 func TestThreeReplicasExchange(t *testing.T) {
+	g := settle(t)
 	names := []string{"r0", "r1", "r2"}
 	states := make([]*fakeState, 3)
 	addrs := make([]string, 3)
@@ -69,15 +71,15 @@ func TestThreeReplicasExchange(t *testing.T) {
 			if i == j {
 				continue
 			}
-			eventually(t, names[i]+" has "+peer+"'s placements", func() bool {
+			g.Eventually(func() bool {
 				return slices.Equal(st.placedHashes(peer), []uint64{uint64(100*j + 1), uint64(100*j + 2)})
-			})
+			}).Should(BeTrue(), names[i]+" has "+peer+"'s placements")
 		}
-		eventually(t, names[i]+" counts 3 replicas", func() bool {
+		g.Eventually(func() bool {
 			var n int
 			st.with(func(f *fakeState) { n = f.replicas })
 			return n == 3
-		})
+		}).Should(BeTrue(), names[i]+" counts 3 replicas")
 		st.with(func(f *fakeState) {
 			if _, ok := f.applied[names[i]]; ok {
 				t.Errorf("%s applied its own report", names[i])
@@ -96,26 +98,27 @@ func TestThreeReplicasExchange(t *testing.T) {
 	}
 	// New placements arrive incrementally: only those after the last Seq.
 	states[1].place(199)
-	eventually(t, "r0 receives r1's new placement once", func() bool {
+	g.Eventually(func() bool {
 		return slices.Equal(states[0].placedHashes("r1"), []uint64{101, 102, 199})
-	})
+	}).Should(BeTrue(), "r0 receives r1's new placement once")
 }
 
 // A peer that dies is forgotten after the stale window, the metrics say
 // so, and it is used again when it comes back.
 func TestDeadPeerIsForgotten(t *testing.T) {
+	g := settle(t)
 	a, b := newFakeState(1), newFakeState(7)
 	addrB, stopB := serve(t, "", testOptions("b"), b)
 	_, reg := startPuller(t, testOptions("a"), a, addrB)
-	eventually(t, "a uses b's report", func() bool {
+	g.Eventually(func() bool {
 		return gauge(t, reg, "warmroute_router_peers", "state", "fresh") == 1
-	})
+	}).Should(BeTrue(), "a uses b's report")
 	stopB()
-	eventually(t, "a forgets b", func() bool {
+	g.Eventually(func() bool {
 		var forgotten []string
 		a.with(func(f *fakeState) { forgotten = slices.Clone(f.forgotten) })
 		return slices.Equal(forgotten, []string{"b"})
-	})
+	}).Should(BeTrue(), "a forgets b")
 	if got := gauge(t, reg, "warmroute_router_peers", "state", "stale"); got != 1 {
 		t.Errorf("stale peers %v, want 1", got)
 	}
@@ -139,9 +142,9 @@ func TestDeadPeerIsForgotten(t *testing.T) {
 	// beginning since a dropped what it had.
 	b.place(5)
 	serve(t, addrB, testOptions("b"), b)
-	eventually(t, "a uses b again", func() bool {
+	g.Eventually(func() bool {
 		return gauge(t, reg, "warmroute_router_peers", "state", "fresh") == 1
-	})
+	}).Should(BeTrue(), "a uses b again")
 	if got := a.placedHashes("b"); !slices.Contains(got, 5) {
 		t.Errorf("placements after b came back: %v", got)
 	}
@@ -150,24 +153,25 @@ func TestDeadPeerIsForgotten(t *testing.T) {
 // A restarted peer (new Epoch, Seq counting from scratch) is asked from
 // since=0, not from the Seq of its previous process.
 func TestEpochChangeResetsSince(t *testing.T) {
+	g := settle(t)
 	a := newFakeState(0)
 	old := newFakeState(3)
 	old.place(1, 2, 3, 4, 5)
 	addr, stop := serve(t, "", testOptions("b"), old)
 	startPuller(t, testOptions("a"), a, addr)
-	eventually(t, "a asks the old process from Seq 5", func() bool {
+	g.Eventually(func() bool {
 		var asked bool
 		old.with(func(f *fakeState) { asked = slices.Contains(f.sinces, 5) })
 		return asked
-	})
+	}).Should(BeTrue(), "a asks the old process from Seq 5")
 	stop()
 
 	restarted := newFakeState(3)
 	restarted.place(11, 12)
 	serve(t, addr, testOptions("b"), restarted)
-	eventually(t, "a has the new process's placements", func() bool {
+	g.Eventually(func() bool {
 		return slices.Contains(a.placedHashes("b"), 12)
-	})
+	}).Should(BeTrue(), "a has the new process's placements")
 	restarted.with(func(f *fakeState) {
 		// The first pull may still carry the old since; the next is from 0.
 		i := slices.Index(f.sinces, 0)
@@ -216,6 +220,7 @@ func TestSnapshotOnStart(t *testing.T) {
 // Reports over the limit keep their newest placements and say Truncated;
 // large ones travel gzipped and arrive whole.
 func TestReportsAreBoundedAndCompressed(t *testing.T) {
+	g := settle(t)
 	var r policy.Report
 	for i := range 1000 {
 		r.Placements = append(r.Placements, policy.Placement{Hash: uint64(i), Instance: "instance-0"})
@@ -258,15 +263,15 @@ func TestReportsAreBoundedAndCompressed(t *testing.T) {
 
 	a := newFakeState(0)
 	startPuller(t, testOptions("a"), a, addr)
-	eventually(t, "a receives all 1000 placements", func() bool { return len(a.placedHashes("b")) == 1000 })
+	g.Eventually(func() bool { return len(a.placedHashes("b")) == 1000 }).Should(BeTrue(), "a receives all 1000 placements")
 
 	// A puller with a smaller limit refuses the answer as invalid.
 	small := testOptions("c")
 	small.MaxReportBytes = 1024
 	_, reg := startPuller(t, small, newFakeState(0), addr)
-	eventually(t, "oversized answers counted invalid", func() bool {
+	g.Eventually(func() bool {
 		return gauge(t, reg, "warmroute_router_peer_pulls_total", "result", "invalid") > 0
-	})
+	}).Should(BeTrue(), "oversized answers counted invalid")
 }
 
 func TestServerRefusesBadSince(t *testing.T) {

@@ -5,21 +5,19 @@ package policy
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
-// mix64 is the splitmix64 finaliser: it turns correlated inputs (a key XOR an
-// instance hash) into independent-looking uniform 64-bit values, which is all
-// rendezvous hashing needs and is much cheaper than hashing bytes again.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+// mix64 and hrwScore are the package's short names for the rendezvous
+// hashing it shares with the operator's LoRA placement (api/hrw); both
+// inline, so the hot path pays nothing for the indirection.
+func mix64(x uint64) uint64 { return hrw.Mix64(x) }
+
+func hrwScore(key, instanceHash uint64, weight float64) float64 {
+	return hrw.Score(key, instanceHash, weight)
 }
 
 // hashString hashes s under seed, so that all replicas with the same
@@ -60,15 +58,4 @@ func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 
 		dst = append(dst, h)
 	}
 	return dst
-}
-
-// hrwScore is the weighted rendezvous score of key on an instance: the
-// instance with the highest score owns the key. With equal weights the
-// -w/ln(u) form orders instances exactly as the raw hash would, and with
-// unequal ones each instance wins in proportion to its weight (Schindelhauer
-// and Schomaker's logarithmic method), so resizing still moves only the keys
-// of the instance that came or went.
-func hrwScore(key, instanceHash uint64, weight float64) float64 {
-	u := (float64(mix64(key^instanceHash)>>11) + 0.5) / (1 << 53)
-	return -weight / math.Log(u)
 }

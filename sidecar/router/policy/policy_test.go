@@ -255,25 +255,53 @@ func TestOverloadGuardSpillsAlongOwnOrder(t *testing.T) {
 	}
 }
 
+// TestOverloadGuardAllBusyGoesLeastLoaded: with every instance at or over
+// the threshold, a request goes to the one with the fewest in flight
+// (here the only one within a request of the least), counted as an
+// all-busy spill, wherever its key prefers.
 func TestOverloadGuardAllBusyGoesLeastLoaded(t *testing.T) {
+	const threshold = 10 // newPolicy's ConcurrencyThreshold
 	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-	var held []*Choice
-	for i := range 30 { // every instance at the threshold
-		held = append(held, pick(t, p, textReq(fmt.Sprintf("filler %d", i))))
+	held := map[string][]*Choice{}
+	leastHeld := func(except string) int {
+		least := -1
+		for _, in := range p.Instances() {
+			if n := len(held[in.ID]); in.ID != except && (least < 0 || n < least) {
+				least = n
+			}
+		}
+		return least
 	}
-	for _, c := range held[:2] {
+	for i := 0; leastHeld("") < threshold+3; i++ {
+		if i == 1000 {
+			t.Fatalf("fillers never got every instance to %d in flight: %v", threshold+3, inFlightByID(p))
+		}
+		c := pick(t, p, textReq(fmt.Sprintf("filler %d", i)))
+		held[c.Instance().ID] = append(held[c.Instance().ID], c)
+	}
+	// One instance drops to two below the least of the others, still over
+	// the threshold.
+	quiet := p.Instances()[1].ID
+	for len(held[quiet]) > leastHeld(quiet)-2 {
+		held[quiet][0].Done()
+		held[quiet] = held[quiet][1:]
+	}
+	before := inFlightByID(p)
+	for i := range 5 {
+		c := pick(t, p, textReq(fmt.Sprintf("new key %d", i)))
+		if c.Instance().ID != quiet || c.Spill != SpillAllBusy {
+			t.Fatalf("key %d went to %s (spill %q) with in flight %v; want %s, the least loaded, as %q", i, c.Instance().ID, c.Spill, before, quiet, SpillAllBusy)
+		}
 		c.Done()
 	}
-	c := pick(t, p, textReq("new key"))
-	if c.Instance().ID != held[0].Instance().ID && p.InFlight(c.Instance().ID) > 10 {
-		t.Fatalf("went to %s with %d in flight", c.Instance().ID, p.InFlight(c.Instance().ID))
+}
+
+func inFlightByID(p *Policy) map[string]int64 {
+	out := map[string]int64{}
+	for _, in := range p.Instances() {
+		out[in.ID] = p.InFlight(in.ID)
 	}
-	if c.Spill == SpillNone {
-		// Fine only if its own first choice happened to have room.
-		if p.InFlight(c.Instance().ID) > 10 {
-			t.Fatal("no spill counted while over the threshold")
-		}
-	}
+	return out
 }
 
 func TestEjectionWalksOrderAndFailsOpen(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
+
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
 
@@ -88,13 +90,10 @@ func TestBufferBudget(t *testing.T) {
 	f := newFixture(t, 1, Options{MaxBodyBytes: 1 << 20, MaxBufferedBytes: 1 << 20})
 	// A first upload holds 768 KiB of the budget while it arrives.
 	held := rawPost(t, f.srv.URL, "/v1/chat/completions", 768<<10, `{"model":"m","messages":[{"role":"user","content":"`)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.router.budget.used.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := f.router.budget.used.Load(); got != 768<<10 {
-		t.Fatalf("held %d bytes, want the declared length", got)
-	}
+	g := NewWithT(t)
+	used := f.router.budget.used.Load
+	g.Eventually(used, 5*time.Second, time.Millisecond).ShouldNot(BeZero(), "the upload holds budget")
+	g.Expect(used()).To(Equal(int64(768<<10)), "held bytes: the declared length")
 	// A second one that does not fit is refused at once, length known or not.
 	resp, e := readAnswer(t, rawPost(t, f.srv.URL, "/v1/chat/completions", 512<<10, ""))
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || *e.Error.Code != "router_overloaded" {
@@ -115,12 +114,7 @@ func TestBufferBudget(t *testing.T) {
 	}
 	// The budget comes back when the holder ends.
 	held.Close()
-	for f.router.budget.used.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if got := f.router.budget.used.Load(); got != 0 {
-		t.Fatalf("%d bytes still held", got)
-	}
+	g.Eventually(used, 5*time.Second, time.Millisecond).Should(BeZero(), "bytes still held")
 	if resp, _ := f.post(t, "/v1/chat/completions", chatBody("m", strings.Repeat("y", 600<<10), "")); resp.StatusCode != 200 {
 		t.Fatalf("large request after the budget freed: %d", resp.StatusCode)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -178,13 +179,11 @@ func TestActiveHealthChecks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.RunHealthChecks(ctx)
-	deadline := time.Now().Add(2 * time.Second)
-	for r.Policy().Healthy("dead") && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if r.Policy().Healthy("dead") || !r.Policy().Healthy("live") {
-		t.Fatal("active checks did not eject the dead instance")
-	}
+	g := NewWithT(t)
+	healthy := func(id string) func() bool { return func() bool { return r.Policy().Healthy(id) } }
+	g.Eventually(healthy("dead"), 2*time.Second, 10*time.Millisecond).Should(BeFalse(), "active checks eject the dead instance")
+	// Ten more rounds of checks leave the live one in.
+	g.Consistently(healthy("live"), 200*time.Millisecond, 10*time.Millisecond).Should(BeTrue(), "the live instance stays in")
 }
 
 func newServer(t testing.TB, r *Router) string {

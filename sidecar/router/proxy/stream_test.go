@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -55,15 +56,12 @@ func outcomes(r *Router) map[string]float64 {
 	return out
 }
 
+// waitOutcome waits for the router to count a request with outcome, which
+// it does after the client has its answer.
 func waitOutcome(t *testing.T, r *Router, outcome string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for outcomes(r)[outcome] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s outcome; outcomes %v", outcome, outcomes(r))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	NewWithT(t).Eventually(func() map[string]float64 { return outcomes(r) }, 10*time.Second, 5*time.Millisecond).
+		Should(HaveKeyWithValue(outcome, BeNumerically(">", 0)), "a request with outcome %s", outcome)
 }
 
 const sseChunk = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok\"}}]}\n\n"
@@ -97,10 +95,9 @@ func TestStalledStreamCutAndEjected(t *testing.T) {
 	if got := counterValue(r.Metrics().UpstreamErrors.WithLabelValues("b", "stream_idle")); got != 1 {
 		t.Fatalf("%v stream_idle upstream errors", got)
 	}
-	time.Sleep(100 * time.Millisecond) // ten passing health checks
-	if r.Policy().Healthy("b") {
-		t.Fatal("readmitted by /health while its streams stall")
-	}
+	// Ten rounds of passing health checks do not readmit it.
+	NewWithT(t).Consistently(func() bool { return r.Policy().Healthy("b") }, 100*time.Millisecond, 5*time.Millisecond).
+		Should(BeFalse(), "readmitted by /health while its streams stall")
 }
 
 // TestTimeToFirstTokenAtFirstContentEvent: headers at once, a role-only
@@ -286,11 +283,6 @@ func TestHealthChecksFollowNoRedirect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.RunHealthChecks(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for r.Policy().Healthy("b") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if r.Policy().Healthy("b") {
-		t.Fatal("a redirect to a healthy server counted as health")
-	}
+	NewWithT(t).Eventually(func() bool { return r.Policy().Healthy("b") }, 5*time.Second, 5*time.Millisecond).
+		Should(BeFalse(), "a redirect to a healthy server counted as health")
 }
