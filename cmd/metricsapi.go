@@ -23,7 +23,7 @@ type metricsAPIFlags struct {
 
 func (f *metricsAPIFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.port, "custom-metrics-port", 0, "HTTPS port of the custom metrics API (custom.metrics.k8s.io) for LLMEndpoints; 0 disables it, the load scraper and status.load.")
-	fs.StringVar(&f.certDir, "custom-metrics-cert-dir", "/tmp/k8s-custom-metrics-server/serving-certs", "Directory with the custom metrics API's tls.crt and tls.key; without them a self-signed pair is made there.")
+	fs.StringVar(&f.certDir, "custom-metrics-cert-dir", "/apiserver.local.config/certificates", "Directory with the custom metrics API's serving certificate, apiserver.crt and apiserver.key (where OLM mounts it) or tls.crt and tls.key; without them a self-signed pair is made there.")
 	fs.DurationVar(&f.scrapeInterval, "custom-metrics-scrape-interval", 10*time.Second, "How often the routers' and vLLM pods' /metrics are read for the custom metrics API.")
 	fs.DurationVar(&f.statusPeriod, "load-status-period", 30*time.Second, "Least time between two writes of an LLMEndpoint's status.load.")
 }

@@ -15,9 +15,12 @@ import (
 type ServerOptions struct {
 	// Port is the HTTPS port the API server's aggregator reaches.
 	Port int
-	// CertDir holds tls.crt and tls.key (cert-manager's or OLM's serving
-	// certificate). Without them the server makes a self-signed pair
-	// there, which only an APIService with insecureSkipTLSVerify accepts.
+	// CertDir holds the serving certificate as apiserver.crt and
+	// apiserver.key, where OLM mounts the one it issues for an owned API
+	// service and where config/default mounts cert-manager's, or as
+	// tls.crt and tls.key. Without either pair the server makes a
+	// self-signed one there, which only an APIService with
+	// insecureSkipTLSVerify accepts.
 	CertDir string
 	// Kubeconfig, when set, is used to reach the API server for delegated
 	// authentication and authorization; empty means in-cluster.
@@ -40,10 +43,10 @@ func NewServer(opts ServerOptions, p *Provider) (*Server, error) {
 	args := []string{"--secure-port=" + strconv.Itoa(opts.Port)}
 	crt, key := filepath.Join(opts.CertDir, "tls.crt"), filepath.Join(opts.CertDir, "tls.key")
 	if fileExists(crt) && fileExists(key) {
-		// The generic API server reloads these files when cert-manager
-		// renews them.
 		args = append(args, "--tls-cert-file="+crt, "--tls-private-key-file="+key)
 	} else {
+		// apiserver.crt and apiserver.key in it, or a new pair there. The
+		// generic API server reloads the files when they are renewed.
 		args = append(args, "--cert-dir="+opts.CertDir)
 	}
 	if opts.Kubeconfig != "" {
