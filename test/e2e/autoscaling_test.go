@@ -174,9 +174,16 @@ var _ = Describe("A HorizontalPodAutoscaler on the embedded custom metrics API",
 		Eventually(func() int32 { return ptr.Deref(getEndpoint(ctx, hpaEndpoint).Spec.Replicas, 0) }).
 			WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).Should(BeEquivalentTo(2))
 		waitRoutable(ctx, hpaEndpoint, 2)
-		// Let requests placed on the leaving instances finish through
-		// their drain before counting.
-		time.Sleep(2 * time.Second)
+		By("the leaving instances drain and stop while the light load goes on")
+		Eventually(func() int {
+			n := 0
+			for id := range env.Agent.Backends() {
+				if strings.HasPrefix(id, hpaEndpoint+"-vllm-") {
+					n++
+				}
+			}
+			return n
+		}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(2))
 		light.stop()
 		GinkgoWriter.Printf("HPA scale 2→4→2: %d heavy and %d light requests, replies by instance %v and %v\n",
 			heavy.sent.Load(), light.sent.Load(), heavy.servedBy(), light.servedBy())
