@@ -40,7 +40,8 @@ func (f *metricsAPIFlags) setup(mgr ctrl.Manager) error {
 		kubeconfig = fl.Value.String()
 	}
 	srv, err := custommetrics.NewServer(custommetrics.ServerOptions{Port: f.port, CertDir: f.certDir, Kubeconfig: kubeconfig},
-		&custommetrics.Provider{Store: store, Reader: mgr.GetClient()})
+		// Figures missing from several scrapes in a row are not served.
+		&custommetrics.Provider{Store: store, Reader: mgr.GetClient(), MaxAge: max(5*f.scrapeInterval, 30*time.Second)})
 	if err != nil {
 		return err
 	}

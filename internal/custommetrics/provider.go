@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,28 @@ type Provider struct {
 	// Reader lists LLMEndpoints for label-selector queries (the manager's
 	// cache).
 	Reader client.Reader
+	// MaxAge is the oldest load served (0: any). A scraper that stopped
+	// must make the metric go missing, which an HPA answers by holding
+	// the endpoint's size, not by acting on old figures.
+	MaxAge time.Duration
+	// now is the clock, for tests.
+	now func() time.Time
+}
+
+// load is the endpoint's load if it is fresh.
+func (p *Provider) load(name types.NamespacedName) (Load, bool) {
+	l, ok := p.Store.Get(name)
+	if !ok {
+		return l, false
+	}
+	now := time.Now
+	if p.now != nil {
+		now = p.now
+	}
+	if p.MaxAge > 0 && now().Sub(l.Time) > p.MaxAge {
+		return l, false
+	}
+	return l, true
 }
 
 var _ provider.CustomMetricsProvider = (*Provider)(nil)
@@ -51,9 +74,9 @@ var _ provider.CustomMetricsProvider = (*Provider)(nil)
 func value(l Load, metric string) (float64, bool) {
 	switch metric {
 	case MetricInFlightPerInstance:
-		return l.InFlightPerInstance(), true
+		return l.InFlightPerInstance(), l.InFlightKnown
 	case MetricWaitingPerInstance:
-		return l.WaitingPerInstance(), true
+		return l.WaitingPerInstance(), l.WaitingKnown
 	case MetricPrefixCacheHitRatio:
 		return l.HitRatio, l.HitRatioKnown
 	}
@@ -78,7 +101,7 @@ func (p *Provider) GetMetricByName(_ context.Context, name types.NamespacedName,
 	if !served(info) {
 		return nil, provider.NewMetricNotFoundError(info.GroupResource, info.Metric)
 	}
-	l, ok := p.Store.Get(name)
+	l, ok := p.load(name)
 	if !ok {
 		return nil, provider.NewMetricNotFoundForError(info.GroupResource, info.Metric, name.Name)
 	}
@@ -103,7 +126,7 @@ func (p *Provider) GetMetricBySelector(ctx context.Context, namespace string, se
 	out := &custom_metrics.MetricValueList{}
 	for _, ep := range eps.Items {
 		name := types.NamespacedName{Namespace: ep.Namespace, Name: ep.Name}
-		l, ok := p.Store.Get(name)
+		l, ok := p.load(name)
 		if !ok {
 			continue
 		}

@@ -56,6 +56,9 @@ type Load struct {
 	// instances; Waiting is the requests queued inside vLLM (waiting for a
 	// batch slot), summed over the instances.
 	InFlight, Waiting float64
+	// InFlightKnown and WaitingKnown are false when every pod that has the
+	// figure failed to answer.
+	InFlightKnown, WaitingKnown bool
 	// HitRatio is the share of prompt tokens served from vLLM's prefix
 	// cache over the window; HitRatioKnown is false while no prompt tokens
 	// were queried in it.
@@ -221,16 +224,26 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 	return nil
 }
 
+// podsPerEndpoint bounds the pods of one endpoint scraped at once, so that
+// a large fleet with unreachable pods takes a few timeouts, not one each.
+const podsPerEndpoint = 8
+
 // scrapeEndpoint reads one endpoint's router and vLLM pods.
 func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) (Load, hitSample) {
 	l := Load{Instances: ep.Status.ReadyReplicas}
 	hits := hitSample{pods: map[string][2]float64{}}
 	var pods corev1.PodList
 	if err := s.Reader.List(ctx, &pods, client.InNamespace(ep.Namespace), client.MatchingLabels{labelEndpoint: ep.Name}); err != nil {
-		l.Failed++
 		l.Time = time.Now()
 		return l, hits
 	}
+	var (
+		mu                     sync.Mutex
+		wg                     sync.WaitGroup
+		sem                    = make(chan struct{}, podsPerEndpoint)
+		routersOK, routersFail int
+		vllmOK, vllmFail       int
+	)
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
@@ -250,20 +263,34 @@ func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) 
 		if port == 0 {
 			continue
 		}
-		fams, err := s.fetch(ctx, "http://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))+"/metrics")
-		if err != nil {
-			l.Failed++
-			continue
-		}
-		l.Scraped++
-		switch role {
-		case roleRouter:
-			l.InFlight += sum(fams[routerInFlight])
-		case roleVLLM:
-			l.Waiting += sum(fams[vllmRequestsWaiting])
-			hits.pods[pod.Name] = [2]float64{sum(fams[vllmPrefixCacheHits]), sum(fams[vllmPrefixCacheQueries])}
-		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fams, err := s.fetch(ctx, "http://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))+"/metrics")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case role == roleRouter && err != nil:
+				routersFail++
+			case role == roleRouter:
+				routersOK++
+				l.InFlight += sum(fams[routerInFlight])
+			case err != nil:
+				vllmFail++
+			default:
+				vllmOK++
+				l.Waiting += sum(fams[vllmRequestsWaiting])
+				hits.pods[pod.Name] = [2]float64{sum(fams[vllmPrefixCacheHits]), sum(fams[vllmPrefixCacheQueries])}
+			}
+		}()
 	}
+	wg.Wait()
+	l.Scraped, l.Failed = routersOK+vllmOK, routersFail+vllmFail
+	// A figure read from none of the pods that have it is unknown, not
+	// zero: serving 0 would have an HPA scale a loaded fleet down.
+	l.InFlightKnown = routersOK > 0 || routersFail == 0
+	l.WaitingKnown = vllmOK > 0 || vllmFail == 0
 	l.Time = time.Now()
 	return l, hits
 }

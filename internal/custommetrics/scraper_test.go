@@ -237,7 +237,7 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 	counting := interceptingClient{Client: c, onPatch: func() { writes++ }}
 	store := NewStore()
 	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
-	store.set(name, Load{Time: time.Unix(100, 0), Instances: 2, InFlight: 7, Waiting: 1, HitRatio: 0.734, HitRatioKnown: true})
+	store.set(name, Load{Time: time.Unix(100, 0), Instances: 2, InFlight: 7, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.734, HitRatioKnown: true})
 	p := &StatusPublisher{Client: counting, Store: store}
 	ctx := context.Background()
 	for range 2 {
@@ -254,7 +254,7 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 		t.Fatalf("status.load = %+v", got.Status.Load)
 	}
 	// Noise below the displayed precision writes nothing.
-	store.set(name, Load{Time: time.Unix(130, 0), Instances: 2, InFlight: 7.02, Waiting: 1, HitRatio: 0.731, HitRatioKnown: true})
+	store.set(name, Load{Time: time.Unix(130, 0), Instances: 2, InFlight: 7.02, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.731, HitRatioKnown: true})
 	if err := p.PublishOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -280,4 +280,68 @@ type countingWriter struct {
 func (w countingWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	w.onPatch()
 	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// A router that does not answer leaves the others' figures standing; when
+// none answers the figure is unknown and not served, rather than served as
+// 0, which would have an HPA scale a loaded fleet down.
+func TestUnreachableRoutersMakeInFlightUnknown(t *testing.T) {
+	r1 := routerServer(t, map[string]float64{"bot-vllm-a": 6})
+	down := httptest.NewServer(http.NotFoundHandler())
+	downPort := port(t, down.URL)
+	down.Close()
+	v := newFakeVLLM(t)
+	ep := &v1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Name: "bot", Namespace: "ns"}}
+	ep.Status.ReadyReplicas = 1
+	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
+	info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricInFlightPerInstance}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		routers []*corev1.Pod
+		known   bool
+	}{
+		{"one of two answers", []*corev1.Pod{pod("bot-router-1", roleRouter, routerPortName, port(t, r1.URL)), pod("bot-router-2", roleRouter, routerPortName, downPort)}, true},
+		{"none answers", []*corev1.Pod{pod("bot-router-2", roleRouter, routerPortName, downPort)}, false},
+	} {
+		objs := []client.Object{ep.DeepCopy(), pod("bot-vllm-a", roleVLLM, vllmPortName, port(t, v.srv.URL))}
+		for _, p := range tc.routers {
+			objs = append(objs, p)
+		}
+		c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(objs...).Build()
+		store := NewStore()
+		if err := (&Scraper{Reader: c, Store: store}).ScrapeOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := store.Get(name)
+		if l.InFlightKnown != tc.known || !l.WaitingKnown {
+			t.Errorf("%s: in flight known %v (want %v), waiting known %v; load %+v", tc.name, l.InFlightKnown, tc.known, l.WaitingKnown, l)
+		}
+		_, err := (&Provider{Store: store, Reader: c}).GetMetricByName(ctx, name, info, labels.Everything())
+		if (err == nil) != tc.known {
+			t.Errorf("%s: served with error %v, want served %v", tc.name, err, tc.known)
+		}
+		if st := LoadStatus(l); (st.InFlightPerInstance != "") != tc.known {
+			t.Errorf("%s: status shows in flight %q", tc.name, st.InFlightPerInstance)
+		}
+	}
+}
+
+// Figures older than MaxAge are not served: a stuck scraper must not keep
+// an HPA acting on old load.
+func TestStaleLoadIsNotServed(t *testing.T) {
+	store := NewStore()
+	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
+	store.set(name, Load{Time: time.Unix(1000, 0), Instances: 2, InFlight: 8, InFlightKnown: true})
+	info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricInFlightPerInstance}
+	for _, tc := range []struct {
+		at     int64
+		served bool
+	}{{1020, true}, {1050, true}, {1051, false}} {
+		p := &Provider{Store: store, MaxAge: 50 * time.Second, now: func() time.Time { return time.Unix(tc.at, 0) }}
+		_, err := p.GetMetricByName(context.Background(), name, info, labels.Everything())
+		if (err == nil) != tc.served {
+			t.Errorf("at %d s: error %v, want served %v", tc.at-1000, err, tc.served)
+		}
+	}
 }

@@ -83,10 +83,12 @@ func (p *StatusPublisher) PublishOnce(ctx context.Context) error {
 
 // LoadStatus renders a Load for the status, rounded for display.
 func LoadStatus(l Load) *v1alpha1.LoadStatus {
-	st := &v1alpha1.LoadStatus{
-		InFlightPerInstance: decimal(l.InFlightPerInstance()),
-		WaitingPerInstance:  decimal(l.WaitingPerInstance()),
-		ObservedTime:        ptr.To(metav1.NewTime(l.Time)),
+	st := &v1alpha1.LoadStatus{ObservedTime: ptr.To(metav1.NewTime(l.Time))}
+	if l.InFlightKnown {
+		st.InFlightPerInstance = decimal(l.InFlightPerInstance())
+	}
+	if l.WaitingKnown {
+		st.WaitingPerInstance = decimal(l.WaitingPerInstance())
 	}
 	if l.HitRatioKnown {
 		st.PrefixCacheHitPercent = ptr.To(int32(math.Round(l.HitRatio * 100)))
