@@ -70,6 +70,8 @@ func main() {
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
 	flag.Int64Var(&vllmRunAsUser, "vllm-run-as-user", -1, "UID for the vLLM containers; -1 leaves it to the image or the platform (OpenShift assigns one). The stock vLLM image needs a UID here on clusters that do not assign one.")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LLMEndpoints reconciled in parallel.")
+	var metricsAPI metricsAPIFlags
+	metricsAPI.bind(flag.CommandLine)
 	enableWebhooks := flag.Bool("enable-webhooks", os.Getenv("ENABLE_WEBHOOKS") != "false", "Serve the LLMEndpoint admission webhooks (with the certificate in /tmp/k8s-webhook-server/serving-certs); off by default when ENABLE_WEBHOOKS=false.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -123,6 +125,11 @@ func main() {
 			log.Error(err, "unable to set up the webhooks", "webhook", "LLMEndpoint")
 			os.Exit(1)
 		}
+	}
+
+	if err := metricsAPI.setup(mgr); err != nil {
+		log.Error(err, "unable to set up the custom metrics API")
+		os.Exit(1)
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

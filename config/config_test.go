@@ -20,6 +20,7 @@ limitations under the License.
 package config_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -28,6 +29,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -112,12 +115,18 @@ func TestDefaultInstallsIntoItsNamespace(t *testing.T) {
 	if nsObj.Name != ns || nsObj.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("Namespace %s with labels %v, want %s enforcing restricted", nsObj.Name, nsObj.Labels, ns)
 	}
-	clusterScoped := []string{"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+	clusterScoped := []string{"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "APIService"}
 	for kind, objs := range in.objects {
 		for _, o := range objs {
 			md := o["metadata"].(map[string]any)
 			name, _ := md["name"].(string)
 			got, _ := md["namespace"].(string)
+			if kind == "RoleBinding" && name == authReaderBinding {
+				continue // in kube-system: TestDefaultCustomMetricsAPI
+			}
+			if kind == "APIService" {
+				continue // named after the API it serves: TestDefaultCustomMetricsAPI
+			}
 			if slices.Contains(clusterScoped, kind) {
 				if got != "" {
 					t.Errorf("%s %s is cluster-scoped but has namespace %q", kind, name, got)
@@ -234,31 +243,7 @@ func TestDefaultWebhooksAndCertificate(t *testing.T) {
 		}
 	}
 
-	var cert struct {
-		Metadata struct{ Name, Namespace string }
-		Spec     struct {
-			DNSNames   []string `json:"dnsNames"`
-			SecretName string   `json:"secretName"`
-			IssuerRef  struct{ Kind, Name string }
-		}
-	}
-	raw, _ := yaml.Marshal(in.objects["Certificate"][0])
-	if err := yaml.Unmarshal(raw, &cert); err != nil {
-		t.Fatal(err)
-	}
-	wantDNS := svc.Name + "." + svc.Namespace + ".svc"
-	if !slices.Contains(cert.Spec.DNSNames, wantDNS) {
-		t.Errorf("Certificate DNS names %q lack %s", cert.Spec.DNSNames, wantDNS)
-	}
-	if len(in.objects["Issuer"]) != 1 || in.objects["Issuer"][0]["metadata"].(map[string]any)["name"] != cert.Spec.IssuerRef.Name {
-		t.Errorf("Certificate's issuer %q is not the Issuer installed", cert.Spec.IssuerRef.Name)
-	}
-	mounted := slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
-		return v.Secret != nil && v.Secret.SecretName == cert.Spec.SecretName
-	})
-	if !mounted {
-		t.Errorf("the manager does not mount the certificate's Secret %s", cert.Spec.SecretName)
-	}
+	cert := in.certificateFor(svc, d, "warmroute-serving-cert")
 
 	injectFrom := cert.Metadata.Namespace + "/" + cert.Metadata.Name
 	var mwc admissionregistrationv1.MutatingWebhookConfiguration
@@ -286,6 +271,95 @@ func TestDefaultWebhooksAndCertificate(t *testing.T) {
 		}
 		if s := h.cc.Service; s == nil || s.Name != svc.Name || s.Namespace != svc.Namespace {
 			t.Errorf("%s: calls %+v, want Service %s/%s", h.config, s, svc.Namespace, svc.Name)
+		}
+	}
+}
+
+// certificate is a cert-manager Certificate, as much as the tests read.
+type certificate struct {
+	Metadata struct{ Name, Namespace string }
+	Spec     struct {
+		DNSNames   []string `json:"dnsNames"`
+		SecretName string   `json:"secretName"`
+		IssuerRef  struct{ Kind, Name string }
+	}
+}
+
+// certificateFor decodes a Certificate and checks that it names svc, comes
+// from the installed Issuer and is mounted by the manager.
+func (in installed) certificateFor(svc corev1.Service, d appsv1.Deployment, name string) certificate {
+	in.t.Helper()
+	var cert certificate
+	for _, o := range in.objects["Certificate"] {
+		if o["metadata"].(map[string]any)["name"] == name {
+			raw, _ := yaml.Marshal(o)
+			if err := yaml.Unmarshal(raw, &cert); err != nil {
+				in.t.Fatal(err)
+			}
+		}
+	}
+	if cert.Metadata.Name != name {
+		in.t.Fatalf("no Certificate %s", name)
+	}
+	wantDNS := svc.Name + "." + svc.Namespace + ".svc"
+	if !slices.Contains(cert.Spec.DNSNames, wantDNS) {
+		in.t.Errorf("Certificate %s DNS names %q lack %s", name, cert.Spec.DNSNames, wantDNS)
+	}
+	if len(in.objects["Issuer"]) != 1 || in.objects["Issuer"][0]["metadata"].(map[string]any)["name"] != cert.Spec.IssuerRef.Name {
+		in.t.Errorf("Certificate %s's issuer %q is not the Issuer installed", name, cert.Spec.IssuerRef.Name)
+	}
+	mounted := slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Secret != nil && v.Secret.SecretName == cert.Spec.SecretName
+	})
+	if !mounted {
+		in.t.Errorf("the manager does not mount Certificate %s's Secret %s", name, cert.Spec.SecretName)
+	}
+	return cert
+}
+
+const authReaderBinding = "warmroute-custom-metrics-auth-reader"
+
+// TestDefaultCustomMetricsAPI checks the wiring an aggregated API server
+// needs: an APIService whose Service reaches the manager's port, a
+// certificate for that Service whose CA is injected, the manager serving
+// on that port, and the two bindings for delegated authentication.
+func TestDefaultCustomMetricsAPI(t *testing.T) {
+	in := buildDefault(t)
+	svc, d := in.serviceAndManager("warmroute-custom-metrics-service")
+	cert := in.certificateFor(svc, d, "warmroute-custom-metrics-serving-cert")
+
+	var api apiregistrationv1.APIService
+	in.one("APIService", "v1beta2.custom.metrics.k8s.io", &api)
+	if s := api.Spec.Service; s == nil || s.Name != svc.Name || s.Namespace != svc.Namespace || ptr.Deref(s.Port, 0) != svc.Spec.Ports[0].Port {
+		t.Errorf("APIService calls %+v, want Service %s/%s port %d", s, svc.Namespace, svc.Name, svc.Spec.Ports[0].Port)
+	}
+	if got, want := api.Annotations["cert-manager.io/inject-ca-from"], cert.Metadata.Namespace+"/"+cert.Metadata.Name; got != want {
+		t.Errorf("APIService inject-ca-from %q, want %q", got, want)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	var port int32
+	for _, p := range c.Ports {
+		if p.Name == svc.Spec.Ports[0].TargetPort.StrVal {
+			port = p.ContainerPort
+		}
+	}
+	if port == 0 || !slices.Contains(c.Args, fmt.Sprintf("--custom-metrics-port=%d", port)) {
+		t.Errorf("the manager serves the custom metrics API on none of its ports: args %q, ports %+v", c.Args, c.Ports)
+	}
+	sa := d.Spec.Template.Spec.ServiceAccountName
+	var delegator rbacv1.ClusterRoleBinding
+	in.one("ClusterRoleBinding", "warmroute-custom-metrics-auth-delegator", &delegator)
+	var reader rbacv1.RoleBinding
+	in.one("RoleBinding", authReaderBinding, &reader)
+	if reader.Namespace != "kube-system" {
+		t.Errorf("%s in %q, want kube-system", reader.Name, reader.Namespace)
+	}
+	for _, b := range []struct {
+		role     rbacv1.RoleRef
+		subjects []rbacv1.Subject
+	}{{delegator.RoleRef, delegator.Subjects}, {reader.RoleRef, reader.Subjects}} {
+		if len(b.subjects) != 1 || b.subjects[0].Name != sa || b.subjects[0].Namespace != d.Namespace {
+			t.Errorf("%s is bound to %+v, want ServiceAccount %s/%s", b.role.Name, b.subjects, d.Namespace, sa)
 		}
 	}
 }

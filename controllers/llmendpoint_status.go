@@ -52,14 +52,18 @@ type observed struct {
 }
 
 // buildStatus rebuilds the status from what exists. Only the conditions'
-// transition times carry over from the previous status.
+// transition times and the load (another writer's) carry over from the
+// previous status.
 func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointStatus {
 	st := v1alpha1.LLMEndpointStatus{
 		ObservedGeneration: ep.Generation,
-		Selector:           labels.SelectorFromSet(selectorLabels(ep, roleVLLM)).String(),
-		Endpoint:           endpointURL(ep),
-		RoutingConfigHash:  obs.routingHash,
-		Conditions:         slices.Clone(ep.Status.Conditions),
+		// Written by the load publisher (internal/custommetrics), not
+		// observed here: keep it, or each reconcile would erase it.
+		Load:              ep.Status.Load,
+		Selector:          labels.SelectorFromSet(selectorLabels(ep, roleVLLM)).String(),
+		Endpoint:          endpointURL(ep),
+		RoutingConfigHash: obs.routingHash,
+		Conditions:        slices.Clone(ep.Status.Conditions),
 	}
 	for i := range obs.pods {
 		pod := &obs.pods[i]

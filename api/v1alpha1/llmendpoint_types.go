@@ -40,6 +40,8 @@ import (
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,description="Desired vLLM instances"
 // +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.routing.strategy`,description="Routing strategy"
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,description="In-cluster URL clients call"
+// +kubebuilder:printcolumn:name="Load",type=string,JSONPath=`.status.load.inFlightPerInstance`,description="Requests in flight per ready instance"
+// +kubebuilder:printcolumn:name="Hit%",type=integer,JSONPath=`.status.load.prefixCacheHitPercent`,description="Prefix-cache hit rate over the last minute, percent"
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 55",message="metadata.name must be at most 55 characters: it prefixes the names of the objects the operator creates"
@@ -503,6 +505,12 @@ type LLMEndpointStatus struct {
 	// +kubebuilder:validation:MaxItems=128
 	// +optional
 	Adapters []AdapterStatus `json:"adapters,omitempty"`
+
+	// load is the endpoint's recent load as the operator's metrics
+	// scraper sees it (the figures the custom metrics API serves), written
+	// at most every 30 s.
+	// +optional
+	Load *LoadStatus `json:"load,omitempty"`
 }
 
 // AdapterStatus is where one LoRA adapter is placed and loaded.

@@ -35,6 +35,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/warmroute/warmroute/hack/manifests"
@@ -66,6 +67,19 @@ type File = manifests.File
 // certSecretVolume is the cert-manager Secret the default overlay mounts
 // for the webhook server; under OLM, OLM mounts its own certificate there.
 const certSecretVolume = "webhook-server-cert"
+
+// apiServiceCertSecret is the cert-manager Secret the default overlay
+// mounts for the custom metrics API (config/metricsapi); under OLM, OLM
+// mounts the certificate it issues for an owned API service there.
+const apiServiceCertSecret = "custom-metrics-server-cert"
+
+// Roles every aggregated API server is bound to, which OLM binds itself
+// for an owned API service (and which the bundle could not ship: they are
+// the cluster's, not the operator's).
+const (
+	authDelegatorRole = "system:auth-delegator"
+	authReaderRole    = "extension-apiserver-authentication-reader"
+)
 
 // Build turns the output of `kustomize build config/manifests` into the
 // bundle's files. Every kind in the input must be accounted for: an object
@@ -123,6 +137,10 @@ func (b *builder) build() ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	apiServices, err := b.apiServices(deployments)
+	if err != nil {
+		return nil, err
+	}
 	webhookSvcs, err := b.services()
 	if err != nil {
 		return nil, err
@@ -162,6 +180,7 @@ func (b *builder) build() ([]File, error) {
 	}
 
 	b.fillCSV(csv, deployments, permissions, clusterPermissions, webhooks, examples)
+	csv.Spec.APIServiceDefinitions.Owned = apiServices
 	if err := b.addCSV(csv); err != nil {
 		return nil, err
 	}
@@ -224,7 +243,7 @@ func setRelatedImages(c *corev1.Container, images map[string]string) error {
 func dropCertSecret(spec *corev1.PodSpec) {
 	var names []string
 	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool {
-		if v.Secret != nil && v.Secret.SecretName == certSecretVolume {
+		if v.Secret != nil && (v.Secret.SecretName == certSecretVolume || v.Secret.SecretName == apiServiceCertSecret) {
 			names = append(names, v.Name)
 			return true
 		}
@@ -236,6 +255,68 @@ func dropCertSecret(spec *corev1.PodSpec) {
 			return slices.Contains(names, m.Name)
 		})
 	}
+}
+
+// apiServices turns the APIServices into the CSV's owned API service
+// definitions. OLM creates each APIService, its Service, its certificate
+// (mounted in /apiserver.local.config/certificates) and the
+// authentication bindings, so those are taken out of the manifests.
+func (b *builder) apiServices(deployments []operatorsv1alpha1.StrategyDeploymentSpec) ([]operatorsv1alpha1.APIServiceDescription, error) {
+	var out []operatorsv1alpha1.APIServiceDescription
+	for _, o := range b.take("APIService") {
+		api := &apiregistrationv1.APIService{}
+		if err := fromUnstructured(o, api); err != nil {
+			return nil, fmt.Errorf("APIService %s: %w", o.GetName(), err)
+		}
+		if api.Spec.Service == nil {
+			return nil, fmt.Errorf("APIService %s is served by no Service: OLM owns only aggregated ones", api.Name)
+		}
+		var svc *corev1.Service
+		b.byKind["Service"] = slices.DeleteFunc(b.byKind["Service"], func(u *unstructured.Unstructured) bool {
+			if u.GetName() != api.Spec.Service.Name {
+				return false
+			}
+			svc = &corev1.Service{}
+			return fromUnstructured(u, svc) == nil
+		})
+		if svc == nil {
+			return nil, fmt.Errorf("APIService %s: Service %s is not in the input", api.Name, api.Spec.Service.Name)
+		}
+		deployment, _, target, err := backingDeployment(svc, api.Spec.Service.Port, deployments)
+		if err != nil {
+			return nil, fmt.Errorf("APIService %s: %w", api.Name, err)
+		}
+		desc, ok := ownedAPIServices[api.Spec.Group]
+		if !ok {
+			return nil, fmt.Errorf("APIService %s: no description for group %s", api.Name, api.Spec.Group)
+		}
+		desc.Group, desc.Version = api.Spec.Group, api.Spec.Version
+		desc.DeploymentName, desc.ContainerPort = deployment, target.IntVal
+		out = append(out, desc)
+	}
+	if len(out) > 0 {
+		b.byKind["ClusterRoleBinding"] = slices.DeleteFunc(b.byKind["ClusterRoleBinding"], func(u *unstructured.Unstructured) bool {
+			name, _, _ := unstructured.NestedString(u.Object, "roleRef", "name")
+			return name == authDelegatorRole
+		})
+		b.byKind["RoleBinding"] = slices.DeleteFunc(b.byKind["RoleBinding"], func(u *unstructured.Unstructured) bool {
+			name, _, _ := unstructured.NestedString(u.Object, "roleRef", "name")
+			return name == authReaderRole
+		})
+	}
+	return out, nil
+}
+
+// ownedAPIServices describe, by group, the API services the operator
+// serves; kind and name are those of the group's resources as OLM's
+// console lists them.
+var ownedAPIServices = map[string]operatorsv1alpha1.APIServiceDescription{
+	"custom.metrics.k8s.io": {
+		Name:        "custommetrics",
+		Kind:        "MetricValueList",
+		DisplayName: "LLMEndpoint load metrics",
+		Description: "Custom metrics API for LLMEndpoints (in-flight and waiting requests per instance, prefix-cache hit ratio), for HorizontalPodAutoscalers with an Object metric.",
+	},
 }
 
 // services keeps the Services that are not behind a webhook as bundle

@@ -162,7 +162,7 @@ func TestBundleValidates(t *testing.T) {
 				t.Errorf("%s validator: error: %s", name, e)
 			}
 			for _, w := range res.Warnings {
-				if rbacOnlyRemovedAPIWarning(w.Error()) {
+				if rbacOnlyRemovedAPIWarning(w.Error()) || metricsAPIExampleWarning(w.Error()) {
 					t.Logf("%s validator: accepted: %s", name, w)
 					continue
 				}
@@ -213,8 +213,8 @@ func TestBundleDeploymentLeavesCertificatesToOLM(t *testing.T) {
 	}
 	for _, d := range b.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs {
 		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Secret != nil && v.Secret.SecretName == certSecretVolume {
-				t.Errorf("Deployment %s mounts the cert-manager Secret %s", d.Name, certSecretVolume)
+			if v.Secret != nil && (v.Secret.SecretName == certSecretVolume || v.Secret.SecretName == apiServiceCertSecret) {
+				t.Errorf("Deployment %s mounts the cert-manager Secret %s", d.Name, v.Secret.SecretName)
 			}
 		}
 	}
@@ -226,6 +226,27 @@ func TestBundleDeploymentLeavesCertificatesToOLM(t *testing.T) {
 			t.Errorf("webhook %s: deployment %q, target port %v, path %v", w.GenerateName, w.DeploymentName, w.TargetPort, w.WebhookPath)
 		}
 	}
+	// The custom metrics API is an owned API service: OLM makes its
+	// APIService, Service, certificate and bindings, none of which the
+	// bundle may ship itself.
+	owned := b.CSV.Spec.APIServiceDefinitions.Owned
+	if len(owned) != 1 || owned[0].Group != "custom.metrics.k8s.io" || owned[0].Version != "v1beta2" ||
+		owned[0].DeploymentName == "" || owned[0].ContainerPort != 6443 {
+		t.Errorf("owned API services %+v, want custom.metrics.k8s.io/v1beta2 on a deployment's port 6443", owned)
+	}
+	for _, o := range b.Objects {
+		if o.GetKind() == "APIService" || strings.Contains(o.GetName(), "custom-metrics") {
+			t.Errorf("the bundle ships %s %s, which OLM makes for the owned API service", o.GetKind(), o.GetName())
+		}
+	}
+}
+
+// metricsAPIExampleWarning reports whether w asks for an alm-example of
+// the custom metrics API's MetricValueList. The API is read-only (the API
+// server computes every value), so there is nothing a user would create
+// from an example.
+func metricsAPIExampleWarning(w string) bool {
+	return strings.Contains(w, "custom.metrics.k8s.io/v1beta2, Kind=MetricValueList: provided API should have an example annotation")
 }
 
 // rbacVersionlessResources are resources whose v1beta1 APIs were removed in

@@ -61,6 +61,8 @@ var _ = BeforeSuite(func() {
 			LoRAFail: []string{brokenAdapter},
 		},
 		Progress: func(s string) { GinkgoWriter.Println(s) },
+		// autoscaling_test.go's HorizontalPodAutoscaler scales on it.
+		CustomMetrics: true,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {

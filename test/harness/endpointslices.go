@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/warmroute/warmroute/internal/podspec"
 )
 
 // sliceManager names the harness as the controller of the EndpointSlices
@@ -102,7 +104,7 @@ func writeSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Se
 		// the controller does; every router pod declares the same.
 		port := sp.TargetPort.IntVal
 		if name := sp.TargetPort.StrVal; name != "" && len(pods) > 0 {
-			port = containerPort(pods[0], name)
+			port = podspec.ContainerPort(pods[0], name)
 		}
 		if port == 0 {
 			continue
@@ -145,15 +147,4 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func containerPort(pod *corev1.Pod, name string) int32 {
-	for _, c := range pod.Spec.Containers {
-		for _, p := range c.Ports {
-			if p.Name == name {
-				return p.ContainerPort
-			}
-		}
-	}
-	return 0
 }

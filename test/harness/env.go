@@ -43,6 +43,10 @@ type Options struct {
 	Sim vllmsim.Config
 	// Progress, when set, is told what is happening (the demo prints it).
 	Progress func(string)
+	// CustomMetrics runs the operator's custom metrics API behind the API
+	// server's aggregation layer, so that HorizontalPodAutoscalers can
+	// scale endpoints on it.
+	CustomMetrics bool
 }
 
 // Env is a local cluster with the operator running and a simulator behind
@@ -83,9 +87,12 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		progress = func(string) {}
 	}
 	e = &Env{WorkDir: o.WorkDir, opts: o, Sims: &SimRegistry{}}
+	// A failed start returns a nil Env: stop what was started through
+	// this copy.
+	started := e
 	defer func() {
 		if err != nil {
-			e.Stop()
+			started.Stop()
 		}
 	}()
 
@@ -103,6 +110,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	copts.BinDir, copts.WorkDir, copts.PodCIDR = bin, filepath.Join(o.WorkDir, "cluster"), o.PodCIDR
 	copts.Nodes, copts.GPUsPerNode = o.Nodes, o.GPUsPerNode
 	copts.CRDDirectoryPaths = []string{filepath.Join(o.RepoRoot, "config", "crd", "bases")}
+	copts.Aggregation = o.CustomMetrics
 	if e.Cluster, err = localcluster.Start(ctx, copts); err != nil {
 		return nil, err
 	}
@@ -126,7 +134,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.Operator, err = process.Start("operator", e.Bin.Operator, []string{
+	args := []string{
 		"--kubeconfig=" + e.Cluster.KubeconfigPath,
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=" + probe,
@@ -134,11 +142,25 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		// Admission webhooks need a serving certificate (cert-manager or
 		// OLM in a real install); the CRD's CEL rules still apply.
 		"--enable-webhooks=false",
-	}, e.Cluster.WorkDir); err != nil {
+	}
+	var metricsAPI *customMetricsServing
+	if o.CustomMetrics {
+		if metricsAPI, err = prepareCustomMetrics(filepath.Join(o.WorkDir, "custom-metrics-certs")); err != nil {
+			return nil, err
+		}
+		args = append(args, metricsAPI.operatorArgs()...)
+	}
+	if e.Operator, err = process.Start("operator", e.Bin.Operator, args, e.Cluster.WorkDir); err != nil {
 		return nil, err
 	}
 	if err := waitHTTP(ctx, "http://"+probe+"/readyz", 60*time.Second); err != nil {
 		return nil, fmt.Errorf("operator not ready (see %s): %w", filepath.Join(e.Cluster.WorkDir, "operator.log"), err)
+	}
+	if metricsAPI != nil {
+		progress("registering the operator's custom metrics API")
+		if err := metricsAPI.register(ctx, e); err != nil {
+			return nil, err
+		}
 	}
 
 	agentCtx, cancel := context.WithCancel(context.Background())

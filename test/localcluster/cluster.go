@@ -58,6 +58,10 @@ type Options struct {
 	Scheduler bool
 	// KWOK runs KWOK and creates the fake nodes.
 	KWOK bool
+	// Aggregation configures the API server to forward to aggregated API
+	// servers (APIServices backed by a Service), reached through their
+	// EndpointSlices' addresses.
+	Aggregation bool
 }
 
 // Full is the option set for a cluster that runs Deployments end to end.
@@ -115,6 +119,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		BinaryAssetsDirectory: opts.BinDir,
 		CRDDirectoryPaths:     opts.CRDDirectoryPaths,
 		ErrorIfCRDPathMissing: len(opts.CRDDirectoryPaths) > 0,
+	}
+	if opts.Aggregation {
+		if err := enableAggregation(c.env, c.WorkDir); err != nil {
+			return nil, fmt.Errorf("configure the aggregation layer: %w", err)
+		}
 	}
 	before := childPIDs()
 	if c.Config, err = c.env.Start(); err != nil {

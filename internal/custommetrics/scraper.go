@@ -1,0 +1,390 @@
+package custommetrics
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/podspec"
+)
+
+// Labels and port names of the pods the operator renders
+// (controllers/llmendpoint_router.go, llmendpoint_vllm.go); they are part
+// of the pods' contract, so they are repeated here rather than imported
+// from the controller's internals.
+const (
+	labelEndpoint  = "serving.warmroute.dev/endpoint"
+	labelRole      = "serving.warmroute.dev/role"
+	roleRouter     = "router"
+	roleVLLM       = "vllm"
+	routerPortName = "metrics"
+	vllmPortName   = "http"
+)
+
+// Metric names read from the pods: the router's (sidecar/router/metrics)
+// and vLLM's (test/vllmsim exports the same names).
+const (
+	routerInFlight          = "warmroute_router_in_flight_requests"
+	vllmRequestsWaiting     = "vllm:num_requests_waiting"
+	vllmPrefixCacheQueries  = "vllm:prefix_cache_queries_total"
+	vllmPrefixCacheHits     = "vllm:prefix_cache_hits_total"
+	maxMetricsResponseBytes = 8 << 20
+)
+
+// Load is the latest picture of one endpoint's load.
+type Load struct {
+	// Time is when the scrape that produced it finished.
+	Time time.Time
+	// Instances is the endpoint's ready vLLM instances (status.readyReplicas),
+	// the denominator of the per-instance figures.
+	Instances int32
+	// InFlight is the requests in flight from all router replicas to the
+	// instances; Waiting is the requests queued inside vLLM (waiting for a
+	// batch slot), summed over the instances.
+	InFlight, Waiting float64
+	// InFlightKnown and WaitingKnown are false when every pod that has the
+	// figure failed to answer.
+	InFlightKnown, WaitingKnown bool
+	// HitRatio is the share of prompt tokens served from vLLM's prefix
+	// cache over the window; HitRatioKnown is false while no prompt tokens
+	// were queried in it.
+	HitRatio      float64
+	HitRatioKnown bool
+	// Scraped and Failed count the pods read and those that could not be.
+	Scraped, Failed int
+}
+
+// perInstance divides by the ready instances; with none, the whole load
+// stands for one instance, so that an HPA scales up from zero ready.
+func (l Load) perInstance(v float64) float64 {
+	if l.Instances <= 1 {
+		return v
+	}
+	return v / float64(l.Instances)
+}
+
+// InFlightPerInstance is InFlight over the ready instances.
+func (l Load) InFlightPerInstance() float64 { return l.perInstance(l.InFlight) }
+
+// WaitingPerInstance is Waiting over the ready instances.
+func (l Load) WaitingPerInstance() float64 { return l.perInstance(l.Waiting) }
+
+// Store holds the latest Load of every endpoint; safe for concurrent use.
+type Store struct {
+	mu    sync.RWMutex
+	loads map[types.NamespacedName]Load
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store { return &Store{loads: map[types.NamespacedName]Load{}} }
+
+// Get returns the endpoint's latest load.
+func (s *Store) Get(name types.NamespacedName) (Load, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	l, ok := s.loads[name]
+	return l, ok
+}
+
+func (s *Store) set(name types.NamespacedName, l Load) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loads[name] = l
+}
+
+// retain drops the endpoints not in keep.
+func (s *Store) retain(keep map[types.NamespacedName]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.loads {
+		if !keep[k] {
+			delete(s.loads, k)
+		}
+	}
+}
+
+// Scraper reads every endpoint's pods on an interval into a Store. It
+// reads the LLMEndpoints and pods through Reader, the manager's cache, so
+// a scrape costs the API server nothing.
+type Scraper struct {
+	Reader client.Reader
+	Store  *Store
+	// HTTP scrapes the pods; its Timeout bounds one pod's scrape.
+	HTTP *http.Client
+	// Interval between scrapes (default 10 s: the HPA controller syncs
+	// every 15 s).
+	Interval time.Duration
+	// HitRatioWindow is the span the prefix-cache hit ratio is measured
+	// over (default 1 min), so that a quiet interval does not swing it.
+	HitRatioWindow time.Duration
+	// Parallel bounds the endpoints scraped at once (default 4).
+	Parallel int
+
+	// hits tracks the prefix-cache counters per endpoint between scrapes.
+	hits map[types.NamespacedName]*hitWindow
+}
+
+func (s *Scraper) defaults() {
+	if s.Interval <= 0 {
+		s.Interval = 10 * time.Second
+	}
+	if s.HitRatioWindow <= 0 {
+		s.HitRatioWindow = time.Minute
+	}
+	if s.Parallel <= 0 {
+		s.Parallel = 4
+	}
+	if s.HTTP == nil {
+		s.HTTP = &http.Client{Timeout: 2 * time.Second}
+	}
+	if s.hits == nil {
+		s.hits = map[types.NamespacedName]*hitWindow{}
+	}
+}
+
+// NeedLeaderElection is false: every operator replica serves the metrics
+// API, so every replica keeps its own figures.
+func (s *Scraper) NeedLeaderElection() bool { return false }
+
+// Start scrapes until ctx ends (a manager.Runnable).
+func (s *Scraper) Start(ctx context.Context) error {
+	s.defaults()
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if err := s.ScrapeOnce(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "scrape endpoint load")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// ScrapeOnce reads every endpoint's pods once and updates the store.
+func (s *Scraper) ScrapeOnce(ctx context.Context) error {
+	s.defaults()
+	var eps v1alpha1.LLMEndpointList
+	if err := s.Reader.List(ctx, &eps); err != nil {
+		return fmt.Errorf("list LLMEndpoints: %w", err)
+	}
+	keep := make(map[types.NamespacedName]bool, len(eps.Items))
+	type result struct {
+		name types.NamespacedName
+		load Load
+		hits hitSample
+	}
+	results := make([]result, len(eps.Items))
+	sem := make(chan struct{}, s.Parallel)
+	var wg sync.WaitGroup
+	for i := range eps.Items {
+		ep := &eps.Items[i]
+		name := types.NamespacedName{Namespace: ep.Namespace, Name: ep.Name}
+		keep[name] = true
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			l, h := s.scrapeEndpoint(ctx, ep)
+			results[i] = result{name, l, h}
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		w := s.hits[r.name]
+		if w == nil {
+			w = &hitWindow{}
+			s.hits[r.name] = w
+		}
+		r.load.HitRatio, r.load.HitRatioKnown = w.add(r.load.Time, r.hits, s.HitRatioWindow)
+		s.Store.set(r.name, r.load)
+	}
+	for k := range s.hits {
+		if !keep[k] {
+			delete(s.hits, k)
+		}
+	}
+	s.Store.retain(keep)
+	return nil
+}
+
+// podsPerEndpoint bounds the pods of one endpoint scraped at once, so that
+// a large fleet with unreachable pods takes a few timeouts, not one each.
+const podsPerEndpoint = 8
+
+// scrapeEndpoint reads one endpoint's router and vLLM pods.
+func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) (Load, hitSample) {
+	l := Load{Instances: ep.Status.ReadyReplicas}
+	hits := hitSample{pods: map[string][2]float64{}}
+	var pods corev1.PodList
+	if err := s.Reader.List(ctx, &pods, client.InNamespace(ep.Namespace), client.MatchingLabels{labelEndpoint: ep.Name}); err != nil {
+		l.Time = time.Now()
+		return l, hits
+	}
+	var (
+		mu                     sync.Mutex
+		wg                     sync.WaitGroup
+		sem                    = make(chan struct{}, podsPerEndpoint)
+		routersOK, routersFail int
+		vllmOK, vllmFail       int
+	)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		role := pod.Labels[labelRole]
+		var portName string
+		switch role {
+		case roleRouter:
+			portName = routerPortName
+		case roleVLLM:
+			portName = vllmPortName
+		default:
+			continue
+		}
+		port := podspec.ContainerPort(pod, portName)
+		if port == 0 {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fams, err := s.fetch(ctx, "http://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port)))+"/metrics")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case role == roleRouter && err != nil:
+				routersFail++
+			case role == roleRouter:
+				routersOK++
+				l.InFlight += sum(fams[routerInFlight])
+			case err != nil:
+				vllmFail++
+			default:
+				vllmOK++
+				l.Waiting += sum(fams[vllmRequestsWaiting])
+				hits.pods[pod.Name] = [2]float64{sum(fams[vllmPrefixCacheHits]), sum(fams[vllmPrefixCacheQueries])}
+			}
+		}()
+	}
+	wg.Wait()
+	l.Scraped, l.Failed = routersOK+vllmOK, routersFail+vllmFail
+	// A figure read from none of the pods that have it is unknown, not
+	// zero: serving 0 would have an HPA scale a loaded fleet down.
+	l.InFlightKnown = routersOK > 0 || routersFail == 0
+	l.WaitingKnown = vllmOK > 0 || vllmFail == 0
+	l.Time = time.Now()
+	return l, hits
+}
+
+// fetch reads and parses one Prometheus text endpoint.
+func (s *Scraper) fetch(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	resp, err := s.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: status %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	return fams, nil
+}
+
+// sum adds a family's gauge, counter and untyped samples.
+func sum(fam *dto.MetricFamily) float64 {
+	var total float64
+	for _, m := range fam.GetMetric() {
+		switch {
+		case m.Gauge != nil:
+			total += m.GetGauge().GetValue()
+		case m.Counter != nil:
+			total += m.GetCounter().GetValue()
+		case m.Untyped != nil:
+			total += m.GetUntyped().GetValue()
+		}
+	}
+	return total
+}
+
+// hitSample is each vLLM pod's prefix-cache counters (hits, queries) at
+// one scrape.
+type hitSample struct {
+	pods map[string][2]float64
+}
+
+// hitWindow turns counter samples into a hit ratio over a sliding window.
+// Counters are per pod, so a pod that restarted (counter went down) or is
+// new counts from zero rather than producing a negative step.
+type hitWindow struct {
+	last  map[string][2]float64
+	steps []hitStep
+}
+
+type hitStep struct {
+	at            time.Time
+	hits, queries float64
+}
+
+// add records a scrape and returns the ratio over the window.
+func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool) {
+	var step hitStep
+	step.at = at
+	for pod, cur := range s.pods {
+		prev, seen := w.last[pod]
+		if !seen {
+			// A pod's first scrape sets its baseline: its counters hold
+			// what came before the window.
+			continue
+		}
+		for i, d := range []*float64{&step.hits, &step.queries} {
+			if cur[i] >= prev[i] {
+				*d += cur[i] - prev[i]
+			} else {
+				*d += cur[i]
+			}
+		}
+	}
+	w.last = s.pods
+	w.steps = append(w.steps, step)
+	cut := 0
+	for cut < len(w.steps) && at.Sub(w.steps[cut].at) > window {
+		cut++
+	}
+	w.steps = w.steps[cut:]
+	var hits, queries float64
+	for _, st := range w.steps {
+		hits += st.hits
+		queries += st.queries
+	}
+	if queries <= 0 {
+		return 0, false
+	}
+	return min(hits/queries, 1), true
+}
