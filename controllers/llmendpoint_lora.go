@@ -281,7 +281,8 @@ func loraAgentEnv(ep *v1alpha1.LLMEndpoint) []corev1.EnvVar {
 	return env
 }
 
-// vllmAPIKeyEnv is vLLM's API key as the agent's VLLM_API_KEY, taken from
+// vllmAPIKeyEnv is vLLM's API key as the agent's VLLM_API_KEY (the router
+// gets it under its own name, see routerUpstreamKeyEnv), taken from
 // where vLLM takes it: --api-key in spec.model.args (which wins in vLLM),
 // else the VLLM_API_KEY of spec.model.env, copied whole so that a Secret
 // reference stays a reference. vLLM accepts several keys after --api-key;

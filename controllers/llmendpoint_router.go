@@ -122,7 +122,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	if spec.Resources != nil {
 		resources = *spec.Resources.DeepCopy()
 	}
-	tenancyArgs, tenancyVolumes, tenancyMounts := routerTenancy(ep)
+	tenancyArgs, tenancyVolumes, tenancyMounts, tenancyEnv := routerTenancy(ep)
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
@@ -144,7 +144,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
 		},
 		Resources: resources,
-		Env:       routerEnv(resources),
+		Env:       append(routerEnv(resources), tenancyEnv...),
 		// A directory mount, never subPath: the kubelet updates only
 		// directory mounts when the ConfigMap changes.
 		VolumeMounts: append([]corev1.VolumeMount{{

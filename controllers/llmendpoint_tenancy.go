@@ -106,22 +106,44 @@ func (r *LLMEndpointReconciler) reconcileCacheSalt(ctx context.Context, ep *v1al
 }
 
 // routerTenancy is what the router Deployment needs for tenancy: the
-// flags, the Secret volumes and their mounts.
-func routerTenancy(ep *v1alpha1.LLMEndpoint) ([]string, []corev1.Volume, []corev1.VolumeMount) {
+// flags, the Secret volumes and their mounts, and the environment.
+func routerTenancy(ep *v1alpha1.LLMEndpoint) ([]string, []corev1.Volume, []corev1.VolumeMount, []corev1.EnvVar) {
 	args := []string{"--cache-salt-key-file=" + routerCacheSaltDir + "/" + cacheSaltKey}
 	volumes := []corev1.Volume{secretVolume("cache-salt", cacheSaltSecretName(ep))}
 	mounts := []corev1.VolumeMount{{Name: "cache-salt", MountPath: routerCacheSaltDir, ReadOnly: true}}
 	auth := ep.Spec.Router.Auth
+	authenticated := true
 	switch {
 	case auth == nil:
+		authenticated = false
 	case auth.Mode == v1alpha1.RouterAuthAPIKeys && auth.APIKeys != nil:
 		args = append(args, "--api-keys-dir="+routerAPIKeysDir)
 		volumes = append(volumes, secretVolume("api-keys", auth.APIKeys.SecretName))
 		mounts = append(mounts, corev1.VolumeMount{Name: "api-keys", MountPath: routerAPIKeysDir, ReadOnly: true})
 	case auth.Mode == v1alpha1.RouterAuthTrustedHeader && auth.TrustedHeader != nil:
 		args = append(args, "--tenant-header="+auth.TrustedHeader.Name)
+	default:
+		authenticated = false
 	}
-	return args, volumes, mounts
+	return args, volumes, mounts, routerUpstreamKeyEnv(ep, authenticated)
+}
+
+// routerUpstreamAPIKeyEnv is where the router reads vLLM's API key
+// (sidecar/cmd/router).
+const routerUpstreamAPIKeyEnv = "WARMROUTE_UPSTREAM_API_KEY"
+
+// routerUpstreamKeyEnv hands the router vLLM's API key, if vLLM has one,
+// when the router authenticates clients: it then strips their
+// Authorization and must send vLLM's instead. Without router auth the
+// router would not use the key (clients' own Authorization goes to vLLM),
+// so its pods do not get it. A Secret reference stays a reference.
+func routerUpstreamKeyEnv(ep *v1alpha1.LLMEndpoint, authenticated bool) []corev1.EnvVar {
+	key := vllmAPIKeyEnv(ep)
+	if !authenticated || key == nil {
+		return nil
+	}
+	key.Name = routerUpstreamAPIKeyEnv
+	return []corev1.EnvVar{*key}
 }
 
 // secretVolume mounts a Secret as a directory. The files keep the default

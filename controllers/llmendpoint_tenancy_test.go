@@ -18,8 +18,11 @@ package controllers
 
 import (
 	"bytes"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -78,6 +81,51 @@ func TestRouterTenancy(t *testing.T) {
 	s2, _ := buildCacheSaltSecret(newEndpoint())
 	if bytes.Equal(s.Data[cacheSaltKey], s2.Data[cacheSaltKey]) {
 		t.Fatal("two salt keys are equal")
+	}
+}
+
+// TestRouterGetsVLLMAPIKey: with router auth on, the router gets vLLM's
+// key under its own name from wherever vLLM gets it, a Secret reference
+// staying a reference; with auth off, it does not get it at all.
+func TestRouterGetsVLLMAPIKey(t *testing.T) {
+	apiKeys := &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthAPIKeys, APIKeys: &v1alpha1.APIKeysAuth{SecretName: "keys"}}
+	trusted := &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthTrustedHeader, TrustedHeader: &v1alpha1.TrustedHeaderAuth{Name: "X-Tenant"}}
+	ref := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "vllm-key"}, Key: "key"}}
+	fromSecret := []corev1.EnvVar{{Name: "VLLM_API_KEY", ValueFrom: ref}}
+	for _, tc := range []struct {
+		name string
+		auth *v1alpha1.RouterAuth
+		args []string
+		env  []corev1.EnvVar
+		want *corev1.EnvVar
+	}{
+		{name: "API keys, vLLM without a key", auth: apiKeys},
+		{name: "API keys, --api-key", auth: apiKeys, args: []string{"--api-key", "k1"}, want: &corev1.EnvVar{Name: "WARMROUTE_UPSTREAM_API_KEY", Value: "k1"}},
+		{name: "trusted header, key from a Secret", auth: trusted, env: fromSecret, want: &corev1.EnvVar{Name: "WARMROUTE_UPSTREAM_API_KEY", ValueFrom: ref}},
+		{name: "auth off: no key for the router", args: []string{"--api-key=k1"}, env: fromSecret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+				ep.Spec.Router.Auth = tc.auth
+				ep.Spec.Model.Args, ep.Spec.Model.Env = tc.args, tc.env
+			})
+			var got *corev1.EnvVar
+			c := buildRouterDeployment(ep, testOptions).Spec.Template.Spec.Containers[0]
+			for i, e := range c.Env {
+				if e.Name == "WARMROUTE_UPSTREAM_API_KEY" {
+					got = &c.Env[i]
+				}
+				if e.Name == "VLLM_API_KEY" {
+					t.Errorf("router has VLLM_API_KEY")
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("router's WARMROUTE_UPSTREAM_API_KEY (-want +got):\n%s", diff)
+			}
+			if slices.ContainsFunc(c.Args, func(a string) bool { return strings.Contains(a, "k1") }) {
+				t.Errorf("the key is in the router's args %v", c.Args)
+			}
+		})
 	}
 }
 
@@ -165,14 +213,17 @@ var _ = Describe("Router tenancy", func() {
 		Expect(getSecret(Default, "chat-cache-salt").Data["key"]).To(Equal(mine.Data["key"]))
 	})
 
-	It("mounts the user's API keys Secret and passes a trusted header", func() {
+	It("mounts the user's API keys Secret, hands the router vLLM's key, and passes a trusted header", func() {
 		ep := minimalEndpoint(ns, "keyed")
 		ep.Spec.Router.Auth = &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthAPIKeys, APIKeys: &v1alpha1.APIKeysAuth{SecretName: "tenant-keys"}}
+		vllmKey := &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "vllm-key"}, Key: "key"}}
+		ep.Spec.Model.Env = []corev1.EnvVar{{Name: "VLLM_API_KEY", ValueFrom: vllmKey}}
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		Eventually(func(g Gomega) {
 			ps := getDeployment(g, ns, "keyed-router").Spec.Template.Spec
 			g.Expect(ps.Volumes).To(ContainElement(And(HaveField("Name", "api-keys"), HaveField("Secret.SecretName", "tenant-keys"))))
 			g.Expect(ps.Containers[0].Args).To(ContainElement("--api-keys-dir=/etc/warmroute/api-keys"))
+			g.Expect(ps.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: routerUpstreamAPIKeyEnv, ValueFrom: vllmKey}))
 		}).Should(Succeed())
 
 		gw := minimalEndpoint(ns, "gated")

@@ -83,6 +83,12 @@ type Config struct {
 	// long for the running ones. Wall-clock, not scaled by TimeScale: it
 	// pairs with a pod's grace period, which passes in real time.
 	ShutdownTimeout time.Duration
+
+	// APIKey is vLLM's --api-key: when set, a request to a path under /v1
+	// (OPTIONS aside) needs exactly "Authorization: Bearer <APIKey>" or
+	// gets vLLM's 401; /health, /metrics, /invocations and the rest stay
+	// open, as in vLLM.
+	APIKey string
 }
 
 // Defaults for Config; see the field comments.

@@ -26,6 +26,11 @@
 //     or fields are missing, 404 NotFoundError when unloading an unknown
 //     adapter, 400 BadRequestError when a load fails).
 //
+// With Config.APIKey (--api-key, else VLLM_API_KEY) every path under /v1
+// needs exactly "Authorization: Bearer <key>", else 401
+// {"error":"Unauthorized"}, as vLLM's middleware answers; the other paths
+// stay open.
+//
 // Errors use vLLM's body {"error": {"message", "type", "param", "code"}}; an
 // unknown model is 404 NotFoundError. Every response carries
 // X-Vllmsim-Instance; completions also carry X-Vllmsim-Prompt-Tokens,

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,7 +140,22 @@ func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderInstance, s.InstanceID())
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	if !s.authorized(r) {
+		// vLLM's own answer, not an OpenAI error object.
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "Unauthorized"})
+		return
+	}
 	s.handler.ServeHTTP(w, r)
+}
+
+// authorized checks vLLM's API key the way vLLM's middleware does: only
+// paths under /v1 are guarded, OPTIONS never, and the header must be
+// exactly "Bearer <key>" (no other scheme spelling).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" || r.Method == http.MethodOptions || !strings.HasPrefix(r.URL.Path, "/v1") {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.APIKey)) == 1
 }
 
 // Serve accepts connections on l until Shutdown or Close, then returns

@@ -597,3 +597,52 @@ func settle(t *testing.T) *WithT {
 	g.SetDefaultEventuallyPollingInterval(5 * time.Millisecond)
 	return g
 }
+
+// TestAPIKey: with an API key the simulator guards what vLLM guards, every
+// path under /v1, with vLLM's exact header comparison, and leaves the
+// rest open (the router's health checks use /health).
+func TestAPIKey(t *testing.T) {
+	const key = "sk-vllm-0123456789"
+	s := startServer(t, Config{APIKey: key})
+	send := func(method, path, authorization string) int {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader(`{"model":"` + testModel + `","prompt":"hi","max_tokens":1}`)
+		}
+		req, err := http.NewRequest(method, s.URL()+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized && string(bytes.TrimSpace(out)) != `{"error":"Unauthorized"}` {
+			t.Fatalf("401 body %s is not vLLM's", out)
+		}
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		method, path, authorization string
+		want                        int
+	}{
+		{http.MethodPost, "/v1/completions", "", http.StatusUnauthorized},
+		{http.MethodPost, "/v1/completions", "Bearer wrong", http.StatusUnauthorized},
+		{http.MethodPost, "/v1/completions", "bearer " + key, http.StatusUnauthorized},
+		{http.MethodPost, "/v1/completions", "Bearer " + key, http.StatusOK},
+		{http.MethodGet, "/v1/models", "", http.StatusUnauthorized},
+		{http.MethodGet, "/v1/models", "Bearer " + key, http.StatusOK},
+		{http.MethodGet, "/health", "", http.StatusOK},
+		{http.MethodGet, "/metrics", "", http.StatusOK},
+	} {
+		if got := send(tc.method, tc.path, tc.authorization); got != tc.want {
+			t.Errorf("%s %s with %q: %d, want %d", tc.method, tc.path, tc.authorization, got, tc.want)
+		}
+	}
+}

@@ -154,6 +154,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	upstreamKey := upstreamAPIKey(auth, log)
 	r := proxy.New(proxy.Options{
 		MaxBodyBytes:          f.maxBodyBytes,
 		MaxBufferedBytes:      budget,
@@ -168,6 +169,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		Tuning:                f.tuning,
 		Salts:                 salts,
 		Auth:                  auth,
+		UpstreamAPIKey:        upstreamKey,
 		Log:                   log,
 	})
 	m := r.Metrics()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -111,4 +112,25 @@ func startTenancy(ctx context.Context, wg *sync.WaitGroup, t tenancyFlags, poll 
 		})
 	}
 	return salts, auth, nil
+}
+
+// upstreamAPIKeyEnv holds vLLM's API key for the router to send upstream.
+// An environment variable rather than a flag, so that the Deployment can
+// keep it a Secret reference and it never shows in the pod's command line.
+const upstreamAPIKeyEnv = "WARMROUTE_UPSTREAM_API_KEY"
+
+// upstreamAPIKey is vLLM's key from the environment, taken as is (vLLM
+// compares its own copy byte for byte). It is used only with router auth
+// (proxy.Options.UpstreamAPIKey); without, the router says it ignores it,
+// never saying the key itself.
+func upstreamAPIKey(auth tenancy.Auth, log logr.Logger) string {
+	key := os.Getenv(upstreamAPIKeyEnv)
+	switch {
+	case key == "":
+	case auth.Authenticated():
+		log.Info("sending vLLM's API key upstream in place of the clients' Authorization", "env", upstreamAPIKeyEnv)
+	default:
+		log.Info("warning: vLLM's API key is set but router auth is off, so it is not used: clients' Authorization goes to vLLM unchanged", "env", upstreamAPIKeyEnv)
+	}
+	return key
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
@@ -93,5 +95,26 @@ func TestTenancyFlags(t *testing.T) {
 		if _, err := parseFlags(tc.args); (err == nil) != tc.ok {
 			t.Errorf("%v: err %v", tc.args, err)
 		}
+	}
+}
+
+// TestUpstreamAPIKeyFromEnv: the key comes from the environment as is,
+// and the log says whether it is used without ever saying it.
+func TestUpstreamAPIKeyFromEnv(t *testing.T) {
+	const key = "sk-vllm-secret-0123456789\n"
+	t.Setenv(upstreamAPIKeyEnv, key)
+	for _, auth := range []tenancy.Auth{{}, {TrustedHeader: "X-Tenant"}} {
+		var logged strings.Builder
+		log := funcr.New(func(prefix, args string) { logged.WriteString(prefix + args + "\n") }, funcr.Options{})
+		if got := upstreamAPIKey(auth, log); got != key {
+			t.Errorf("key %q, want %q", got, key)
+		}
+		if logged.Len() == 0 || strings.Contains(logged.String(), "sk-vllm") {
+			t.Errorf("log %q: want a line, without the key", logged.String())
+		}
+	}
+	t.Setenv(upstreamAPIKeyEnv, "")
+	if got := upstreamAPIKey(tenancy.Auth{}, logr.Discard()); got != "" {
+		t.Errorf("key %q without the variable", got)
 	}
 }

@@ -63,6 +63,14 @@ type Options struct {
 	// Auth says where the tenant comes from (zero: the client's claim,
 	// unauthenticated).
 	Auth tenancy.Auth
+	// UpstreamAPIKey is vLLM's own API key (its --api-key). The router
+	// sends it as "Authorization: Bearer <key>" on every forwarded request,
+	// but only when Auth authenticates clients: the router has then
+	// checked the client and removed whatever Authorization the client
+	// sent. With Auth off the client's own Authorization passes through
+	// for vLLM to check, and the key is not used: sending it for clients
+	// nobody checked would open a way around vLLM's key.
+	UpstreamAPIKey string
 	// Transport overrides the upstream transport (tests).
 	Transport http.RoundTripper
 	Log       logr.Logger
@@ -84,6 +92,9 @@ type Router struct {
 	state    atomic.Pointer[state]
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
+	// upstreamAuth is the Authorization value sent to vLLM in place of
+	// the client's ("" to pass the client's through), see UpstreamAPIKey.
+	upstreamAuth string
 
 	budget budget
 	// draining: shutting down (Drain), so not ready and closing each
@@ -130,6 +141,9 @@ func New(opts Options) *Router {
 		opts.Salts = tenancy.RandomSalter()
 	}
 	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}}
+	if opts.UpstreamAPIKey != "" && opts.Auth.Authenticated() {
+		r.upstreamAuth = "Bearer " + opts.UpstreamAPIKey
+	}
 	r.budget.limit = opts.MaxBufferedBytes
 	if r.opts.Metrics == nil {
 		r.opts.Metrics = metrics.New(r.Gauges())
@@ -506,6 +520,9 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = ""
 	pr.SetXForwarded()
 	r.opts.Auth.Strip(pr.Out.Header)
+	if r.upstreamAuth != "" {
+		pr.Out.Header.Set("Authorization", r.upstreamAuth)
+	}
 	if rt.body != nil {
 		pr.Out.Body = rt.newBody()
 		// GetBody lets the transport resend on a fresh connection when a

@@ -56,9 +56,14 @@ func run(args []string) error {
 	fs.Var(&loraModules, "lora-modules", "adapter loaded at start, as name=path; repeatable")
 	fs.StringVar(&loraFail, "lora-fail", "", "comma-separated adapter names whose load fails")
 	fs.DurationVar(&loraDelay, "lora-load-delay", 0, "simulated time an adapter load takes")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "vLLM's --api-key: requests under /v1 then need Authorization: Bearer <key>")
 	fs.Float64Var(&shutdownSecs, "shutdown-timeout", 0, "seconds SIGTERM waits for running requests (new ones get 503); 0 aborts them at once, as vLLM does")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.APIKey == "" {
+		// As vLLM: the flag wins, else the environment.
+		cfg.APIKey = os.Getenv("VLLM_API_KEY")
 	}
 	cfg.DecodeStep = time.Duration(decodeMs * float64(time.Millisecond))
 	cfg.StepOverhead = time.Duration(overheadMs * float64(time.Millisecond))
