@@ -53,9 +53,16 @@ const (
 	namePrefix       = "warmroute-"
 	injectCAFrom     = "cert-manager.io/inject-ca-from"
 
-	condWebhook     = ".Values.webhook.enable"
-	condCertManager = `and .Values.webhook.enable (eq .Values.webhook.certificate "cert-manager")`
-	condMetrics     = ".Values.metrics.enable"
+	condWebhook       = ".Values.webhook.enable"
+	condMetrics       = ".Values.metrics.enable"
+	condCustomMetrics = ".Values.customMetrics.enabled"
+	// webhook.certificate is the one certificate choice for both servers
+	// that need one (the webhooks and the custom metrics API): a cluster
+	// either has cert-manager or it does not.
+	certManagerChosen        = `(eq .Values.webhook.certificate "cert-manager")`
+	condWebhookCertManager   = "and " + condWebhook + " " + certManagerChosen
+	condCustomMetricsCertMgr = "and " + condCustomMetrics + " " + certManagerChosen
+	condIssuer               = "and (or " + condWebhook + " " + condCustomMetrics + ") " + certManagerChosen
 )
 
 // defaults are the values config/ sets, which become values.yaml.
@@ -86,10 +93,23 @@ type builder struct {
 	t         *templater
 	values    defaults
 	files     []File
-	// certSecret and dnsNames are the webhook certificate's, from the
-	// cert-manager Certificate; the self-signed choice issues the same.
-	certSecret string
-	dnsNames   []string
+	// webhookCert and customMetricsCert are the cert-manager Certificates
+	// the webhook configurations and the APIService take their CA from;
+	// the self-signed choice issues the same.
+	webhookCert, customMetricsCert servingCert
+}
+
+// servingCert is what the chart needs of a cert-manager Certificate.
+type servingCert struct {
+	secret   string
+	dnsNames []string
+}
+
+// holds reports whether the pod volume v is the certificate's Secret.
+func (c servingCert) holds(v any) bool {
+	m, _ := v.(map[string]any)
+	secret, _, _ := unstructured.NestedString(m, "secret", "secretName")
+	return secret == c.secret
 }
 
 // Build returns the chart's files for the kustomize output in manifests.
@@ -106,23 +126,36 @@ func Build(manifestStream io.Reader, opts Options) ([]File, error) {
 }
 
 func (b *builder) build() ([]File, error) {
+	// Each Certificate is known by the object whose CA it injects.
+	certs := map[string]servingCert{}
+	var webhookFrom, customMetricsFrom string
 	for _, o := range b.objects {
-		if o.GetKind() == "Namespace" {
+		switch o.GetKind() {
+		case "Namespace":
 			if b.namespace != "" {
 				return nil, errors.New("more than one Namespace in the manifests")
 			}
 			b.namespace = o.GetName()
-		}
-		if o.GetKind() == "Certificate" {
-			b.certSecret, _, _ = unstructured.NestedString(o.Object, "spec", "secretName")
-			b.dnsNames, _, _ = unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+		case "Certificate":
+			var c servingCert
+			c.secret, _, _ = unstructured.NestedString(o.Object, "spec", "secretName")
+			c.dnsNames, _, _ = unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+			certs[o.GetNamespace()+"/"+o.GetName()] = c
+		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+			webhookFrom = o.GetAnnotations()[injectCAFrom]
+		case "APIService":
+			customMetricsFrom = o.GetAnnotations()[injectCAFrom]
 		}
 	}
 	if b.namespace == "" {
 		return nil, errors.New("no Namespace in the manifests (want kustomize build config/default)")
 	}
-	if b.certSecret == "" || len(b.dnsNames) == 0 {
-		return nil, errors.New("no cert-manager Certificate with a secretName and dnsNames in the manifests")
+	var err error
+	if b.webhookCert, err = certFrom(certs, "webhook configurations", webhookFrom); err != nil {
+		return nil, err
+	}
+	if b.customMetricsCert, err = certFrom(certs, "APIService", customMetricsFrom); err != nil {
+		return nil, err
 	}
 	b.t = newTemplater(b.namespace)
 
@@ -155,23 +188,34 @@ func (b *builder) build() ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
-		if kind == "Deployment" {
+		var preamble string
+		switch kind {
+		case "Deployment":
 			if err := b.deployment(o); err != nil {
 				return nil, fmt.Errorf("Deployment %s: %w", name, err)
 			}
+		case "APIService":
+			spec, _ := o.Object["spec"].(map[string]any)
+			if spec == nil {
+				return nil, fmt.Errorf("APIService %s: no spec", name)
+			}
+			if err := b.injectCA(o, spec); err != nil {
+				return nil, fmt.Errorf("APIService %s: %w", name, err)
+			}
+			preamble = selfSignedPreamble(b.customMetricsCert, b.namespace, "warmroute-custom-metrics-ca")
 		}
 		b.addLabels(o)
 		text, err := b.t.render(o.Object)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
 		}
-		b.addTemplate(path.Join("templates", dir, strings.TrimPrefix(name, namePrefix)+".yaml"), cond, text)
+		b.addTemplate(path.Join("templates", dir, strings.TrimPrefix(name, namePrefix)+".yaml"), cond, preamble+text)
 	}
 	if len(webhookConfigs) == 0 {
 		return nil, errors.New("no webhook configurations in the manifests")
 	}
 	b.addTemplate("templates/webhook/webhooks.yaml", condWebhook,
-		b.webhookPreamble()+strings.Join(webhookConfigs, "---\n"))
+		selfSignedPreamble(b.webhookCert, b.namespace, "warmroute-webhook-ca")+strings.Join(webhookConfigs, "---\n"))
 	if err := b.t.leftover(); err != nil {
 		return nil, err
 	}
@@ -191,10 +235,16 @@ func (b *builder) build() ([]File, error) {
 // on. A kind chartgen does not know is an error, so that an object added
 // to config/ cannot silently miss the chart.
 func place(kind, name string) (dir, cond string, err error) {
-	metrics := strings.Contains(name, "metrics")
+	// The custom metrics API's objects say custom-metrics; the operator's
+	// own metrics endpoint's say metrics alone.
+	customMetrics := strings.Contains(name, "custom-metrics")
+	metrics := !customMetrics && strings.Contains(name, "metrics")
 	switch kind {
 	case "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
-		if metrics {
+		switch {
+		case customMetrics:
+			return "rbac", condCustomMetrics, nil
+		case metrics:
 			return "rbac", condMetrics, nil
 		}
 		return "rbac", "", nil
@@ -202,13 +252,25 @@ func place(kind, name string) (dir, cond string, err error) {
 		return "manager", "", nil
 	case "Service":
 		switch {
+		case customMetrics:
+			return "metricsapi", condCustomMetrics, nil
 		case metrics:
 			return "metrics", condMetrics, nil
 		case strings.Contains(name, "webhook"):
 			return "webhook", condWebhook, nil
 		}
-	case "Certificate", "Issuer":
-		return "certmanager", condCertManager, nil
+	case "APIService":
+		if strings.HasSuffix(name, ".custom.metrics.k8s.io") {
+			return "metricsapi", condCustomMetrics, nil
+		}
+	case "Certificate":
+		if customMetrics {
+			return "certmanager", condCustomMetricsCertMgr, nil
+		}
+		return "certmanager", condWebhookCertManager, nil
+	case "Issuer":
+		// Issues both certificates.
+		return "certmanager", condIssuer, nil
 	}
 	return "", "", fmt.Errorf("%s %s: chartgen does not know where it belongs in the chart; add it to place()", kind, name)
 }
@@ -266,23 +328,20 @@ func (b *builder) deployment(o *unstructured.Unstructured) error {
 		return err
 	}
 
-	// The webhook certificate's volume and mounts exist only with the webhooks.
-	var certVolume string
+	// A certificate's volume and mounts exist only with the server that
+	// uses it.
 	volumes, _ := pod["volumes"].([]any)
-	var keepVolumes, certVolumes []any
-	for _, v := range volumes {
-		if name, ok := b.certVolume(v); ok {
-			certVolume = name
-			certVolumes = append(certVolumes, v)
-			continue
-		}
-		keepVolumes = append(keepVolumes, v)
+	keepVolumes, webhookVolumes := split(volumes, b.webhookCert.holds)
+	keepVolumes, customMetricsVolumes := split(keepVolumes, b.customMetricsCert.holds)
+	if len(webhookVolumes) == 0 {
+		return fmt.Errorf("no volume of the webhook certificate's Secret %s", b.webhookCert.secret)
 	}
-	if certVolume == "" {
-		return fmt.Errorf("no volume of the webhook certificate's Secret %s", b.certSecret)
+	if len(customMetricsVolumes) == 0 {
+		return fmt.Errorf("no volume of the custom metrics API certificate's Secret %s", b.customMetricsCert.secret)
 	}
 	delete(pod, "volumes")
-	pod[t.line(listWhen("volumes", keepVolumes, certVolumes, condWebhook))] = ""
+	pod[t.line(listWhen("volumes", keepVolumes,
+		conditional{condWebhook, webhookVolumes}, conditional{condCustomMetrics, customMetricsVolumes}))] = ""
 
 	containers, _ := pod["containers"].([]any)
 	var c map[string]any
@@ -315,34 +374,85 @@ func (b *builder) deployment(o *unstructured.Unstructured) error {
 	if err := b.args(c); err != nil {
 		return err
 	}
+	if err := b.customMetricsArgs(c); err != nil {
+		return err
+	}
 	if err := b.env(c); err != nil {
 		return err
 	}
 
 	mounts, _ := c["volumeMounts"].([]any)
-	var keepMounts, certMounts []any
-	for _, m := range mounts {
-		if mm, ok := m.(map[string]any); ok && mm["name"] == certVolume {
-			certMounts = append(certMounts, m)
-			continue
-		}
-		keepMounts = append(keepMounts, m)
-	}
-	if len(certMounts) == 0 {
+	keepMounts, webhookMounts := split(mounts, mountOf(webhookVolumes))
+	keepMounts, customMetricsMounts := split(keepMounts, mountOf(customMetricsVolumes))
+	if len(webhookMounts) == 0 {
 		return fmt.Errorf("container %q does not mount the webhook certificate", managerContainer)
 	}
+	if len(customMetricsMounts) == 0 {
+		return fmt.Errorf("container %q does not mount the custom metrics API certificate", managerContainer)
+	}
 	delete(c, "volumeMounts")
-	c[t.line(listWhen("volumeMounts", keepMounts, certMounts, condWebhook))] = ""
+	c[t.line(listWhen("volumeMounts", keepMounts,
+		conditional{condWebhook, webhookMounts}, conditional{condCustomMetrics, customMetricsMounts}))] = ""
 
 	return unstructured.SetNestedMap(o.Object, pod, "spec", "template", "spec")
 }
 
-// certVolume is the name of v when it holds the webhook certificate.
-func (b *builder) certVolume(v any) (string, bool) {
-	m, _ := v.(map[string]any)
-	secret, _, _ := unstructured.NestedString(m, "secret", "secretName")
-	name, _ := m["name"].(string)
-	return name, secret == b.certSecret
+// split returns the items of list pick refuses, then those it takes.
+func split(list []any, pick func(any) bool) (keep, picked []any) {
+	for _, x := range list {
+		if pick(x) {
+			picked = append(picked, x)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	return keep, picked
+}
+
+// mountOf picks the volume mounts of volumes.
+func mountOf(volumes []any) func(any) bool {
+	var names []any
+	for _, v := range volumes {
+		m, _ := v.(map[string]any)
+		names = append(names, m["name"])
+	}
+	return func(x any) bool {
+		m, _ := x.(map[string]any)
+		return slices.Contains(names, m["name"])
+	}
+}
+
+const customMetricsFlag = "--custom-metrics-port="
+
+// customMetricsArgs makes the custom metrics API's argument and container
+// port conditional: without the flag the manager serves no such API.
+func (b *builder) customMetricsArgs(c map[string]any) error {
+	args, _ := c["args"].([]any)
+	var port string
+	keepArgs, flagArgs := split(args, func(a any) bool {
+		s, _ := a.(string)
+		p, ok := strings.CutPrefix(s, customMetricsFlag)
+		if ok {
+			port = p
+		}
+		return ok
+	})
+	if port == "" {
+		return fmt.Errorf("container %q has no %s argument", managerContainer, customMetricsFlag)
+	}
+	ports, _ := c["ports"].([]any)
+	keepPorts, flagPorts := split(ports, func(x any) bool {
+		m, _ := x.(map[string]any)
+		return fmt.Sprint(m["containerPort"]) == port
+	})
+	if len(flagPorts) == 0 {
+		return fmt.Errorf("container %q has no port %s for %s", managerContainer, port, customMetricsFlag)
+	}
+	delete(c, "args")
+	c[b.t.line(listWhen("args", keepArgs, conditional{condCustomMetrics, flagArgs}))] = ""
+	delete(c, "ports")
+	c[b.t.line(listWhen("ports", keepPorts, conditional{condCustomMetrics, flagPorts}))] = ""
+	return nil
 }
 
 const metricsFlag = "--metrics-bind-address="
@@ -398,47 +508,71 @@ func (b *builder) env(c map[string]any) error {
 	return nil
 }
 
+// certFrom is the Certificate named by an inject-ca-from annotation.
+func certFrom(certs map[string]servingCert, user, from string) (servingCert, error) {
+	c, ok := certs[from]
+	if !ok || c.secret == "" || len(c.dnsNames) == 0 {
+		return c, fmt.Errorf("no cert-manager Certificate %q (the %s' %s) with a secretName and dnsNames in the manifests", from, user, injectCAFrom)
+	}
+	return c, nil
+}
+
 // webhookConfiguration templates a webhook configuration for either
-// certificate choice: cert-manager injects its CA (the annotation), the
-// self-signed choice writes it into every webhook's caBundle.
+// certificate choice.
 func (b *builder) webhookConfiguration(o *unstructured.Unstructured) (string, error) {
+	hooks, _ := o.Object["webhooks"].([]any)
+	var configs []map[string]any
+	for _, h := range hooks {
+		cc, _ := h.(map[string]any)["clientConfig"].(map[string]any)
+		if cc == nil {
+			return "", errors.New("webhook without a clientConfig")
+		}
+		configs = append(configs, cc)
+	}
+	if err := b.injectCA(o, configs...); err != nil {
+		return "", err
+	}
+	b.addLabels(o)
+	return b.t.render(o.Object)
+}
+
+// injectCA templates o for either certificate choice: cert-manager injects
+// its CA (the annotation), the self-signed choice writes it into the
+// caBundle of each of holders (maps inside o). The template needs
+// selfSignedPreamble's variables.
+func (b *builder) injectCA(o *unstructured.Unstructured, holders ...map[string]any) error {
 	t := b.t
 	annotations := o.GetAnnotations()
 	from, ok := annotations[injectCAFrom]
 	if !ok {
-		return "", fmt.Errorf("no %s annotation", injectCAFrom)
+		return fmt.Errorf("no %s annotation", injectCAFrom)
 	}
-	delete(annotations, injectCAFrom)
 	m := map[string]any{}
 	for k, v := range annotations {
-		m[k] = v
+		if k != injectCAFrom {
+			m[k] = v
+		}
 	}
 	m[t.line(keyWhen(injectCAFrom, from, "$certManager"))] = ""
 	if err := unstructured.SetNestedMap(o.Object, m, "metadata", "annotations"); err != nil {
-		return "", err
+		return err
 	}
-	hooks, _ := o.Object["webhooks"].([]any)
-	for _, h := range hooks {
-		cc, _, _ := unstructured.NestedMap(h.(map[string]any), "clientConfig")
-		if cc == nil {
-			return "", errors.New("webhook without a clientConfig")
-		}
-		cc[t.line(keyWhen("caBundle", "{{ $caBundle }}", "not $certManager"))] = ""
-		h.(map[string]any)["clientConfig"] = cc
+	for _, h := range holders {
+		h[t.line(keyWhen("caBundle", "{{ $caBundle }}", "not $certManager"))] = ""
 	}
-	b.addLabels(o)
-	return t.render(o.Object)
+	return nil
 }
 
-// webhookPreamble issues the self-signed certificate: once, kept in its
-// Secret across upgrades (lookup), so that the caBundle does not change and
-// the serving certificate is not replaced under the running manager.
-// `helm template` cannot look up and issues a new one each time.
-func (b *builder) webhookPreamble() string {
+// selfSignedPreamble sets $certManager and $caBundle and, for the
+// self-signed choice, issues cert: once, kept in its Secret across upgrades
+// (lookup), so that the caBundle does not change and the serving
+// certificate is not replaced under the running manager. `helm template`
+// cannot look up and issues a new one each time.
+func selfSignedPreamble(cert servingCert, namespace, caName string) string {
 	var names []string
-	for _, n := range b.dnsNames {
+	for _, n := range cert.dnsNames {
 		names = append(names, fmt.Sprintf("(printf %q .Release.Namespace)",
-			strings.ReplaceAll(n, b.namespace, "%s")))
+			strings.ReplaceAll(n, namespace, "%s")))
 	}
 	return fmt.Sprintf(`{{- $certManager := eq .Values.webhook.certificate "cert-manager" }}
 {{- $caBundle := "" }}
@@ -449,7 +583,7 @@ func (b *builder) webhookPreamble() string {
 {{- if and $existing (index ($existing.data | default dict) "ca.crt") }}
 {{- $tls = $existing.data }}
 {{- else }}
-{{- $ca := genCA "warmroute-webhook-ca" 3650 }}
+{{- $ca := genCA %[3]q 3650 }}
 {{- $cert := genSignedCert (first $names) nil $names 3650 $ca }}
 {{- $tls = dict "ca.crt" ($ca.Cert | b64enc) "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) }}
 {{- end }}
@@ -468,7 +602,7 @@ data:
   tls.key: {{ index $tls "tls.key" }}
 ---
 {{- end }}
-`, strings.Join(names, " "), b.certSecret)
+`, strings.Join(names, " "), cert.secret, caName)
 }
 
 func (b *builder) chartYAML() string {
@@ -529,15 +663,24 @@ vllm:
 # Admission webhooks (defaulting and the checks CEL cannot express).
 webhook:
   enable: true
-  # cert-manager: a cert-manager Issuer and Certificate (cert-manager must be
-  # installed). self-signed: the chart issues a certificate once and keeps it
-  # across upgrades.
+  # The certificates of the webhooks and of the custom metrics API.
+  # cert-manager: a cert-manager Issuer and Certificates (cert-manager must be
+  # installed). self-signed: the chart issues each certificate once and keeps
+  # it across upgrades.
   certificate: cert-manager
 
 # The operator's metrics on :8443 over HTTPS (authenticated through the API
 # server), their Service and the ClusterRoles to read them.
 metrics:
   enable: true
+
+# The operator's own custom metrics API (custom.metrics.k8s.io/v1beta2) for
+# HorizontalPodAutoscalers: its APIService, Service, certificate (as
+# webhook.certificate chooses) and the bindings an aggregated API server
+# needs, one of them in kube-system. A cluster has one custom.metrics.k8s.io
+# provider: turn it off where prometheus-adapter or KEDA serves it.
+customMetrics:
+  enabled: true
 `, v.managerImage.repository, v.managerImage.tag, v.pullPolicy, v.replicas, block(v.resources, "    "),
 		v.routerImage.repository, v.routerImage.tag, v.vllmImage.repository, v.vllmImage.tag)
 }

@@ -130,16 +130,24 @@ func withValues(key, value string) func(string) string {
 	}
 }
 
-// listWhen is a list key whose always items are kept and whose cond items
-// only when cond holds.
-func listWhen(key string, always, cond []any, condition string) func(string) string {
+// conditional is list items present only when cond holds.
+type conditional struct {
+	cond  string
+	items []any
+}
+
+// listWhen is a list key whose always items are kept and each of whose
+// conditional items only when their condition holds.
+func listWhen(key string, always []any, conds ...conditional) func(string) string {
 	return func(in string) string {
 		s := in + key + ":"
 		if len(always) > 0 {
 			s += "\n" + block(always, in)
 		}
-		if len(cond) > 0 {
-			s += fmt.Sprintf("\n%s{{- if %s }}\n%s\n%s{{- end }}", in, condition, block(cond, in), in)
+		for _, c := range conds {
+			if len(c.items) > 0 {
+				s += fmt.Sprintf("\n%s{{- if %s }}\n%s\n%s{{- end }}", in, c.cond, block(c.items, in), in)
+			}
 		}
 		return s
 	}

@@ -17,6 +17,9 @@ limitations under the License.
 package install_test
 
 import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"slices"
 	"strings"
 	"testing"
@@ -32,10 +35,11 @@ import (
 // The value sets the tests render and install: the default, each
 // certificate choice and each toggle off.
 var variants = map[string][]string{
-	"default":     nil,
-	"self-signed": {"--set", "webhook.certificate=self-signed"},
-	"no-webhook":  {"--set", "webhook.enable=false"},
-	"no-metrics":  {"--set", "metrics.enable=false"},
+	"default":           nil,
+	"self-signed":       {"--set", "webhook.certificate=self-signed"},
+	"no-webhook":        {"--set", "webhook.enable=false"},
+	"no-metrics":        {"--set", "metrics.enable=false"},
+	"no-custom-metrics": {"--set", "customMetrics.enabled=false"},
 }
 
 func TestHelmLint(t *testing.T) {
@@ -107,8 +111,8 @@ func TestChartIsConfigDefault(t *testing.T) {
 			continue // Helm installs into the release namespace
 		}
 		ns := r.GetNamespace()
-		if ns != "" {
-			ns = "ops"
+		if ns == "warmroute-system" {
+			ns = "ops" // kube-system stays
 		}
 		want = append(want, r.GetKind()+" "+ns+"/"+r.GetName())
 	}
@@ -213,19 +217,142 @@ func TestTemplateWebhookChoices(t *testing.T) {
 	})
 	t.Run("off", func(t *testing.T) {
 		r := rendered(render(t, "ops", variants["no-webhook"]...))
-		for _, kind := range []string{"Certificate", "Issuer", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Secret"} {
+		for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Secret"} {
 			if r.find(kind, "") != nil {
 				t.Errorf("%s with the webhooks off", kind)
 			}
+		}
+		if r.find("Certificate", "warmroute-serving-cert") != nil {
+			t.Error("webhook Certificate with the webhooks off")
 		}
 		if r.find("Service", "warmroute-webhook-service") != nil {
 			t.Error("webhook Service with the webhooks off")
 		}
 		d, c := manager(t, r)
-		if env(c, "ENABLE_WEBHOOKS") != "false" || len(c.VolumeMounts) != 0 || len(d.Spec.Template.Spec.Volumes) != 0 {
+		if env(c, "ENABLE_WEBHOOKS") != "false" || hasMount(c, "webhook-certs") || hasVolume(d, "webhook-certs") {
 			t.Errorf("manager still set up for webhooks: ENABLE_WEBHOOKS=%q, mounts %v", env(c, "ENABLE_WEBHOOKS"), c.VolumeMounts)
 		}
+		// The custom metrics API still needs the cert-manager Issuer.
+		if r.find("Issuer", "") == nil {
+			t.Error("no Issuer for the custom metrics API's Certificate")
+		}
+		r = rendered(render(t, "ops", "--set", "webhook.enable=false", "--set", "customMetrics.enabled=false"))
+		for _, kind := range []string{"Certificate", "Issuer", "Secret"} {
+			if r.find(kind, "") != nil {
+				t.Errorf("%s with the webhooks and the custom metrics API off", kind)
+			}
+		}
+		d, c = manager(t, r)
+		if len(c.VolumeMounts) != 0 || len(d.Spec.Template.Spec.Volumes) != 0 {
+			t.Errorf("manager mounts %v with no server needing a certificate", c.VolumeMounts)
+		}
 	})
+}
+
+func hasMount(c corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == name })
+}
+
+func hasVolume(d appsv1.Deployment, name string) bool {
+	return slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+}
+
+func TestTemplateCustomMetrics(t *testing.T) {
+	const apiService = "v1beta2.custom.metrics.k8s.io"
+	serves := func(t *testing.T, r rendered) {
+		t.Helper()
+		d, c := manager(t, r)
+		if !slices.Contains(c.Args, "--custom-metrics-port=6443") || !hasMount(c, "custom-metrics-certs") || !hasVolume(d, "custom-metrics-certs") {
+			t.Errorf("manager does not serve the custom metrics API: args %v, mounts %v", c.Args, c.VolumeMounts)
+		}
+		svc, _, _ := unstructured.NestedMap(r.find("APIService", apiService).Object, "spec", "service")
+		if svc["name"] != "warmroute-custom-metrics-service" || svc["namespace"] != "ops" || r.find("Service", "warmroute-custom-metrics-service") == nil {
+			t.Errorf("APIService points at %v", svc)
+		}
+		// The authentication reader binding must stay where the ConfigMap it
+		// grants is, for the release's ServiceAccount.
+		rb := r.find("RoleBinding", "warmroute-custom-metrics-auth-reader")
+		subjects, _, _ := unstructured.NestedSlice(rb.Object, "subjects")
+		if rb.GetNamespace() != "kube-system" || subjects[0].(map[string]any)["namespace"] != "ops" {
+			t.Errorf("auth reader RoleBinding in %q for %v", rb.GetNamespace(), subjects)
+		}
+		if r.find("ClusterRoleBinding", "warmroute-custom-metrics-auth-delegator") == nil {
+			t.Error("no auth delegator ClusterRoleBinding")
+		}
+	}
+	t.Run("cert-manager", func(t *testing.T) {
+		r := rendered(render(t, "ops"))
+		serves(t, r)
+		a := r.find("APIService", apiService)
+		if got := a.GetAnnotations()["cert-manager.io/inject-ca-from"]; got != "ops/warmroute-custom-metrics-serving-cert" {
+			t.Errorf("inject-ca-from %q", got)
+		}
+		cert := r.find("Certificate", "warmroute-custom-metrics-serving-cert")
+		if cert == nil {
+			t.Fatalf("no custom metrics Certificate among %v", r.kinds())
+		}
+		secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+		names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		if secret != "custom-metrics-server-cert" || !slices.Contains(names, "warmroute-custom-metrics-service.ops.svc") {
+			t.Errorf("Certificate for %v into %s", names, secret)
+		}
+	})
+	t.Run("self-signed", func(t *testing.T) {
+		r := rendered(render(t, "ops", variants["self-signed"]...))
+		serves(t, r)
+		secret := r.find("Secret", "custom-metrics-server-cert")
+		if secret == nil {
+			t.Fatalf("no custom-metrics-server-cert Secret among %v", r.kinds())
+		}
+		ca, _, _ := unstructured.NestedString(secret.Object, "data", "ca.crt")
+		a := r.find("APIService", apiService)
+		if got, _, _ := unstructured.NestedString(a.Object, "spec", "caBundle"); ca == "" || got != ca {
+			t.Error("APIService caBundle is not the Secret's CA")
+		}
+		if _, ok := a.GetAnnotations()["cert-manager.io/inject-ca-from"]; ok {
+			t.Error("inject-ca-from with the self-signed choice")
+		}
+		// The serving certificate is for the Service's name, signed by the CA.
+		crt, _, _ := unstructured.NestedString(secret.Object, "data", "tls.crt")
+		leaf := parseCert(t, crt)
+		roots := x509.NewCertPool()
+		roots.AddCert(parseCert(t, ca))
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "warmroute-custom-metrics-service.ops.svc", Roots: roots}); err != nil {
+			t.Errorf("serving certificate: %v", err)
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		r := rendered(render(t, "ops", variants["no-custom-metrics"]...))
+		for _, o := range r {
+			if o.GetKind() == "APIService" || strings.Contains(o.GetName(), "custom-metrics") {
+				t.Errorf("custom metrics API off, yet %s %s", o.GetKind(), o.GetName())
+			}
+		}
+		d, c := manager(t, r)
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--custom-metrics-port") }) ||
+			hasMount(c, "custom-metrics-certs") || hasVolume(d, "custom-metrics-certs") ||
+			slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "custom-metrics" }) {
+			t.Errorf("manager still serves the custom metrics API: args %v, mounts %v, ports %v", c.Args, c.VolumeMounts, c.Ports)
+		}
+	})
+}
+
+// parseCert decodes a base64 PEM certificate as a Secret holds it.
+func parseCert(t *testing.T, b64 string) *x509.Certificate {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		t.Fatal("no PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestTemplateMetricsToggle(t *testing.T) {
@@ -239,7 +366,9 @@ func TestTemplateMetricsToggle(t *testing.T) {
 		t.Errorf("metrics off: args %v", c.Args)
 	}
 	for _, o := range r {
-		if strings.Contains(o.GetName(), "metrics") {
+		// The custom metrics API has its own value (customMetrics.enabled).
+		customMetrics := o.GetKind() == "APIService" || strings.Contains(o.GetName(), "custom-metrics")
+		if strings.Contains(o.GetName(), "metrics") && !customMetrics {
 			t.Errorf("metrics off, yet %s %s", o.GetKind(), o.GetName())
 		}
 	}
@@ -254,6 +383,7 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"manager.replicas=0", "replicas"},
 		{"webhook.certificate=vault", "certificate"},
 		{"webhook.enable=maybe", "enable"},
+		{"customMetrics.enabled=yes", "enabled"},
 		{"manager.image.pullPolicy=Sometimes", "pullPolicy"},
 		{"manager.image.tag=", "tag"},
 		{"manager.replica=2", "replica"},

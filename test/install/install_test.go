@@ -75,26 +75,33 @@ func testHelm(t *testing.T, c *cluster) {
 	if c.get(t, ep) == nil {
 		t.Fatal("helm upgrade lost the LLMEndpoint")
 	}
-	secret := &unstructured.Unstructured{}
-	secret.SetAPIVersion("v1")
-	secret.SetKind("Secret")
-	secret.SetNamespace(ns)
-	secret.SetName("webhook-server-cert")
-	ca := func() string {
+	// The self-signed certificates of the webhooks and the custom metrics API.
+	ca := func(name string) string {
 		t.Helper()
+		secret := &unstructured.Unstructured{}
+		secret.SetAPIVersion("v1")
+		secret.SetKind("Secret")
+		secret.SetNamespace(ns)
+		secret.SetName(name)
 		got := c.get(t, secret)
 		if got == nil {
-			t.Fatal("no self-signed webhook certificate Secret")
+			t.Fatalf("no self-signed certificate Secret %s", name)
 		}
 		v, _, _ := unstructured.NestedString(got.Object, "data", "ca.crt")
 		return v
 	}
-	first := ca()
+	secrets := []string{"webhook-server-cert", "custom-metrics-server-cert"}
+	first := map[string]string{}
+	for _, name := range secrets {
+		first[name] = ca(name)
+	}
 
-	// Upgrading again keeps the certificate (looked up, not reissued).
+	// Upgrading again keeps the certificates (looked up, not reissued).
 	h("upgrade", "warmroute", chartDir, "--set", "webhook.certificate=self-signed", "--set", "manager.replicas=1")
-	if ca() != first {
-		t.Error("helm upgrade reissued the self-signed webhook certificate")
+	for _, name := range secrets {
+		if ca(name) != first[name] {
+			t.Errorf("helm upgrade reissued the self-signed certificate %s", name)
+		}
 	}
 
 	// And to cert-manager, the default values.
