@@ -121,6 +121,15 @@ func ensureClaim(ctx context.Context, name string) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }
 
+// simulated reports whether a simulator serves the instance (pod) id. The
+// backends are live simulators, which gomega must never format (as a
+// failed HaveKey on the map would) while they change: formatting a slice
+// that grows underneath panics.
+func simulated(id string) bool {
+	_, ok := env.Agent.Backends()[id]
+	return ok
+}
+
 // waitRoutable waits until the endpoint's routing document lists n
 // instances, each with a simulator serving it.
 func waitRoutable(ctx context.Context, name string, n int) {
@@ -130,7 +139,7 @@ func waitRoutable(ctx context.Context, name string, n int) {
 		g.Expect(doc.Instances).To(HaveLen(n))
 		// Other specs' endpoints may have pods too: look for ours.
 		for _, in := range doc.Instances {
-			g.Expect(env.Agent.Backends()).To(HaveKey(in.ID))
+			g.Expect(simulated(in.ID)).To(BeTrue(), "no simulator serves instance %s yet", in.ID)
 		}
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

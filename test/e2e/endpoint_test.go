@@ -235,7 +235,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 			doc, err := routingDoc(ctx, endpoint)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(doc.Instances).To(HaveLen(4))
-			g.Expect(env.Agent.Backends()).To(HaveKey(doc.Instances[3].ID))
+			g.Expect(simulated(doc.Instances[3].ID)).To(BeTrue(), "no simulator serves instance %s yet", doc.Instances[3].ID)
 		}).WithTimeout(60 * time.Second).Should(Succeed())
 		doc, err := routingDoc(ctx, endpoint)
 		Expect(err).NotTo(HaveOccurred())

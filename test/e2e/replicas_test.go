@@ -88,7 +88,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			all := env.Sims.All()
 			sims = sims[:0]
 			for _, in := range doc.Instances {
-				g.Expect(env.Agent.Backends()).To(HaveKey(in.ID), "pod agent errors: %v", env.Agent.Errors())
+				g.Expect(simulated(in.ID)).To(BeTrue(), "no simulator serves instance %s yet; pod agent errors: %v", in.ID, env.Agent.Errors())
 				g.Expect(all).To(HaveKey(in.ID))
 				sims = append(sims, all[in.ID])
 			}

@@ -133,6 +133,17 @@ func (a *PodAgent) sync(obj any) {
 		return
 	}
 	addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(a.port))
+	// The cluster gave this pod an IP that a terminating pod's backend
+	// may still hold (KWOK frees a pod's IP when the pod object goes,
+	// without waiting for our backend's preStop and drain): on a node the
+	// old sandbox is gone before its IP is reused, so the old backend must
+	// not answer for the new pod (it serves another model, other mounts).
+	for other, b := range a.backends {
+		if b.addr == addr && other != pod.Name {
+			b.backend.Kill()
+			delete(a.backends, other)
+		}
+	}
 	backend, err := a.factory(pod, addr)
 	if err != nil {
 		a.errs = append(a.errs, fmt.Errorf("start backend for pod %s at %s: %w", pod.Name, addr, err))
