@@ -105,17 +105,3 @@ func score(seed uint64, adapter, instance string) uint64 {
 	h.Write([]byte(instance))
 	return hrw.Mix64(h.Sum64())
 }
-
-// Moves counts the adapter-instance assignments in after that were not in
-// before: each is one adapter load on an instance that did not hold it.
-func Moves(before, after map[string][]string) int {
-	n := 0
-	for name, set := range after {
-		for _, id := range set {
-			if !slices.Contains(before[name], id) {
-				n++
-			}
-		}
-	}
-	return n
-}
