@@ -103,8 +103,10 @@ func knownMetrics(t *testing.T) metricSet {
 	t.Helper()
 	s := metricSet{names: map[string]bool{}, histograms: map[string]bool{}}
 	zero := func() float64 { return 0 }
+	// Per-backend gauges appear in a Gather only with a backend.
+	oneBackend := func(report func(string, float64)) { report("b", 0) }
 	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero,
-		InFlight: func(report func(string, float64)) { report("b", 0) }})
+		InFlight: oneBackend, PrefillTokens: oneBackend})
 	routermetrics.NewPeers(m.Registry, routermetrics.PeerGauges{Peers: func() (int, int) { return 0, 0 }, ReportAge: zero})
 	// Vectors without a child are missing from a Gather: describe the
 	// struct's collectors as well.

@@ -28,13 +28,19 @@ const (
 	// for a batch slot: vllm:num_requests_waiting), divided by the ready
 	// instances.
 	MetricWaitingPerInstance = "waiting_requests_per_instance"
+	// MetricQueuedPromptTokensPerInstance is the prompt tokens the routers
+	// estimate the instances have yet to prefill for them (prompt length
+	// less the expected prefix-cache hit, until the first token), divided
+	// by the ready instances: the prefill work queued, which a few long
+	// prompts raise far more than the request counts show.
+	MetricQueuedPromptTokensPerInstance = "queued_prompt_tokens_per_instance"
 	// MetricPrefixCacheHitRatio is the share of prompt tokens vLLM served
 	// from its prefix cache over the last minute (0 to 1).
 	MetricPrefixCacheHitRatio = "prefix_cache_hit_ratio"
 )
 
 // MetricNames lists the served metrics.
-var MetricNames = []string{MetricInFlightPerInstance, MetricWaitingPerInstance, MetricPrefixCacheHitRatio}
+var MetricNames = []string{MetricInFlightPerInstance, MetricWaitingPerInstance, MetricQueuedPromptTokensPerInstance, MetricPrefixCacheHitRatio}
 
 var llmEndpoints = schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "llmendpoints"}
 
@@ -77,6 +83,8 @@ func value(l Load, metric string) (float64, bool) {
 		return l.InFlightPerInstance(), l.InFlightKnown
 	case MetricWaitingPerInstance:
 		return l.WaitingPerInstance(), l.WaitingKnown
+	case MetricQueuedPromptTokensPerInstance:
+		return l.QueuedPromptTokensPerInstance(), l.InFlightKnown
 	case MetricPrefixCacheHitRatio:
 		return l.HitRatio, l.HitRatioKnown
 	}

@@ -39,6 +39,7 @@ const (
 // and vLLM's (test/vllmsim exports the same names).
 const (
 	routerInFlight          = "warmroute_router_in_flight_requests"
+	routerPrefillTokens     = "warmroute_router_prefill_tokens_in_flight"
 	vllmRequestsWaiting     = "vllm:num_requests_waiting"
 	vllmPrefixCacheQueries  = "vllm:prefix_cache_queries_total"
 	vllmPrefixCacheHits     = "vllm:prefix_cache_hits_total"
@@ -56,8 +57,13 @@ type Load struct {
 	// instances; Waiting is the requests queued inside vLLM (waiting for a
 	// batch slot), summed over the instances.
 	InFlight, Waiting float64
+	// QueuedPromptTokens is the prompt tokens all router replicas estimate
+	// the instances have yet to prefill for them (each router reports its
+	// own requests only, so the sum counts each once).
+	QueuedPromptTokens float64
 	// InFlightKnown and WaitingKnown are false when every pod that has the
-	// figure failed to answer.
+	// figure failed to answer (InFlightKnown covers QueuedPromptTokens,
+	// read from the same routers).
 	InFlightKnown, WaitingKnown bool
 	// HitRatio is the share of prompt tokens served from vLLM's prefix
 	// cache over the window; HitRatioKnown is false while no prompt tokens
@@ -82,6 +88,10 @@ func (l Load) InFlightPerInstance() float64 { return l.perInstance(l.InFlight) }
 
 // WaitingPerInstance is Waiting over the ready instances.
 func (l Load) WaitingPerInstance() float64 { return l.perInstance(l.Waiting) }
+
+// QueuedPromptTokensPerInstance is QueuedPromptTokens over the ready
+// instances.
+func (l Load) QueuedPromptTokensPerInstance() float64 { return l.perInstance(l.QueuedPromptTokens) }
 
 // Store holds the latest Load of every endpoint; safe for concurrent use.
 type Store struct {
@@ -276,6 +286,7 @@ func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) 
 			case role == roleRouter:
 				routersOK++
 				l.InFlight += sum(fams[routerInFlight])
+				l.QueuedPromptTokens += sum(fams[routerPrefillTokens])
 			case err != nil:
 				vllmFail++
 			default:

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -27,18 +28,22 @@ import (
 )
 
 // routerServer serves the router's real registry with the given in-flight
-// counts per backend.
-func routerServer(t *testing.T, inFlight map[string]float64) *httptest.Server {
+// requests and unprefilled prompt tokens per backend.
+func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *httptest.Server {
 	t.Helper()
-	m := routermetrics.New(routermetrics.Gauges{
-		IndexEntries: func() float64 { return 0 },
-		IndexBytes:   func() float64 { return 0 },
-		Buffered:     func() float64 { return 0 },
-		InFlight: func(report func(string, float64)) {
-			for b, n := range inFlight {
+	perBackend := func(values map[string]float64) func(func(string, float64)) {
+		return func(report func(string, float64)) {
+			for b, n := range values {
 				report(b, n)
 			}
-		},
+		}
+	}
+	m := routermetrics.New(routermetrics.Gauges{
+		IndexEntries:  func() float64 { return 0 },
+		IndexBytes:    func() float64 { return 0 },
+		Buffered:      func() float64 { return 0 },
+		InFlight:      perBackend(inFlight),
+		PrefillTokens: perBackend(prefillTokens),
 	})
 	s := httptest.NewServer(m.Handler())
 	t.Cleanup(s.Close)
@@ -101,8 +106,8 @@ func newScheme(t *testing.T) *runtime.Scheme {
 }
 
 func TestScrapeAggregatesRoutersAndInstances(t *testing.T) {
-	r1 := routerServer(t, map[string]float64{"bot-vllm-a": 3, "bot-vllm-b": 2})
-	r2 := routerServer(t, map[string]float64{"bot-vllm-a": 1, "bot-vllm-b": 2})
+	r1 := routerServer(t, map[string]float64{"bot-vllm-a": 3, "bot-vllm-b": 2}, map[string]float64{"bot-vllm-a": 6000, "bot-vllm-b": 0})
+	r2 := routerServer(t, map[string]float64{"bot-vllm-a": 1, "bot-vllm-b": 2}, map[string]float64{"bot-vllm-a": 500, "bot-vllm-b": 1500})
 	va, vb := newFakeVLLM(t), newFakeVLLM(t)
 	va.waiting.Set(3)
 	vb.waiting.Set(1)
@@ -141,6 +146,9 @@ func TestScrapeAggregatesRoutersAndInstances(t *testing.T) {
 	if got := l.WaitingPerInstance(); got != 2 {
 		t.Errorf("waiting per instance = %v, want (3+1)/2 = 2", got)
 	}
+	if got := l.QueuedPromptTokensPerInstance(); got != 4000 {
+		t.Errorf("queued prompt tokens per instance = %v, want (6000+0+500+1500)/2 = 4000", got)
+	}
 	if l.HitRatioKnown {
 		t.Errorf("hit ratio known after one scrape: %v", l.HitRatio)
 	}
@@ -165,6 +173,16 @@ func TestScrapeAggregatesRoutersAndInstances(t *testing.T) {
 	}
 	if mv.Value.MilliValue() != 4000 || mv.DescribedObject.Kind != "LLMEndpoint" || mv.DescribedObject.Name != "bot" {
 		t.Errorf("metric value = %+v", mv)
+	}
+	mv, err = p.GetMetricByName(ctx, name, provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricQueuedPromptTokensPerInstance}, labels.Everything())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mv.Value.MilliValue() != 4000*1000 || mv.Metric.Name != MetricQueuedPromptTokensPerInstance {
+		t.Errorf("%s = %+v, want 4000", MetricQueuedPromptTokensPerInstance, mv)
+	}
+	if !slices.ContainsFunc(p.ListAllMetrics(), func(i provider.CustomMetricInfo) bool { return i.Metric == MetricQueuedPromptTokensPerInstance }) {
+		t.Errorf("%s missing from discovery", MetricQueuedPromptTokensPerInstance)
 	}
 	list, err := p.GetMetricBySelector(ctx, "ns", labels.SelectorFromSet(labels.Set{"team": "x"}),
 		provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricPrefixCacheHitRatio}, labels.Everything())
@@ -286,7 +304,7 @@ func (w countingWriter) Patch(ctx context.Context, obj client.Object, patch clie
 // none answers the figure is unknown and not served, rather than served as
 // 0, which would have an HPA scale a loaded fleet down.
 func TestUnreachableRoutersMakeInFlightUnknown(t *testing.T) {
-	r1 := routerServer(t, map[string]float64{"bot-vllm-a": 6})
+	r1 := routerServer(t, map[string]float64{"bot-vllm-a": 6}, map[string]float64{"bot-vllm-a": 900})
 	down := httptest.NewServer(http.NotFoundHandler())
 	downPort := port(t, down.URL)
 	down.Close()
@@ -294,7 +312,6 @@ func TestUnreachableRoutersMakeInFlightUnknown(t *testing.T) {
 	ep := &v1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Name: "bot", Namespace: "ns"}}
 	ep.Status.ReadyReplicas = 1
 	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
-	info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricInFlightPerInstance}
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -317,9 +334,13 @@ func TestUnreachableRoutersMakeInFlightUnknown(t *testing.T) {
 		if l.InFlightKnown != tc.known || !l.WaitingKnown {
 			t.Errorf("%s: in flight known %v (want %v), waiting known %v; load %+v", tc.name, l.InFlightKnown, tc.known, l.WaitingKnown, l)
 		}
-		_, err := (&Provider{Store: store, Reader: c}).GetMetricByName(ctx, name, info, labels.Everything())
-		if (err == nil) != tc.known {
-			t.Errorf("%s: served with error %v, want served %v", tc.name, err, tc.known)
+		// Both figures come from the routers.
+		for _, metric := range []string{MetricInFlightPerInstance, MetricQueuedPromptTokensPerInstance} {
+			info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: metric}
+			_, err := (&Provider{Store: store, Reader: c}).GetMetricByName(ctx, name, info, labels.Everything())
+			if (err == nil) != tc.known {
+				t.Errorf("%s: %s served with error %v, want served %v", tc.name, metric, err, tc.known)
+			}
 		}
 		if st := LoadStatus(l); (st.InFlightPerInstance != "") != tc.known {
 			t.Errorf("%s: status shows in flight %q", tc.name, st.InFlightPerInstance)

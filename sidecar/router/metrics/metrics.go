@@ -46,6 +46,11 @@ type Gauges struct {
 	Buffered func() float64
 	// InFlight reports requests in flight per configured backend.
 	InFlight func(report func(backend string, n float64))
+	// PrefillTokens reports, per configured backend, the prompt tokens
+	// this router estimates the backend has yet to prefill for it (its own
+	// requests only, so that a sum over router replicas counts each once).
+	// Nil reports nothing.
+	PrefillTokens func(report func(backend string, n float64))
 }
 
 // New registers the metrics.
@@ -96,8 +101,11 @@ func New(g Gauges) *Metrics {
 			Help: "Estimated memory of the prefix index and popularity sketch (bounded by flags)."}, g.IndexBytes),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "buffered_request_bytes",
 			Help: "Request body bytes held against the buffer budget (--max-buffered-bytes)."}, g.Buffered),
-		inFlightCollector{desc: prometheus.NewDesc(ns+"_in_flight_requests", "Requests in flight from this router, per backend.",
+		perBackendCollector{desc: prometheus.NewDesc(ns+"_in_flight_requests", "Requests in flight from this router, per backend.",
 			[]string{"backend"}, nil), report: g.InFlight},
+		perBackendCollector{desc: prometheus.NewDesc(ns+"_prefill_tokens_in_flight",
+			"Prompt tokens of this router's requests that the backend has yet to prefill, estimated (prompt length less the expected prefix-cache hit; released at the first token).",
+			[]string{"backend"}, nil), report: g.PrefillTokens},
 	)
 	return m
 }
@@ -112,14 +120,20 @@ func (m *Metrics) DeleteBackend(id string) {
 	}
 }
 
-type inFlightCollector struct {
+// perBackendCollector reads a per-backend gauge from the router at scrape
+// time: backends come and go with the routing document, and reading them
+// then costs nothing per request and leaves no series behind.
+type perBackendCollector struct {
 	desc   *prometheus.Desc
 	report func(func(string, float64))
 }
 
-func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c perBackendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+func (c perBackendCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.report == nil {
+		return
+	}
 	c.report(func(backend string, n float64) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, backend)
 	})

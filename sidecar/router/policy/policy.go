@@ -288,6 +288,11 @@ func (p *Policy) Readmit(id string) { p.stats.get(id).ejectedUntil.Store(0) }
 // instance.
 func (p *Policy) InFlight(id string) int64 { return p.stats.get(id).inFlight.Load() }
 
+// PrefillTokens returns the prompt tokens this replica's requests are
+// estimated to leave an instance to prefill. Peers' reports are left out,
+// so that summing it over router replicas counts each request once.
+func (p *Policy) PrefillTokens(id string) int64 { return p.stats.get(id).prefill.Load() }
+
 // Instances returns the configured instances.
 func (p *Policy) Instances() []Instance {
 	t := p.table.Load()

@@ -257,3 +257,20 @@ func TestPeersSharePopularity(t *testing.T) {
 		t.Fatalf("nothing new, yet %d hashes", len(r2.Seen))
 	}
 }
+
+// TestPrefillTokensAreOwnWork: the exported prefill figure is this
+// replica's alone (routers' sums must not count a request once per
+// replica that heard of it), charged at Pick and released at Prefilled.
+func TestPrefillTokensAreOwnWork(t *testing.T) {
+	p := newPolicy(t, Random, 1, Tuning{})
+	p.ApplyPeer(Report{Replica: "b", Loads: []InstanceLoad{{ID: "vllm-0", Requests: 3, PrefillTokens: 5000}}})
+	c := pick(t, p, textReq(strings.Repeat("a", 400)))
+	if got := p.PrefillTokens("vllm-0"); got != 100 {
+		t.Fatalf("prefill tokens %d, want this replica's 400 bytes / 4 = 100 (the peer's 5000 left out)", got)
+	}
+	c.Prefilled()
+	if got := p.PrefillTokens("vllm-0"); got != 0 {
+		t.Fatalf("prefill tokens %d after the first token, want 0", got)
+	}
+	c.Done()
+}

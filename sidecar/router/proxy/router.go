@@ -201,14 +201,20 @@ func NewTransport() *http.Transport {
 // Gauges are the values metrics read from the router when scraped.
 func (r *Router) Gauges() metrics.Gauges {
 	return metrics.Gauges{
-		IndexEntries: func() float64 { return float64(r.policy.IndexEntries()) },
-		IndexBytes:   func() float64 { return float64(r.policy.MemoryBytes()) },
-		Buffered:     func() float64 { return float64(r.budget.used.Load()) },
-		InFlight: func(report func(backend string, n float64)) {
-			for _, in := range r.policy.Instances() {
-				report(in.ID, float64(r.policy.InFlight(in.ID)))
-			}
-		},
+		IndexEntries:  func() float64 { return float64(r.policy.IndexEntries()) },
+		IndexBytes:    func() float64 { return float64(r.policy.MemoryBytes()) },
+		Buffered:      func() float64 { return float64(r.budget.used.Load()) },
+		InFlight:      r.perInstance(r.policy.InFlight),
+		PrefillTokens: r.perInstance(r.policy.PrefillTokens),
+	}
+}
+
+// perInstance reports a policy figure for every configured instance.
+func (r *Router) perInstance(get func(id string) int64) func(report func(backend string, n float64)) {
+	return func(report func(backend string, n float64)) {
+		for _, in := range r.policy.Instances() {
+			report(in.ID, float64(get(in.ID)))
+		}
 	}
 }
 
