@@ -129,9 +129,9 @@ type RestartResult struct {
 	Workload  string
 	Replicas  int
 	Restarted string
-	// StoppedAt is when the replica was taken out of the spreader and sent
-	// SIGTERM, from the start of the replay (wall time); Down how long
-	// until its new process was ready.
+	// StoppedAt is when the replica was taken out of the spreader (sent
+	// SIGTERM spreaderDrain later), from the start of the replay (wall
+	// time); Down how long until its new process was ready.
 	StoppedAt, Down time.Duration
 	// Before is the agreement of all replicas before the restart. After
 	// the restart a sample counts for the restarted replica when it and at
@@ -420,11 +420,22 @@ func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
 	return nil
 }
 
+// spreaderDrain is how long a replica taken out of the spreader keeps
+// running before it is stopped.
+const spreaderDrain = 500 * time.Millisecond
+
 // restart takes replica i out of the spreader, stops it, and starts it
 // again on the same addresses.
 func (f *replicaFleet) restart(ctx context.Context, i int) error {
 	r := f.replicas[i]
 	r.live.Store(false)
+	// A request the spreader routed to r just before (a sampled one peeks
+	// at every replica first) may not have connected yet. In a cluster
+	// the router's --drain-delay keeps a terminating pod's listener open
+	// while endpoints catch up; the replicas here run with --drain-delay
+	// 0s, so the spreader gives those requests the same time before the
+	// SIGTERM.
+	time.Sleep(spreaderDrain)
 	if err := r.proc.Stop(10 * time.Second); err != nil {
 		return fmt.Errorf("stop %s: %w", r.name, err)
 	}

@@ -199,8 +199,8 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 			c.ConcurrencyThreshold, h.Name, h.Description)
 	}
 	if rs := r.Restart; rs != nil {
-		p("\n**Restart under traffic** (%s, %d replicas): %s was taken out of the spreader and sent SIGTERM %.1f s into the replay, started again on the same addresses, and back in the spreader %.2f s later, once ready (it restores a peer's snapshot before it opens its listeners). One request in %d was peeked on every live replica; after the restart a sample agrees when the restarted replica names the instance every other replica names. Before the restart all replicas agreed on %.1f %% of %d samples; %d of %d requests failed.\n\n",
-			rs.Workload, rs.Replicas, rs.Restarted, rs.StoppedAt.Seconds(), rs.Down.Seconds(), c.Replicas.RestartSampleEvery,
+		p("\n**Restart under traffic** (%s, %d replicas): %s was taken out of the spreader %.1f s into the replay, sent SIGTERM %.1f s later (what `--drain-delay` gives requests already on their way in a cluster), started again on the same addresses, and back in the spreader %.2f s later, once ready (it restores a peer's snapshot before it opens its listeners). One request in %d was peeked on every live replica; after the restart a sample agrees when the restarted replica names the instance every other replica names. Before the restart all replicas agreed on %.1f %% of %d samples; %d of %d requests failed.\n\n",
+			rs.Workload, rs.Replicas, rs.Restarted, rs.StoppedAt.Seconds(), spreaderDrain.Seconds(), rs.Down.Seconds(), c.Replicas.RestartSampleEvery,
 			100*rs.Before.Rate(), rs.Before.Samples, rs.Failures, rs.Requests)
 		p("| after ready (wall) | samples | restarted replica agrees |\n|---|---:|---:|\n")
 		for _, w := range rs.Windows {
