@@ -58,60 +58,44 @@ func startTenancy(ctx context.Context, wg *sync.WaitGroup, t tenancyFlags, poll 
 		log.Info("warning: no --cache-salt-key-file; cache salts use a random key of this process, so router replicas and restarts split each tenant's cache hits")
 		salts = tenancy.RandomSalter()
 	} else {
-		key, err := tenancy.ReadKeyFile(t.saltKeyFile)
-		if err != nil {
+		salts = &tenancy.Salter{}
+		load := func() (bool, error) { return salts.LoadFile(t.saltKeyFile) }
+		if _, err := load(); err != nil {
 			return nil, auth, err
 		}
-		if salts, err = tenancy.NewSalter(key); err != nil {
-			return nil, auth, err
-		}
-		current := string(key)
 		l := log.WithName("salt-key")
-		wg.Go(func() {
-			err := config.WatchDir(ctx, filepath.Dir(t.saltKeyFile), poll, l, func() {
-				key, err := tenancy.ReadKeyFile(t.saltKeyFile)
-				if err != nil {
-					l.Error(err, "keeping the cache salt key in force")
-					return
-				}
-				if string(key) == current {
-					return
-				}
-				if err := salts.SetKey(key); err != nil {
-					l.Error(err, "keeping the cache salt key in force")
-					return
-				}
-				current = string(key)
-				l.Info("cache salt key rotated")
-			})
-			if err != nil {
-				l.Error(err, "cache salt key watch stopped")
-			}
-		})
+		keepLoaded(ctx, wg, filepath.Dir(t.saltKeyFile), poll, l, "cache salt key", load, func() { l.Info("cache salt key rotated") })
 	}
 	if t.apiKeysDir != "" {
 		auth.Keys = &tenancy.KeyStore{}
-		if _, err := auth.Keys.LoadDir(t.apiKeysDir); err != nil {
+		load := func() (bool, error) { return auth.Keys.LoadDir(t.apiKeysDir) }
+		if _, err := load(); err != nil {
 			return nil, auth, err
 		}
 		l := log.WithName("api-keys")
 		l.Info("API keys loaded", "keys", auth.Keys.Len())
-		wg.Go(func() {
-			err := config.WatchDir(ctx, t.apiKeysDir, poll, l, func() {
-				changed, err := auth.Keys.LoadDir(t.apiKeysDir)
-				switch {
-				case err != nil:
-					l.Error(err, "keeping the API keys in force")
-				case changed:
-					l.Info("API keys reloaded", "keys", auth.Keys.Len())
-				}
-			})
-			if err != nil {
-				l.Error(err, "API keys watch stopped")
-			}
-		})
+		keepLoaded(ctx, wg, t.apiKeysDir, poll, l, "API keys", load, func() { l.Info("API keys reloaded", "keys", auth.Keys.Len()) })
 	}
 	return salts, auth, nil
+}
+
+// keepLoaded calls load whenever the mounted directory dir changes (and
+// every poll), until ctx ends: a load that fails keeps what is in force,
+// one that changed something calls changed.
+func keepLoaded(ctx context.Context, wg *sync.WaitGroup, dir string, poll time.Duration, l logr.Logger, what string, load func() (bool, error), changed func()) {
+	wg.Go(func() {
+		err := config.WatchDir(ctx, dir, poll, l, func() {
+			switch ok, err := load(); {
+			case err != nil:
+				l.Error(err, "keeping the "+what+" in force")
+			case ok:
+				changed()
+			}
+		})
+		if err != nil {
+			l.Error(err, what+" watch stopped")
+		}
+	})
 }
 
 // upstreamAPIKeyEnv holds vLLM's API key for the router to send upstream.

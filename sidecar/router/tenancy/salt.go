@@ -28,7 +28,8 @@ const MinKeyBytes = 32
 const saltContext = "warmroute cache_salt v1\x00"
 
 // Salter derives cache salts. The key can be replaced while it serves
-// (rotation); each derivation uses one key whole.
+// (rotation); each derivation uses one key whole. The zero Salter has no
+// key: give it one (SetKey, LoadFile) before it salts.
 type Salter struct {
 	key atomic.Pointer[saltKey]
 }
@@ -37,12 +38,13 @@ type Salter struct {
 // HMAC hashes the key twice, most of a derivation's cost, so each request
 // takes a ready one and resets it.
 type saltKey struct {
+	key  []byte
 	macs sync.Pool // of hash.Hash
 }
 
 func newSaltKey(key []byte) *saltKey {
 	k := bytes.Clone(key)
-	return &saltKey{macs: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+	return &saltKey{key: k, macs: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
 }
 
 // NewSalter returns a Salter with key.
@@ -74,6 +76,21 @@ func (s *Salter) SetKey(key []byte) error {
 	}
 	s.key.Store(newSaltKey(key))
 	return nil
+}
+
+// LoadFile replaces the key with the one in the key file at path
+// (ReadKeyFile); on an error the key in force is kept. It reports whether
+// the key changed.
+func (s *Salter) LoadFile(path string) (bool, error) {
+	key, err := ReadKeyFile(path)
+	if err != nil {
+		return false, err
+	}
+	if old := s.key.Load(); old != nil && bytes.Equal(old.key, key) {
+		return false, nil
+	}
+	s.key.Store(newSaltKey(key))
+	return true, nil
 }
 
 // Salt is the cache_salt for tenant: "" (no salt) for no tenant.
