@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/warmroute/warmroute/internal/custommetrics"
 )
@@ -45,9 +45,7 @@ func (f *metricsAPIFlags) setup(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range []interface {
-		Start(ctx context.Context) error
-	}{
+	for _, r := range []manager.Runnable{
 		&custommetrics.Scraper{Reader: mgr.GetClient(), Store: store, Interval: f.scrapeInterval},
 		srv,
 		&custommetrics.StatusPublisher{Client: mgr.GetClient(), Store: store, Period: f.statusPeriod},

@@ -36,7 +36,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/warmroute/warmroute/hack/manifests"
 )
@@ -645,7 +644,7 @@ func (b *builder) scorecard() error {
 	if len(cfgs) != 1 {
 		return fmt.Errorf("want one scorecard Configuration, found %d", len(cfgs))
 	}
-	out, err := marshal(cfgs[0].Object)
+	out, err := manifests.Marshal(cfgs[0].Object)
 	if err != nil {
 		return err
 	}
@@ -719,7 +718,7 @@ func (b *builder) addCSV(csv *operatorsv1alpha1.ClusterServiceVersion) error {
 	if c, ok := u["spec"].(map[string]any)["cleanup"].(map[string]any); ok && c["enabled"] == false {
 		delete(u["spec"].(map[string]any), "cleanup")
 	}
-	out, err := marshal(u)
+	out, err := manifests.Marshal(u)
 	if err != nil {
 		return err
 	}
@@ -743,7 +742,7 @@ func (b *builder) addManifest(o *unstructured.Unstructured) error {
 		plural, _, _ := unstructured.NestedString(o.Object, "spec", "names", "plural")
 		name = group + "_" + plural + ".yaml"
 	}
-	out, err := marshal(o.Object)
+	out, err := manifests.Marshal(o.Object)
 	if err != nil {
 		return err
 	}
@@ -792,15 +791,4 @@ func fromUnstructured(u *unstructured.Unstructured, into any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	return dec.Decode(into)
-}
-
-// marshal writes YAML with sorted keys and without the null fields that Go
-// types add (creationTimestamp: null and the like).
-func marshal(obj map[string]any) ([]byte, error) {
-	pruned := manifests.PruneNulls(obj)
-	out, err := yaml.Marshal(pruned)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/warmroute/warmroute/hack/manifests"
@@ -79,12 +78,5 @@ func run(opts Options, root string) error {
 	if err != nil {
 		return err
 	}
-	// Generated directories are replaced whole, so that a manifest that is
-	// no longer generated does not linger.
-	for _, dir := range []string{"bundle/manifests", "bundle/metadata", "bundle/tests"} {
-		if err := os.RemoveAll(filepath.Join(root, dir)); err != nil {
-			return err
-		}
-	}
-	return manifests.WriteFiles(root, files)
+	return manifests.Replace(root, files, "bundle/manifests", "bundle/metadata", "bundle/tests")
 }

@@ -28,7 +28,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 
 	"github.com/warmroute/warmroute/hack/manifests"
 )
@@ -170,7 +169,7 @@ func (b *builder) build() ([]File, error) {
 		case kind == "CustomResourceDefinition":
 			// crds/: installed before everything else, never upgraded or
 			// deleted by Helm, so uninstalling keeps every LLMEndpoint.
-			out, err := yaml.Marshal(manifests.PruneNulls(o.Object))
+			out, err := manifests.Marshal(o.Object)
 			if err != nil {
 				return nil, err
 			}

@@ -50,10 +50,6 @@ func run(opts Options, out string) error {
 	if err != nil {
 		return err
 	}
-	// The chart is replaced whole, so that a template whose object left
-	// config/ does not linger.
-	if err := os.RemoveAll(out); err != nil {
-		return err
-	}
-	return manifests.WriteFiles(out, files)
+	// The chart is replaced whole.
+	return manifests.Replace(out, files, ".")
 }

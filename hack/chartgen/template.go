@@ -21,8 +21,6 @@ import (
 	"regexp"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/warmroute/warmroute/hack/manifests"
 )
 
@@ -68,7 +66,7 @@ var lineToken = regexp.MustCompile(`^(\s*)(- )?(zz__L\d+__): (""|'')$`)
 
 // render encodes obj and replaces its tokens and namespace.
 func (t *templater) render(obj map[string]any) (string, error) {
-	raw, err := yaml.Marshal(manifests.PruneNulls(obj))
+	raw, err := manifests.Marshal(obj)
 	if err != nil {
 		return "", err
 	}
@@ -111,7 +109,7 @@ func (t *templater) leftover() error {
 
 // block is the YAML of v, each line indented.
 func block(v any, indent string) string {
-	raw, err := yaml.Marshal(manifests.PruneNulls(v))
+	raw, err := manifests.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("marshal %T: %v", v, err)) // decoded from YAML, so encodable
 	}

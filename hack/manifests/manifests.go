@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package manifests is what the generators of install artifacts from
 // `kustomize build` output share (hack/bundlegen for the OLM bundle,
-// hack/chartgen for the Helm chart): reading the stream and writing files.
+// hack/chartgen for the Helm chart): reading the stream, encoding objects
+// and replacing the generated files.
 package manifests
 
 import (
@@ -39,8 +40,15 @@ type File struct {
 	Content []byte
 }
 
-// WriteFiles writes files under root, creating directories.
-func WriteFiles(root string, files []File) error {
+// Replace writes files under root, creating directories, after removing
+// the generated directories dirs (relative to root) whole, so that a file
+// that is no longer generated does not linger.
+func Replace(root string, files []File, dirs ...string) error {
+	for _, dir := range dirs {
+		if err := os.RemoveAll(filepath.Join(root, dir)); err != nil {
+			return err
+		}
+	}
 	for _, f := range files {
 		path := filepath.Join(root, f.Path)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -96,9 +104,13 @@ func DropKustomizeManagedBy(o *unstructured.Unstructured) {
 	}
 }
 
-// PruneNulls drops the null fields that Go types add when converted
-// (creationTimestamp: null and the like), so they stay out of the output.
-func PruneNulls(v any) any {
+// Marshal writes v as YAML with sorted keys and without the null fields
+// that Go types add when converted (creationTimestamp: null and the like).
+func Marshal(v any) ([]byte, error) {
+	return yaml.Marshal(pruneNulls(v))
+}
+
+func pruneNulls(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
 		m := make(map[string]any, len(t))
@@ -106,13 +118,13 @@ func PruneNulls(v any) any {
 			if val == nil {
 				continue
 			}
-			m[k] = PruneNulls(val)
+			m[k] = pruneNulls(val)
 		}
 		return m
 	case []any:
 		s := make([]any, len(t))
 		for i, val := range t {
-			s[i] = PruneNulls(val)
+			s[i] = pruneNulls(val)
 		}
 		return s
 	default:

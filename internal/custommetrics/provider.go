@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -93,15 +94,7 @@ func value(l Load, metric string) (float64, bool) {
 
 // served says whether info names a metric of ours.
 func served(info provider.CustomMetricInfo) bool {
-	if info.GroupResource != llmEndpoints || !info.Namespaced {
-		return false
-	}
-	for _, m := range MetricNames {
-		if m == info.Metric {
-			return true
-		}
-	}
-	return false
+	return info.GroupResource == llmEndpoints && info.Namespaced && slices.Contains(MetricNames, info.Metric)
 }
 
 // GetMetricByName returns one endpoint's metric.

@@ -127,6 +127,14 @@ func (s *Store) retain(keep map[types.NamespacedName]bool) {
 	}
 }
 
+const (
+	// hitRatioWindow is the span the prefix-cache hit ratio is measured
+	// over, so that a quiet interval does not swing it.
+	hitRatioWindow = time.Minute
+	// endpointsAtOnce bounds the endpoints scraped at once.
+	endpointsAtOnce = 4
+)
+
 // Scraper reads every endpoint's pods on an interval into a Store. It
 // reads the LLMEndpoints and pods through Reader, the manager's cache, so
 // a scrape costs the API server nothing.
@@ -138,11 +146,6 @@ type Scraper struct {
 	// Interval between scrapes (default 10 s: the HPA controller syncs
 	// every 15 s).
 	Interval time.Duration
-	// HitRatioWindow is the span the prefix-cache hit ratio is measured
-	// over (default 1 min), so that a quiet interval does not swing it.
-	HitRatioWindow time.Duration
-	// Parallel bounds the endpoints scraped at once (default 4).
-	Parallel int
 
 	// hits tracks the prefix-cache counters per endpoint between scrapes.
 	hits map[types.NamespacedName]*hitWindow
@@ -151,12 +154,6 @@ type Scraper struct {
 func (s *Scraper) defaults() {
 	if s.Interval <= 0 {
 		s.Interval = 10 * time.Second
-	}
-	if s.HitRatioWindow <= 0 {
-		s.HitRatioWindow = time.Minute
-	}
-	if s.Parallel <= 0 {
-		s.Parallel = 4
 	}
 	if s.HTTP == nil {
 		s.HTTP = &http.Client{Timeout: 2 * time.Second}
@@ -201,7 +198,7 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 		hits hitSample
 	}
 	results := make([]result, len(eps.Items))
-	sem := make(chan struct{}, s.Parallel)
+	sem := make(chan struct{}, endpointsAtOnce)
 	var wg sync.WaitGroup
 	for i := range eps.Items {
 		ep := &eps.Items[i]
@@ -222,7 +219,7 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 			w = &hitWindow{}
 			s.hits[r.name] = w
 		}
-		r.load.HitRatio, r.load.HitRatioKnown = w.add(r.load.Time, r.hits, s.HitRatioWindow)
+		r.load.HitRatio, r.load.HitRatioKnown = w.add(r.load.Time, r.hits, hitRatioWindow)
 		s.Store.set(r.name, r.load)
 	}
 	for k := range s.hits {
@@ -363,6 +360,15 @@ type hitStep struct {
 	hits, queries float64
 }
 
+// increase is how much a counter grew from prev to cur; a counter that
+// went down was reset (its pod restarted) and counts from zero.
+func increase(prev, cur float64) float64 {
+	if cur >= prev {
+		return cur - prev
+	}
+	return cur
+}
+
 // add records a scrape and returns the ratio over the window.
 func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool) {
 	var step hitStep
@@ -374,13 +380,8 @@ func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float6
 			// what came before the window.
 			continue
 		}
-		for i, d := range []*float64{&step.hits, &step.queries} {
-			if cur[i] >= prev[i] {
-				*d += cur[i] - prev[i]
-			} else {
-				*d += cur[i]
-			}
-		}
+		step.hits += increase(prev[0], cur[0])
+		step.queries += increase(prev[1], cur[1])
 	}
 	w.last = s.pods
 	w.steps = append(w.steps, step)

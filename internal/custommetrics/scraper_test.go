@@ -2,6 +2,7 @@ package custommetrics
 
 import (
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -235,17 +236,10 @@ func TestHitWindow(t *testing.T) {
 	}
 	for _, st := range steps {
 		got, known := w.add(t0.Add(st.at), sample(st.hits, st.queries), time.Minute)
-		if known != st.known || (known && abs(got-st.want) > 1e-9) {
+		if known != st.known || (known && math.Abs(got-st.want) > 1e-9) {
 			t.Errorf("%s: ratio %v (known %v), want %v (known %v)", st.name, got, known, st.want, st.known)
 		}
 	}
-}
-
-func abs(v float64) float64 {
-	if v < 0 {
-		return -v
-	}
-	return v
 }
 
 func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
