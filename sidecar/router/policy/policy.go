@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
 // Spill reasons, as counted in metrics.
@@ -510,7 +512,7 @@ func rank(t *table, set []int, key uint64, out []int) []int {
 		scores = make([]float64, 0, len(set))
 	}
 	for _, i := range out {
-		scores = append(scores, hrwScore(key, t.members[i].idHash, t.members[i].weight))
+		scores = append(scores, hrw.Score(key, t.members[i].idHash, t.members[i].weight))
 	}
 	// Insertion sort: sets are a handful of instances.
 	for i := 1; i < len(out); i++ {
