@@ -540,16 +540,3 @@ func (p *Policy) countShare(t *table, chosen int) {
 func capOf(f float64, total int64, n int) int64 {
 	return int64(math.Ceil(f * float64(total) / float64(n)))
 }
-
-// PickAny chooses an instance for a request that carries no prompt (such as
-// listing models): the least loaded healthy instance, the others after it
-// for retries. It leaves the prefix state untouched.
-func (p *Policy) PickAny() (*Choice, error) {
-	t := p.table.Load()
-	if t == nil || len(t.all) == 0 {
-		return nil, ErrNoInstance
-	}
-	c := &Choice{t: t, Strategy: t.cfg.Strategy, order: p.leastLoadedOrder(t, p.healthy(t, t.all))}
-	c.charge()
-	return c, nil
-}
