@@ -21,8 +21,9 @@ type peers struct {
 }
 
 // SetReplicas sets how many router replicas share the fleet (self
-// included); each replica may fill at most ⌈threshold/n⌉ of an instance's
-// concurrency threshold by itself. n < 1 counts as 1.
+// included), which divides the headroom under an instance's concurrency
+// threshold between them (see overThreshold and overflowPool). n < 1
+// counts as 1.
 func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
 
 // LocalReport returns this replica's own loads and the placements it
