@@ -7,18 +7,7 @@ import (
 	"encoding/binary"
 
 	"github.com/cespare/xxhash/v2"
-
-	"github.com/warmroute/warmroute/api/hrw"
 )
-
-// mix64 and hrwScore are the package's short names for the rendezvous
-// hashing it shares with the operator's LoRA placement (api/hrw); both
-// inline, so the hot path pays nothing for the indirection.
-func mix64(x uint64) uint64 { return hrw.Mix64(x) }
-
-func hrwScore(key, instanceHash uint64, weight float64) float64 {
-	return hrw.Score(key, instanceHash, weight)
-}
 
 // hashString hashes s under seed, so that all replicas with the same
 // HashSeed agree and different endpoints do not.

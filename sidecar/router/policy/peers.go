@@ -21,25 +21,25 @@ type peers struct {
 }
 
 // SetReplicas sets how many router replicas share the fleet (self
-// included); each replica may fill at most ⌈threshold/n⌉ of an instance's
-// concurrency threshold by itself. n < 1 counts as 1.
+// included), which divides the headroom under an instance's concurrency
+// threshold between them (see overThreshold and overflowPool). n < 1
+// counts as 1.
 func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
 
 // LocalReport returns this replica's own loads and the placements it
 // logged after since. The caller fills Replica and Epoch.
 func (p *Policy) LocalReport(since uint64) Report {
-	var r Report
+	var loads []InstanceLoad
 	p.stats.each(func(id string, s *stat) {
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
 		s.pubShare.Store(l.Share)
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
-			r.Loads = append(r.Loads, l)
+			loads = append(loads, l)
 		}
 	})
-	lr := p.log.since(since)
-	r.Seq, r.Placements, r.Truncated = lr.seq, lr.placements, lr.truncated
-	r.Seen, r.SeenRequests = lr.seen, lr.requests
+	r := p.log.since(since)
+	r.Loads = loads
 	return r
 }
 
@@ -130,15 +130,6 @@ type logEntry struct {
 	seen, first bool
 }
 
-// logRange is what a peer pulls: the entries after its last Seq.
-type logRange struct {
-	seq        uint64
-	placements []Placement
-	seen       []SeenHash
-	requests   int64
-	truncated  bool
-}
-
 func newPlacementLog(n int) *placementLog {
 	return &placementLog{ring: make([]logEntry, max(n, 1))}
 }
@@ -167,41 +158,41 @@ func (l *placementLog) put(e logEntry) {
 	l.ring[l.seq%uint64(len(l.ring))] = e
 }
 
-// since returns the last sequence number and the entries after since,
-// truncated to what the ring still holds: the placements, and the seen
-// hashes counted per hash. A first pull (since 0) carries no seen hashes:
-// the peer either starts as fresh as this replica or restored a snapshot
-// that already counts them, and counts are not idempotent as placements
-// are.
-func (l *placementLog) since(since uint64) logRange {
+// since returns the part of a Report that the log holds: the last
+// sequence number and the entries after since, truncated to what the ring
+// still holds (the placements, and the seen hashes counted per hash). A
+// first pull (since 0) carries no seen hashes: the peer either starts as
+// fresh as this replica or restored a snapshot that already counts them,
+// and counts are not idempotent as placements are.
+func (l *placementLog) since(since uint64) Report {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := logRange{seq: l.seq}
+	r := Report{Seq: l.seq}
 	if since >= l.seq {
 		return r
 	}
 	from := since + 1
 	if oldest := l.seq - min(l.seq, uint64(len(l.ring))) + 1; from < oldest {
-		from, r.truncated = oldest, since != 0 || oldest > 1
+		from, r.Truncated = oldest, since != 0 || oldest > 1
 	}
 	var counts map[uint64]uint32
 	for s := from; s <= l.seq; s++ {
 		e := l.ring[s%uint64(len(l.ring))]
 		switch {
 		case !e.seen:
-			r.placements = append(r.placements, e.Placement)
+			r.Placements = append(r.Placements, e.Placement)
 		case since != 0:
 			if counts == nil {
 				counts = make(map[uint64]uint32)
 			}
 			counts[e.Hash]++
 			if e.first {
-				r.requests++
+				r.SeenRequests++
 			}
 		}
 	}
 	for h, n := range counts {
-		r.seen = append(r.seen, SeenHash{Hash: h, Count: n})
+		r.Seen = append(r.Seen, SeenHash{Hash: h, Count: n})
 	}
 	return r
 }

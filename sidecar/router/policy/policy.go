@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
 // Spill reasons, as counted in metrics.
@@ -510,7 +512,7 @@ func rank(t *table, set []int, key uint64, out []int) []int {
 		scores = make([]float64, 0, len(set))
 	}
 	for _, i := range out {
-		scores = append(scores, hrwScore(key, t.members[i].idHash, t.members[i].weight))
+		scores = append(scores, hrw.Score(key, t.members[i].idHash, t.members[i].weight))
 	}
 	// Insertion sort: sets are a handful of instances.
 	for i := 1; i < len(out); i++ {
@@ -537,17 +539,4 @@ func (p *Policy) countShare(t *table, chosen int) {
 // capOf is ⌈f × total / n⌉, the bounded-load cap.
 func capOf(f float64, total int64, n int) int64 {
 	return int64(math.Ceil(f * float64(total) / float64(n)))
-}
-
-// PickAny chooses an instance for a request that carries no prompt (such as
-// listing models): the least loaded healthy instance, the others after it
-// for retries. It leaves the prefix state untouched.
-func (p *Policy) PickAny() (*Choice, error) {
-	t := p.table.Load()
-	if t == nil || len(t.all) == 0 {
-		return nil, ErrNoInstance
-	}
-	c := &Choice{t: t, Strategy: t.cfg.Strategy, order: p.leastLoadedOrder(t, p.healthy(t, t.all))}
-	c.charge()
-	return c, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
 func fleet(n int) []Instance {
@@ -361,7 +363,7 @@ func TestRemap(t *testing.T) {
 	t7, t8 := p7.table.Load(), p8.table.Load()
 	moved, between := 0, 0
 	for k := range keys {
-		key := mix64(uint64(k) + 1)
+		key := hrw.Mix64(uint64(k) + 1)
 		a := t7.members[rank(t7, t7.all, key, nil)[0]].ID
 		b := t8.members[rank(t8, t8.all, key, nil)[0]].ID
 		if a != b {
@@ -415,7 +417,7 @@ func TestWeightedShares(t *testing.T) {
 	tb := p.table.Load()
 	counts := map[string]int{}
 	for k := range 100000 {
-		counts[tb.members[rank(tb, tb.all, mix64(uint64(k)), nil)[0]].ID]++
+		counts[tb.members[rank(tb, tb.all, hrw.Mix64(uint64(k)), nil)[0]].ID]++
 	}
 	if got := float64(counts["vllm-2"]) / 100000; got < 0.48 || got > 0.52 {
 		t.Fatalf("weight-2 instance got %.3f of keys, want 0.5", got)

@@ -421,16 +421,24 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // available, under the threshold and under BalanceFactor × the average
 // requests in flight; failing that, to the first available one under the
 // threshold (an instance with room is never passed over for one without:
-// the threshold is the limit, the balance cap a preference); if none, the
-// least loaded.
+// the threshold is the limit, the balance cap a preference); if none, to
+// the overflow's choice (see overflow).
 func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason string) ([]int, string) {
 	limit := capOf(p.tuning.BalanceFactor, sumOver(t, order, p.requests)+1, len(order))
-	for _, capped := range []bool{true, false} {
-		for i, m := range order[1:] {
-			if p.available(t, m) && !p.overThreshold(t, m) && (!capped || p.requests(t.members[m].stat)+1 <= limit) {
-				return moveToFront(order, i+1), reason
-			}
+	withRoom := -1 // the first under the threshold, for when none is under the cap
+	for i, m := range order[1:] {
+		if !p.available(t, m) || p.overThreshold(t, m) {
+			continue
 		}
+		if p.requests(t.members[m].stat)+1 <= limit {
+			return moveToFront(order, i+1), reason
+		}
+		if withRoom < 0 {
+			withRoom = i + 1
+		}
+	}
+	if withRoom > 0 {
+		return moveToFront(order, withRoom), reason
 	}
 	best := p.overflow(t, order, x)
 	if reason == SpillConcurrency {
@@ -487,16 +495,20 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // still cannot take an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the
 // reports say, until this replica's slice is full on every instance.
 func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
-	r := max(p.replicas.Load(), 1)
-	slice := (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
-	for _, inSlice := range []bool{true, false} {
-		if !inSlice && len(out) > 0 {
-			break
-		}
+	if r := p.replicas.Load(); r > 1 {
+		slice := (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
 		for i, m := range order {
-			if p.available(t, m) && (!inSlice || r > 1 && t.members[m].stat.inFlight.Load() < slice) {
+			if p.available(t, m) && t.members[m].stat.inFlight.Load() < slice {
 				out = append(out, i)
 			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	for i, m := range order {
+		if p.available(t, m) {
+			out = append(out, i)
 		}
 	}
 	return out

@@ -33,14 +33,14 @@ func TestPlacementLogTruncates(t *testing.T) {
 		l.add([]uint64{uint64(i)}, []int{0}, "a", 1)
 	}
 	r := l.since(1)
-	if r.seq != 6 || len(r.placements) != 4 || !r.truncated || r.placements[0].Hash != 2 {
-		t.Fatalf("since 1: seq %d %v truncated %v", r.seq, r.placements, r.truncated)
+	if r.Seq != 6 || len(r.Placements) != 4 || !r.Truncated || r.Placements[0].Hash != 2 {
+		t.Fatalf("since 1: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(4); len(r.placements) != 2 || r.truncated || r.placements[1].Hash != 5 {
-		t.Fatalf("since 4: seq %d %v truncated %v", r.seq, r.placements, r.truncated)
+	if r = l.since(4); len(r.Placements) != 2 || r.Truncated || r.Placements[1].Hash != 5 {
+		t.Fatalf("since 4: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(6); len(r.placements) != 0 {
-		t.Fatalf("since 6: %v", r.placements)
+	if r = l.since(6); len(r.Placements) != 0 {
+		t.Fatalf("since 6: %v", r.Placements)
 	}
 }
 

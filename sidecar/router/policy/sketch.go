@@ -1,6 +1,10 @@
 package policy
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/warmroute/warmroute/api/hrw"
+)
 
 // popularity estimates what fraction of recent requests carried a given
 // block hash, with a count-min sketch of fixed size whose counts are halved
@@ -30,7 +34,7 @@ func newPopularity(width int, decayEvery int64) *popularity {
 func (p *popularity) slot(row int, h uint64) *atomic.Uint32 {
 	x := h
 	if row == 1 {
-		x = mix64(h ^ 0x9e3779b97f4a7c15)
+		x = hrw.Mix64(h ^ 0x9e3779b97f4a7c15)
 	}
 	return &p.counts[uint64(row)*p.width+(x&(p.width-1))]
 }
