@@ -291,10 +291,10 @@ func vllmAPIKeyEnv(ep *v1alpha1.LLMEndpoint) *corev1.EnvVar {
 	const name = "VLLM_API_KEY"
 	args := ep.Spec.Model.Args
 	for i, a := range args {
-		flag, value, hasValue := strings.Cut(a, "=")
-		if flag != "--api-key" && flag != "--api_key" {
+		if v1alpha1.CanonicalVLLMFlag(a) != "--api-key" {
 			continue
 		}
+		_, value, hasValue := strings.Cut(a, "=")
 		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
 			value, hasValue = args[i+1], true
 		}
