@@ -113,10 +113,5 @@ func (r *LLMEndpointReconciler) reconcileNetworkPolicies(ctx context.Context, ep
 	if !v1alpha1.NetworkPolicyEnabled(ep) {
 		return nil
 	}
-	for _, desired := range []*networkingv1.NetworkPolicy{buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep)} {
-		if _, _, err := r.apply(ctx, ep, desired); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.applyInOrder(ctx, ep, buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep))
 }

@@ -136,6 +136,17 @@ func applyRequest(desired client.Object) (*unstructured.Unstructured, string, er
 	return &unstructured.Unstructured{Object: u}, hex.EncodeToString(sum[:]), nil
 }
 
+// applyInOrder applies each object in turn, stopping at the first error:
+// later objects may need the earlier ones (pods their ServiceAccount).
+func (r *LLMEndpointReconciler) applyInOrder(ctx context.Context, ep *v1alpha1.LLMEndpoint, desired ...client.Object) error {
+	for _, d := range desired {
+		if _, _, err := r.apply(ctx, ep, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // apply server-side applies desired (built with a controller reference to
 // ep) with the operator's field owner, forcing ownership of the fields it
 // sets, unless the same request was already applied to the object as it is
