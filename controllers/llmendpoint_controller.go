@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,9 @@ type LLMEndpointReconciler struct {
 	Options   Options
 
 	applied appliedCache
+	// saltSecrets is, per LLMEndpoint name, the saltSeen of its salt
+	// Secret.
+	saltSecrets sync.Map
 }
 
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints,verbs=get;list;watch
@@ -104,6 +108,7 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, ep); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.applied.forget(req.NamespacedName)
+			r.saltSecrets.Delete(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get LLMEndpoint: %w", err)

@@ -52,13 +52,8 @@ func buildPodDisruptionBudget(ep *v1alpha1.LLMEndpoint, name, role, app string) 
 // reconcileDisruptionBudgets applies the budgets of the instances and of
 // the routers.
 func (r *LLMEndpointReconciler) reconcileDisruptionBudgets(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
-	for _, desired := range []*policyv1.PodDisruptionBudget{
+	return r.applyInOrder(ctx, ep,
 		buildPodDisruptionBudget(ep, vllmName(ep), roleVLLM, "vllm"),
 		buildPodDisruptionBudget(ep, routerName(ep), roleRouter, "warmroute-router"),
-	} {
-		if _, _, err := r.apply(ctx, ep, desired); err != nil {
-			return err
-		}
-	}
-	return nil
+	)
 }

@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -291,10 +290,10 @@ func vllmAPIKeyEnv(ep *v1alpha1.LLMEndpoint) *corev1.EnvVar {
 	const name = "VLLM_API_KEY"
 	args := ep.Spec.Model.Args
 	for i, a := range args {
-		flag, value, hasValue := strings.Cut(a, "=")
-		if flag != "--api-key" && flag != "--api_key" {
+		if v1alpha1.CanonicalVLLMFlag(a) != "--api-key" {
 			continue
 		}
+		_, value, hasValue := strings.Cut(a, "=")
 		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
 			value, hasValue = args[i+1], true
 		}
@@ -317,14 +316,9 @@ func (r *LLMEndpointReconciler) reconcileLoRAAgentRBAC(ctx context.Context, ep *
 	if !loraEnabled(ep) {
 		return nil
 	}
-	for _, desired := range []client.Object{
+	return r.applyInOrder(ctx, ep,
 		buildLoRAAgentServiceAccount(ep),
 		buildLoRAAgentRole(ep),
 		buildLoRAAgentRoleBinding(ep),
-	} {
-		if _, _, err := r.apply(ctx, ep, desired); err != nil {
-			return err
-		}
-	}
-	return nil
+	)
 }

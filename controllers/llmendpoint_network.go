@@ -39,14 +39,18 @@ import (
 // routers' tenant handling or load and unload adapters through vLLM's
 // runtime API.
 func buildVLLMNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPolicy {
-	port := tcpPort(vllmPort)
-	from := []networkingv1.NetworkPolicyPeer{{
-		PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
-	}}
 	// vLLM serves /metrics on its API port: a scraper needs the same port.
-	from = append(from, copyPeers(ep.Spec.NetworkPolicy.MonitoringFrom)...)
-	return ingressPolicy(ep, vllmName(ep), roleVLLM, "vllm",
-		networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{port}, From: from})
+	return ingressPolicy(ep, vllmName(ep), roleVLLM, "vllm", networkingv1.NetworkPolicyIngressRule{
+		Ports: []networkingv1.NetworkPolicyPort{tcpPort(vllmPort)},
+		From:  routersAndMonitoring(ep),
+	})
+}
+
+// routersAndMonitoring are the endpoint's routers and the monitoring peers.
+func routersAndMonitoring(ep *v1alpha1.LLMEndpoint) []networkingv1.NetworkPolicyPeer {
+	return append([]networkingv1.NetworkPolicyPeer{{
+		PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
+	}}, copyPeers(ep.Spec.NetworkPolicy.MonitoringFrom)...)
 }
 
 // ingressPolicy is a NetworkPolicy that admits to the pods of one role of
@@ -76,9 +80,7 @@ func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPol
 	}
 	metrics := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerMetricsPort)},
-		From: append([]networkingv1.NetworkPolicyPeer{{
-			PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
-		}}, copyPeers(ep.Spec.NetworkPolicy.MonitoringFrom)...),
+		From:  routersAndMonitoring(ep),
 	}
 	return ingressPolicy(ep, routerName(ep), roleRouter, "warmroute-router", clients, metrics)
 }
@@ -111,10 +113,5 @@ func (r *LLMEndpointReconciler) reconcileNetworkPolicies(ctx context.Context, ep
 	if !v1alpha1.NetworkPolicyEnabled(ep) {
 		return nil
 	}
-	for _, desired := range []*networkingv1.NetworkPolicy{buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep)} {
-		if _, _, err := r.apply(ctx, ep, desired); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.applyInOrder(ctx, ep, buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep))
 }

@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
@@ -250,18 +249,13 @@ func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha
 	if err := r.reconcileCacheSalt(ctx, ep); err != nil {
 		return err
 	}
-	for _, desired := range []client.Object{
+	return r.applyInOrder(ctx, ep,
 		buildRouterServiceAccount(ep),
 		buildRouterRole(ep),
 		buildRouterRoleBinding(ep),
 		buildRouterDeployment(ep, r.Options),
 		buildRouterService(ep),
-	} {
-		if _, _, err := r.apply(ctx, ep, desired); err != nil {
-			return err
-		}
-	}
-	return nil
+	)
 }
 
 // fieldEnv passes a pod field through the downward API (APIVersion set as

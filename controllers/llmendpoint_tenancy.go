@@ -20,7 +20,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,12 +71,10 @@ func buildCacheSaltSecret(ep *v1alpha1.LLMEndpoint) (*corev1.Secret, error) {
 // watch Secrets; a deleted one comes back within this time).
 const cacheSaltRecheck = 10 * time.Minute
 
-// saltSecrets remembers, per LLMEndpoint name, when the salt Secret of
-// the endpoint of that UID was last seen to exist, so that a steady
-// endpoint sends no create at all. Keyed by name, it holds at most one
-// small entry per endpoint name ever reconciled.
-var saltSecrets sync.Map // types.NamespacedName → saltSeen
-
+// saltSeen is when the salt Secret of the endpoint of uid was last seen
+// to exist. The reconciler keeps one per LLMEndpoint name (saltSecrets),
+// so that a steady endpoint sends no create at all, and drops it with the
+// endpoint.
 type saltSeen struct {
 	uid types.UID
 	at  time.Time
@@ -88,8 +85,8 @@ type saltSeen struct {
 // create it first to choose the key, and rotating is replacing its "key"
 // (see sidecar/README.md).
 func (r *LLMEndpointReconciler) reconcileCacheSalt(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
-	name := types.NamespacedName{Namespace: ep.Namespace, Name: ep.Name}
-	if seen, ok := saltSecrets.Load(name); ok && seen.(saltSeen).uid == ep.UID && time.Since(seen.(saltSeen).at) < cacheSaltRecheck {
+	name := client.ObjectKeyFromObject(ep)
+	if seen, ok := r.saltSecrets.Load(name); ok && seen.(saltSeen).uid == ep.UID && time.Since(seen.(saltSeen).at) < cacheSaltRecheck {
 		return nil
 	}
 	secret, err := buildCacheSaltSecret(ep)
@@ -101,7 +98,7 @@ func (r *LLMEndpointReconciler) reconcileCacheSalt(ctx context.Context, ep *v1al
 	default:
 		return fmt.Errorf("create Secret %s: %w", secret.Name, err)
 	}
-	saltSecrets.Store(name, saltSeen{uid: ep.UID, at: time.Now()})
+	r.saltSecrets.Store(name, saltSeen{uid: ep.UID, at: time.Now()})
 	return nil
 }
 

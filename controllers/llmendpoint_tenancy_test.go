@@ -176,7 +176,7 @@ var _ = Describe("Router tenancy", func() {
 		// reconcileForgetting reconciles again with nothing remembered of
 		// the Secret, by a spec change the router Deployment shows.
 		reconcileForgetting := func(routers int32) {
-			saltSecrets.Delete(types.NamespacedName{Namespace: ns, Name: "chat"})
+			reconciles.Reconciler.(*LLMEndpointReconciler).saltSecrets.Delete(types.NamespacedName{Namespace: ns, Name: "chat"})
 			Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "chat"}, ep)).To(Succeed())
 			ep.Spec.Router.Replicas = ptr.To(routers)
 			Expect(k8sClient.Update(suiteCtx, ep)).To(Succeed())
