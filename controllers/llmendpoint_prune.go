@@ -18,11 +18,8 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,7 +30,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -94,36 +90,10 @@ func (w *wantedObjects) has(key appliedKey) bool {
 	return w.keys[key]
 }
 
-// digest identifies the wanted set of the endpoint of uid.
-func (w *wantedObjects) digest(uid types.UID) string {
-	w.mu.Lock()
-	keys := make([]string, 0, len(w.keys))
-	for k := range w.keys {
-		keys = append(keys, k.gvk.String()+"|"+k.name.String())
-	}
-	w.mu.Unlock()
-	slices.Sort(keys)
-	h := sha256.New()
-	h.Write([]byte(uid))
-	for _, k := range keys {
-		h.Write([]byte{0})
-		h.Write([]byte(k))
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // prune deletes the objects the endpoint controls that this reconcile did
 // not apply. It must run only after every phase succeeded: a phase that
-// stopped at an error did not record the objects after it. A reconcile
-// that wants the same objects as the last complete prune (since the
-// operator started) has nothing to prune and lists nothing: only a change
-// of spec changes what is wanted.
+// stopped at an error did not record the objects after it.
 func (r *LLMEndpointReconciler) prune(ctx context.Context, ep *v1alpha1.LLMEndpoint, wanted *wantedObjects) error {
-	owner := client.ObjectKeyFromObject(ep)
-	digest := wanted.digest(ep.UID)
-	if r.applied.prunedFor(owner) == digest {
-		return nil
-	}
 	var errs []error
 	for _, k := range ownedKinds {
 		list := k.newList()
@@ -153,13 +123,9 @@ func (r *LLMEndpointReconciler) prune(ctx context.Context, ep *v1alpha1.LLMEndpo
 				errs = append(errs, fmt.Errorf("delete %s %s: %w", k.gvk.Kind, obj.GetName(), err))
 				continue
 			}
-			r.applied.drop(owner, key)
+			r.applied.drop(client.ObjectKeyFromObject(ep), key)
 			logf.FromContext(ctx).V(1).Info("pruned", "kind", k.gvk.Kind, "name", obj.GetName())
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	r.applied.setPruned(owner, digest)
-	return nil
+	return errors.Join(errs...)
 }

@@ -47,10 +47,6 @@ import (
 type appliedCache struct {
 	mu      sync.Mutex
 	byOwner map[types.NamespacedName]map[appliedKey]appliedEntry
-	// pruned is, per owner, the wanted set (with the owner's UID) of the
-	// last prune that deleted everything it had to: the same set again
-	// leaves nothing to prune, so it is not listed again.
-	pruned map[types.NamespacedName]string
 }
 
 type appliedKey struct {
@@ -89,29 +85,11 @@ func (c *appliedCache) drop(owner types.NamespacedName, key appliedKey) {
 	delete(c.byOwner[owner], key)
 }
 
-// prunedFor is the wanted set of the owner's last complete prune.
-func (c *appliedCache) prunedFor(owner types.NamespacedName) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pruned[owner]
-}
-
-// setPruned records a complete prune of the owner's objects for a wanted set.
-func (c *appliedCache) setPruned(owner types.NamespacedName, wanted string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pruned == nil {
-		c.pruned = map[types.NamespacedName]string{}
-	}
-	c.pruned[owner] = wanted
-}
-
 // forget drops what is remembered for a deleted LLMEndpoint.
 func (c *appliedCache) forget(owner types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.byOwner, owner)
-	delete(c.pruned, owner)
 }
 
 // applyRequest turns a desired object from a builder into the body of a
