@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/gobuild"
@@ -137,46 +139,57 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 // waitListening reads the router's JSON log until it has announced n
 // listening addresses (traffic first, then metrics).
 func waitListening(ctx context.Context, logPath string, p *process.Process, n int) ([]string, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	var addrs []string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("router exited (%v): %s", err, log)
+			return false, fmt.Errorf("router exited (%v): %s", err, log)
 		}
-		var addrs []string
-		if fh, err := os.Open(logPath); err == nil {
-			sc := bufio.NewScanner(fh)
-			for sc.Scan() {
-				var line struct {
-					Msg     string `json:"msg"`
-					Address string `json:"address"`
-				}
-				if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" && line.Address != "" {
-					addrs = append(addrs, line.Address)
-				}
-			}
-			_ = fh.Close()
-		}
-		if len(addrs) >= n {
-			return addrs[:n], nil
-		}
-		time.Sleep(20 * time.Millisecond)
+		addrs = listening(logPath)
+		return len(addrs) >= n, nil
+	})
+	if wait.Interrupted(err) {
+		return nil, fmt.Errorf("router did not announce its addresses in %s", logPath)
 	}
-	return nil, fmt.Errorf("router did not announce its addresses in %s", logPath)
+	if err != nil {
+		return nil, err // the router exited
+	}
+	return addrs[:n], nil
+}
+
+// listening is the addresses the router's JSON log has announced so far.
+func listening(logPath string) []string {
+	fh, err := os.Open(logPath)
+	if err != nil {
+		return nil
+	}
+	defer fh.Close()
+	var addrs []string
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		var line struct {
+			Msg     string `json:"msg"`
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" && line.Address != "" {
+			addrs = append(addrs, line.Address)
+		}
+	}
+	return addrs
 }
 
 func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if resp, err := http.Get(url); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return fmt.Errorf("router not ready at %s", url)
 	}
-	return fmt.Errorf("router not ready at %s", url)
+	return nil
 }
 
 func (f *fleet) urls() []string {

@@ -46,7 +46,7 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 	if bp := r.BeforeProxy; bp != nil {
 		ap := r.Proxy
 		p("\n**Added proxy latency** (as in *Router costs*, each binary in turn): `%s` p50 %s, p99 %s; this revision p50 %s, p99 %s.\n",
-			rev, us(bp.AddedP50.Seconds()), us(bp.AddedP99.Seconds()), us(ap.AddedP50.Seconds()), us(ap.AddedP99.Seconds()))
+			rev, micros(bp.AddedP50), micros(bp.AddedP99), micros(ap.AddedP50), micros(ap.AddedP99))
 	}
 	if len(r.DecisionBench) == 2 {
 		bd, ad := r.DecisionBench[0], r.DecisionBench[1]
@@ -67,8 +67,6 @@ func (r *Report) hasBefore(w string) bool {
 	}
 	return false
 }
-
-func us(s float64) string { return fmt.Sprintf("%.1f µs", s*1e6) }
 
 func floats(xs []float64) string {
 	s := make([]string, len(xs))

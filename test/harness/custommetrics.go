@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
@@ -131,26 +132,22 @@ func (s *customMetricsServing) register(ctx context.Context, e *Env) error {
 	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, api, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create APIService %s: %w", api.Name, err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var last []apiregistrationv1.APIServiceCondition
+	var last []apiregistrationv1.APIServiceCondition
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := agg.ApiregistrationV1().APIServices().Get(ctx, customMetricsAPI, metav1.GetOptions{})
-		if err == nil {
-			last = got.Status.Conditions
-			for _, c := range last {
-				if c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue {
-					return nil
-				}
+		if err != nil {
+			return false, nil
+		}
+		last = got.Status.Conditions
+		for _, c := range last {
+			if c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue {
+				return true, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("APIService %s not Available within 60s: %+v (operator log: %s)", customMetricsAPI, last,
-				filepath.Join(e.Cluster.WorkDir, "operator.log"))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
+		return false, nil
+	}); err != nil {
+		return fmt.Errorf("APIService %s not Available within 60s: %+v (operator log: %s): %w", customMetricsAPI, last,
+			filepath.Join(e.Cluster.WorkDir, "operator.log"), err)
 	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // routerContainer is the router's container in the router pods the
@@ -196,18 +197,13 @@ func mountedVolume(pod *corev1.Pod, c *corev1.Container, path, kind string, sour
 
 // waitFile waits until path exists.
 func waitFile(ctx context.Context, path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w", path, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("wait for %s: %w", path, err)
 	}
+	return nil
 }
 
 // containerEnv resolves c's environment as the kubelet would, for the
@@ -262,30 +258,22 @@ func (p *RouterPods) Routers() []*Router {
 // WaitReady waits until n routers run and each answers /readyz, and
 // returns them ordered by pod name.
 func (p *RouterPods) WaitReady(ctx context.Context, n int, timeout time.Duration) ([]*Router, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		rs := p.Routers()
-		if len(rs) == n {
-			ok := true
-			for _, r := range rs {
-				if err := waitHTTP(ctx, r.MetricsURL+"/readyz", time.Until(deadline)); err != nil {
-					ok = false
-					break
-				}
-			}
-			if ok {
-				return rs, nil
+	var rs []*Router
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		rs = p.Routers()
+		if len(rs) != n {
+			return false, nil
+		}
+		for _, r := range rs {
+			if httpOK(ctx, r.MetricsURL+"/readyz") != nil {
+				return false, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d router pods ready after %s (start errors: %v)", len(rs), n, timeout, p.agent.Errors())
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+		return true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("%d of %d router pods ready after %s (start errors: %v): %w", len(rs), n, timeout, p.agent.Errors(), err)
 	}
+	return rs, nil
 }
 
 // probe polls every router's /readyz as the kubelet's readiness probe does

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -252,21 +253,13 @@ func (c *Cluster) createNodes(ctx context.Context, o Options) error {
 			return fmt.Errorf("create node %s: %w", node.Name, err)
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err == nil && countReady(nodes.Items) == o.Nodes {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fake nodes not Ready within 60s; see %s", filepath.Join(c.WorkDir, "kwok.log"))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return err == nil && countReady(nodes.Items) == o.Nodes, nil
+	}); err != nil {
+		return fmt.Errorf("fake nodes not Ready within 60s; see %s: %w", filepath.Join(c.WorkDir, "kwok.log"), err)
 	}
+	return nil
 }
 
 func fakeNode(name string, gpus int) *corev1.Node {
