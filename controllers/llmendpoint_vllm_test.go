@@ -257,8 +257,8 @@ func TestVLLMPodTemplateIgnoresAdapterList(t *testing.T) {
 func TestBuildVLLMService(t *testing.T) {
 	ep := newEndpoint()
 	svc := buildVLLMService(ep)
-	if svc.Name != "chat-vllm" || svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		t.Errorf("service %s clusterIP %q, want headless chat-vllm", svc.Name, svc.Spec.ClusterIP)
+	if svc.Name != vllmName(ep) || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("service %s clusterIP %q, want headless %s", svc.Name, svc.Spec.ClusterIP, vllmName(ep))
 	}
 	if diff := cmp.Diff(selectorLabels(ep, roleVLLM), svc.Spec.Selector); diff != "" {
 		t.Errorf("selector (-want +got):\n%s", diff)
