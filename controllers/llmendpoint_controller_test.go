@@ -60,28 +60,28 @@ func minimalEndpoint(ns, name string) *v1alpha1.LLMEndpoint {
 }
 
 // ownedObjects are empty objects of every kind and name the operator
-// creates for an endpoint.
-func ownedObjects(ns, name string) []client.Object {
-	meta := func(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: n} }
+// creates for an endpoint (without LoRA).
+func ownedObjects(ep *v1alpha1.LLMEndpoint) []client.Object {
+	meta := func(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ep.Namespace, Name: n} }
 	return []client.Object{
-		&appsv1.Deployment{ObjectMeta: meta(name + "-vllm")},
-		&corev1.Service{ObjectMeta: meta(name + "-vllm")},
-		&corev1.ConfigMap{ObjectMeta: meta(name + "-routing")},
-		&corev1.ServiceAccount{ObjectMeta: meta(name + "-router")},
-		&rbacv1.Role{ObjectMeta: meta(name + "-router")},
-		&rbacv1.RoleBinding{ObjectMeta: meta(name + "-router")},
-		&appsv1.Deployment{ObjectMeta: meta(name + "-router")},
-		&corev1.Service{ObjectMeta: meta(name)},
-		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-vllm")},
-		&networkingv1.NetworkPolicy{ObjectMeta: meta(name + "-router")},
+		&appsv1.Deployment{ObjectMeta: meta(vllmName(ep))},
+		&corev1.Service{ObjectMeta: meta(vllmName(ep))},
+		&corev1.ConfigMap{ObjectMeta: meta(routingConfigMapName(ep))},
+		&corev1.ServiceAccount{ObjectMeta: meta(routerName(ep))},
+		&rbacv1.Role{ObjectMeta: meta(routerName(ep))},
+		&rbacv1.RoleBinding{ObjectMeta: meta(routerName(ep))},
+		&appsv1.Deployment{ObjectMeta: meta(routerName(ep))},
+		&corev1.Service{ObjectMeta: meta(routerServiceName(ep))},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(vllmName(ep))},
+		&networkingv1.NetworkPolicy{ObjectMeta: meta(routerName(ep))},
 	}
 }
 
 // resourceVersions reads the resourceVersion of each owned object and of
 // the endpoint.
-func resourceVersions(ns, name string) map[string]string {
+func resourceVersions(ep *v1alpha1.LLMEndpoint) map[string]string {
 	rvs := map[string]string{}
-	objs := append(ownedObjects(ns, name), &v1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	objs := append(ownedObjects(ep), &v1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: ep.Namespace, Name: ep.Name}})
 	for _, obj := range objs {
 		ExpectWithOffset(1, k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		rvs[fmt.Sprintf("%T/%s", obj, obj.GetName())] = obj.GetResourceVersion()
@@ -89,10 +89,10 @@ func resourceVersions(ns, name string) map[string]string {
 	return rvs
 }
 
-// routingDocument reads and decodes the routing ConfigMap.
-func routingDocument(g Gomega, ns, name string) *routing.Document {
+// routingDocument reads and decodes the endpoint's routing ConfigMap.
+func routingDocument(g Gomega, ep *v1alpha1.LLMEndpoint) *routing.Document {
 	cm := &corev1.ConfigMap{}
-	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: name + "-routing"}, cm)).To(Succeed())
+	g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ep.Namespace, Name: routingConfigMapName(ep)}, cm)).To(Succeed())
 	doc, err := routing.Decode([]byte(cm.Data[routing.ConfigMapKey]))
 	g.Expect(err).NotTo(HaveOccurred())
 	return doc
@@ -310,7 +310,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 
 		Eventually(func(g Gomega) {
-			for _, obj := range ownedObjects(ns, "chat") {
+			for _, obj := range ownedObjects(ep) {
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(obj), obj)).To(Succeed(), "%T %s", obj, obj.GetName())
 				ref := metav1.GetControllerOf(obj)
 				g.Expect(ref).NotTo(BeNil(), "%T %s", obj, obj.GetName())
@@ -322,22 +322,22 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 			}
 		}).Should(Succeed())
 
-		vllm := getDeployment(Default, ns, "chat-vllm")
+		vllm := getDeployment(Default, ns, vllmName(ep))
 		c := vllm.Spec.Template.Spec.Containers[0]
 		Expect(*vllm.Spec.Replicas).To(BeEquivalentTo(2))
 		Expect(c.Image).To(Equal("vllm/vllm-openai:test"))
 		Expect(c.Args).To(ContainElements("--enable-prefix-caching", "--served-model-name=llama", "--port=8000"))
 		Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
 
-		router := getDeployment(Default, ns, "chat-router")
-		Expect(router.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--configmap=" + ns + "/chat-routing"))
+		router := getDeployment(Default, ns, routerName(ep))
+		Expect(router.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--configmap=" + ns + "/" + routingConfigMapName(ep)))
 		Expect(*router.Spec.Replicas).To(BeEquivalentTo(2))
 
 		svc := &corev1.Service{}
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "chat-vllm"}, svc)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: vllmName(ep)}, svc)).To(Succeed())
 		Expect(svc.Spec.ClusterIP).To(Equal(corev1.ClusterIPNone))
 
-		doc := routingDocument(Default, ns, "chat")
+		doc := routingDocument(Default, ep)
 		Expect(doc.Endpoint).To(Equal(ns + "/chat"))
 		Expect(doc.Strategy).To(Equal(routing.StrategyPrefixAware))
 		Expect(doc.PrefixAware).To(Equal(routing.PrefixAware{PrefixLength: 4096, ConcurrencyThreshold: 7}))
@@ -361,7 +361,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		ep := minimalEndpoint(ns, "chat")
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		waitSettled(ns, "chat")
-		routerBefore := getDeployment(Default, ns, "chat-router")
+		routerBefore := getDeployment(Default, ns, routerName(ep))
 
 		By("changing the spec")
 		patch := client.MergeFrom(ep.DeepCopy())
@@ -372,22 +372,22 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		ep.Spec.Router.Image = "warmroute-router:v2"
 		Expect(k8sClient.Patch(suiteCtx, ep, patch)).To(Succeed())
 		Eventually(func(g Gomega) {
-			vllm := getDeployment(g, ns, "chat-vllm")
+			vllm := getDeployment(g, ns, vllmName(ep))
 			g.Expect(*vllm.Spec.Replicas).To(BeEquivalentTo(3))
 			g.Expect(vllm.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--max-model-len=8192"))
-			doc := routingDocument(g, ns, "chat")
+			doc := routingDocument(g, ep)
 			g.Expect(doc.Generation).To(Equal(ep.Generation))
 			g.Expect(doc.PrefixAware.PrefixLength).To(Equal(8192))
 			g.Expect(doc.Strategy).To(Equal(routing.StrategyLeastOutstandingRequests))
-			g.Expect(getDeployment(g, ns, "chat-router").Spec.Template.Spec.Containers[0].Image).To(Equal("warmroute-router:v2"))
+			g.Expect(getDeployment(g, ns, routerName(ep)).Spec.Template.Spec.Containers[0].Image).To(Equal("warmroute-router:v2"))
 		}).Should(Succeed())
-		routerAfter := getDeployment(Default, ns, "chat-router")
+		routerAfter := getDeployment(Default, ns, routerName(ep))
 		routerAfter.Spec.Template.Spec.Containers[0].Image = routerBefore.Spec.Template.Spec.Containers[0].Image
 		Expect(routerAfter.Spec.Template).To(Equal(routerBefore.Spec.Template), "only the image changed in the router's pod template")
 
 		By("reconciling again with nothing to do")
 		waitSettled(ns, "chat")
-		before := resourceVersions(ns, "chat")
+		before := resourceVersions(ep)
 		writesBefore := writes.In(ns)
 		key := client.ObjectKeyFromObject(ep)
 		runs := reconciles.Of(key)
@@ -396,7 +396,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		Expect(k8sClient.Patch(suiteCtx, ep, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test":"touch"}}}`)))).To(Succeed())
 		Eventually(func() int { return reconciles.Of(key) }).Should(BeNumerically(">", runs))
 		Consistently(func() int { return writes.In(ns) }).Should(Equal(writesBefore), "writes in a no-op reconcile")
-		after := resourceVersions(ns, "chat")
+		after := resourceVersions(ep)
 		delete(before, "*v1alpha1.LLMEndpoint/chat") // the annotation moved it
 		delete(after, "*v1alpha1.LLMEndpoint/chat")
 		Expect(after).To(Equal(before))
@@ -407,22 +407,23 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		ep := minimalEndpoint(ns, "chat")
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		waitSettled(ns, "chat")
-		vllm := getDeployment(Default, ns, "chat-vllm")
+		vllm := getDeployment(Default, ns, vllmName(ep))
 		Expect(k8sClient.Patch(suiteCtx, vllm, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":7}}`)))).To(Succeed())
-		Eventually(func() int32 { return *getDeployment(Default, ns, "chat-vllm").Spec.Replicas }).Should(BeEquivalentTo(2))
+		Eventually(func() int32 { return *getDeployment(Default, ns, vllmName(ep)).Spec.Replicas }).Should(BeEquivalentTo(2))
 	})
 
 	It("refuses to take over an object it does not control", func() {
+		ep := minimalEndpoint(ns, "taken")
 		taken := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: routerServiceName(ep)},
 			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1234}}},
 		}
 		Expect(k8sClient.Create(suiteCtx, taken)).To(Succeed())
-		Expect(k8sClient.Create(suiteCtx, minimalEndpoint(ns, "taken"))).To(Succeed())
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		Eventually(func(g Gomega) {
-			ep := &v1alpha1.LLMEndpoint{}
-			g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "taken"}, ep)).To(Succeed())
-			c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionDegraded)
+			got := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionDegraded)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonReconcileFailed))
 			g.Expect(c.Message).To(ContainSubstring("Service taken exists and is not controlled by this LLMEndpoint"))
@@ -432,7 +433,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		Expect(taken.Spec.Ports[0].Port).To(BeEquivalentTo(1234))
 		// Everything else is still made.
 		Eventually(func() error {
-			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "taken-vllm"}, &appsv1.Deployment{})
+			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: vllmName(ep)}, &appsv1.Deployment{})
 		}).Should(Succeed())
 	})
 
@@ -454,7 +455,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		waitSettled(ns, "chat")
 
 		watcher, err := clientset.CoreV1().ConfigMaps(ns).Watch(suiteCtx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("metadata.name", "chat-routing").String(),
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", routingConfigMapName(ep)).String(),
 		})
 		Expect(err).NotTo(HaveOccurred())
 		defer watcher.Stop()
@@ -550,7 +551,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 
 		scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 4}}
 		Expect(k8sClient.SubResource("scale").Update(suiteCtx, ep, client.WithSubResourceBody(scale))).To(Succeed())
-		Eventually(func() int32 { return *getDeployment(Default, ns, "chat-vllm").Spec.Replicas }).Should(BeEquivalentTo(4))
+		Eventually(func() int32 { return *getDeployment(Default, ns, vllmName(ep)).Spec.Replicas }).Should(BeEquivalentTo(4))
 		Expect(k8sClient.SubResource("scale").Get(suiteCtx, ep, scale)).To(Succeed())
 		Expect(scale.Spec.Replicas).To(BeEquivalentTo(4))
 		Expect(scale.Status.Selector).To(Equal("serving.warmroute.dev/endpoint=chat,serving.warmroute.dev/role=vllm"))
@@ -564,7 +565,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		}
 		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfigPath, "-n", ns, "scale", "llmendpoint", "chat", "--replicas=5").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), string(out))
-		Eventually(func() int32 { return *getDeployment(Default, ns, "chat-vllm").Spec.Replicas }).Should(BeEquivalentTo(5))
+		Eventually(func() int32 { return *getDeployment(Default, ns, vllmName(ep)).Spec.Replicas }).Should(BeEquivalentTo(5))
 
 		out, err = exec.Command(kubectl, "--kubeconfig", kubeconfigPath, "-n", ns, "get", "llme").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), string(out))
@@ -584,7 +585,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		ep := minimalEndpoint(ns, "chat")
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		waitSettled(ns, "chat")
-		for _, obj := range ownedObjects(ns, "chat") {
+		for _, obj := range ownedObjects(ep) {
 			Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 			Expect(obj.GetOwnerReferences()).To(ConsistOf(metav1.OwnerReference{
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: "chat", UID: ep.UID,

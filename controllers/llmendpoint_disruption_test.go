@@ -26,7 +26,7 @@ import (
 
 func TestBuildPodDisruptionBudgets(t *testing.T) {
 	ep := newEndpoint()
-	for _, tt := range []struct{ name, role string }{{"chat-vllm", roleVLLM}, {"chat-router", roleRouter}} {
+	for _, tt := range []struct{ name, role string }{{vllmName(ep), roleVLLM}, {routerName(ep), roleRouter}} {
 		pdb := buildPodDisruptionBudget(ep, tt.name, tt.role, "x")
 		if pdb.Name != tt.name || len(pdb.OwnerReferences) != 1 || !*pdb.OwnerReferences[0].Controller {
 			t.Errorf("%s: name %q owners %+v", tt.role, pdb.Name, pdb.OwnerReferences)

@@ -190,43 +190,22 @@ func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccou
 // exist yet, so the grant covers the namespace's pods; it is get and patch
 // only.
 func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
-	return &rbacv1.Role{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"),
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups:     []string{""},
-			Resources:     []string{"configmaps"},
-			ResourceNames: []string{routingConfigMapName(ep)},
-			Verbs:         []string{"get", "list", "watch"},
-		}, {
-			APIGroups: []string{""},
-			Resources: []string{"pods"},
-			Verbs:     []string{"get", "patch"},
-		}},
-	}
+	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
+		APIGroups: []string{""},
+		Resources: []string{"pods"},
+		Verbs:     []string{"get", "patch"},
+	})
 }
 
 func buildLoRAAgentRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
-	return &rbacv1.RoleBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: loraAgentName(ep)},
-		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Name: loraAgentName(ep), Namespace: ep.Namespace,
-		}},
-	}
+	return newRoleBinding(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"))
 }
 
 // loraAgentVolumes are the routing ConfigMap (a directory mount, which the
 // kubelet keeps current) and a service-account token projected for the
 // agent alone: vLLM itself gets no credentials.
 func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
-	return []corev1.Volume{{
-		Name: "routing",
-		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
-		}},
-	}, {
+	return []corev1.Volume{routingConfigMapVolume(ep), {
 		Name: "lora-agent-token",
 		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}},
@@ -245,8 +224,6 @@ func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
 // adapters through vLLM's runtime API on localhost. It depends on the
 // endpoint's name only, so the adapter list never changes the pod template.
 func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Container {
-	sc := restrictedContainerSecurityContext()
-	sc.ReadOnlyRootFilesystem = ptr.To(true)
 	return corev1.Container{
 		Name:    loraAgentContainer,
 		Image:   opts.RouterImage,
@@ -265,7 +242,7 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 			{Name: "routing", MountPath: loraAgentConfigDir, ReadOnly: true},
 			{Name: "lora-agent-token", MountPath: serviceAccountDir, ReadOnly: true},
 		},
-		SecurityContext:          sc,
+		SecurityContext:          readOnlyRootSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }

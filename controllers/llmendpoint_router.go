@@ -75,35 +75,51 @@ func buildRouterServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount 
 // API (a watch reloads faster than the kubelet refreshes a mounted volume)
 // and find each other: list and watch EndpointSlices in the namespace (their
 // names are generated, so they cannot be limited by name; the router
-// selects its Service's by label). ConfigMap list and watch are limited by
-// name too, so the router must list and watch with a metadata.name field
-// selector.
+// selects its Service's by label).
 func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
-	return &rbacv1.Role{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups:     []string{""},
-			Resources:     []string{"configmaps"},
-			ResourceNames: []string{routingConfigMapName(ep)},
-			Verbs:         []string{"get", "list", "watch"},
-		}, {
-			APIGroups: []string{"discovery.k8s.io"},
-			Resources: []string{"endpointslices"},
-			Verbs:     []string{"list", "watch"},
-		}},
-	}
+	return newRole(objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
+		APIGroups: []string{"discovery.k8s.io"},
+		Resources: []string{"endpointslices"},
+		Verbs:     []string{"list", "watch"},
+	})
 }
 
 // buildRouterRoleBinding grants the router Role to the router's
 // ServiceAccount.
 func buildRouterRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
+	return newRoleBinding(objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"))
+}
+
+// readRoutingConfigMap lets a pod read the endpoint's routing ConfigMap
+// through the API. List and watch are limited by name too, so the client
+// must list and watch with a metadata.name field selector.
+func readRoutingConfigMap(ep *v1alpha1.LLMEndpoint) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{
+		APIGroups:     []string{""},
+		Resources:     []string{"configmaps"},
+		ResourceNames: []string{routingConfigMapName(ep)},
+		Verbs:         []string{"get", "list", "watch"},
+	}
+}
+
+// newRole is a Role with the given rules.
+func newRole(meta metav1.ObjectMeta, rules ...rbacv1.PolicyRule) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: meta,
+		Rules:      rules,
+	}
+}
+
+// newRoleBinding grants the Role named meta.Name to the ServiceAccount of
+// the same name: each of the operator's identities has a Role of its own.
+func newRoleBinding(meta metav1.ObjectMeta) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: routerName(ep)},
+		ObjectMeta: meta,
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: meta.Name},
 		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Name: routerName(ep), Namespace: ep.Namespace,
+			Kind: rbacv1.ServiceAccountKind, Name: meta.Name, Namespace: meta.Namespace,
 		}},
 	}
 }
@@ -149,46 +165,21 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		VolumeMounts: append([]corev1.VolumeMount{{
 			Name: "routing", MountPath: routerConfigDir, ReadOnly: true,
 		}}, tenancyMounts...),
-		ReadinessProbe: httpProbe(routerReadinessPath, "metrics", 5, 2),
-		LivenessProbe:  httpProbe(routerHealthPath, "metrics", 10, 3),
-		SecurityContext: func() *corev1.SecurityContext {
-			sc := restrictedContainerSecurityContext()
-			sc.ReadOnlyRootFilesystem = ptr.To(true)
-			return sc
-		}(),
+		ReadinessProbe:           httpProbe(routerReadinessPath, "metrics", 5, 2),
+		LivenessProbe:            httpProbe(routerHealthPath, "metrics", 10, 3),
+		SecurityContext:          readOnlyRootSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	return &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(v1alpha1.RouterReplicas(ep)),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ep, roleRouter, "warmroute-router")},
-				Spec: corev1.PodSpec{
-					ServiceAccountName: routerName(ep),
-					// Room for the drain delay and for the longest
-					// streams to finish before the kubelet kills it.
-					TerminationGracePeriodSeconds: ptr.To(int64(routerDrainSeconds + routerShutdownSeconds + 10)),
-					AutomountServiceAccountToken:  ptr.To(true),
-					EnableServiceLinks:            ptr.To(false),
-					Containers:                    []corev1.Container{container},
-					Volumes: append([]corev1.Volume{{
-						Name: "routing",
-						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
-						}},
-					}}, tenancyVolumes...),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-					TopologySpreadConstraints: spreadOverNodes(ep, roleRouter),
-				},
-			},
-		},
-	}
+	return newDeployment(ep, routerName(ep), roleRouter, "warmroute-router", v1alpha1.RouterReplicas(ep), corev1.PodSpec{
+		ServiceAccountName: routerName(ep),
+		// Room for the drain delay and for the longest streams to finish
+		// before the kubelet kills it.
+		TerminationGracePeriodSeconds: ptr.To(int64(routerDrainSeconds + routerShutdownSeconds + 10)),
+		AutomountServiceAccountToken:  ptr.To(true),
+		Containers:                    []corev1.Container{container},
+		Volumes:                       append([]corev1.Volume{routingConfigMapVolume(ep)}, tenancyVolumes...),
+		SecurityContext:               restrictedPodSecurityContext(nil),
+	})
 }
 
 // defaultRouterResources bound a router that spec.router.resources leaves

@@ -47,8 +47,8 @@ func TestBuildRouterDeployment(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := buildRouterDeployment(tt.ep, testOptions)
-			if d.Name != "chat-router" || *d.Spec.Replicas != tt.wantReplicas {
-				t.Errorf("%s replicas %d, want chat-router with %d", d.Name, *d.Spec.Replicas, tt.wantReplicas)
+			if d.Name != routerName(tt.ep) || *d.Spec.Replicas != tt.wantReplicas {
+				t.Errorf("%s replicas %d, want %s with %d", d.Name, *d.Spec.Replicas, routerName(tt.ep), tt.wantReplicas)
 			}
 			ps := d.Spec.Template.Spec
 			c := ps.Containers[0]
@@ -58,8 +58,8 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if q := c.Resources.Requests[corev1.ResourceCPU]; q.String() != tt.wantCPU {
 				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
 			}
-			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/chat-routing", "--drain-delay=5s", "--shutdown-timeout=60s",
-				"--peer-service=team/chat", "--peer-port=9090", "--cache-salt-key-file=/etc/warmroute/cache-salt/key"}
+			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/" + routingConfigMapName(tt.ep), "--drain-delay=5s", "--shutdown-timeout=60s",
+				"--peer-service=team/" + routerServiceName(tt.ep), "--peer-port=9090", "--cache-salt-key-file=/etc/warmroute/cache-salt/key"}
 			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -78,10 +78,10 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
 				t.Errorf("routing mount %+v: want the directory, never a subPath", c.VolumeMounts)
 			}
-			if len(ps.Volumes) != 2 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != "chat-routing" {
+			if len(ps.Volumes) != 2 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != routingConfigMapName(tt.ep) {
 				t.Errorf("volumes %+v", ps.Volumes)
 			}
-			if ps.ServiceAccountName != "chat-router" {
+			if ps.ServiceAccountName != routerName(tt.ep) {
 				t.Errorf("service account %q", ps.ServiceAccountName)
 			}
 			if len(d.Spec.Template.Annotations) != 0 {
@@ -105,7 +105,7 @@ func TestBuildRouterRBAC(t *testing.T) {
 	ep := newEndpoint()
 	sa, role, rb := buildRouterServiceAccount(ep), buildRouterRole(ep), buildRouterRoleBinding(ep)
 	wantRules := []rbacv1.PolicyRule{{
-		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"chat-routing"}, Verbs: []string{"get", "list", "watch"},
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{routingConfigMapName(ep)}, Verbs: []string{"get", "list", "watch"},
 	}, {
 		APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"},
 	}}
@@ -144,7 +144,7 @@ func TestBuildRouterService(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := buildRouterService(tt.ep)
-			if svc.Name != "chat" || svc.Spec.Type != tt.wantType || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != tt.wantPort || svc.Spec.Ports[0].TargetPort.StrVal != "http" {
+			if svc.Name != routerServiceName(tt.ep) || svc.Spec.Type != tt.wantType || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != tt.wantPort || svc.Spec.Ports[0].TargetPort.StrVal != "http" {
 				t.Errorf("service %s %s %+v", svc.Name, svc.Spec.Type, svc.Spec.Ports)
 			}
 			if diff := cmp.Diff(selectorLabels(tt.ep, roleRouter), svc.Spec.Selector); diff != "" {

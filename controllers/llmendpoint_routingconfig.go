@@ -102,6 +102,18 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placement
 	}
 }
 
+// routingConfigMapVolume is the routing ConfigMap as the volume "routing",
+// for the router and the LoRA agent to mount as a directory (never a
+// subPath: the kubelet updates only directory mounts).
+func routingConfigMapVolume(ep *v1alpha1.LLMEndpoint) corev1.Volume {
+	return corev1.Volume{
+		Name: "routing",
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: routingConfigMapName(ep)},
+		}},
+	}
+}
+
 // buildRoutingConfigMap holds the encoded routing document.
 func buildRoutingConfigMap(ep *v1alpha1.LLMEndpoint, document []byte) *corev1.ConfigMap {
 	return &corev1.ConfigMap{

@@ -154,8 +154,9 @@ func TestRoutingDocumentIsStable(t *testing.T) {
 }
 
 func TestBuildRoutingConfigMap(t *testing.T) {
-	cm := buildRoutingConfigMap(newEndpoint(), []byte("{}\n"))
-	if cm.Name != "chat-routing" || cm.Data[routing.ConfigMapKey] != "{}\n" || len(cm.Data) != 1 {
+	ep := newEndpoint()
+	cm := buildRoutingConfigMap(ep, []byte("{}\n"))
+	if cm.Name != routingConfigMapName(ep) || cm.Data[routing.ConfigMapKey] != "{}\n" || len(cm.Data) != 1 {
 		t.Errorf("configmap %s %v", cm.Name, cm.Data)
 	}
 	if cm.Labels[LabelEndpoint] != "chat" {

@@ -35,17 +35,18 @@ import (
 )
 
 func TestRouterTenancy(t *testing.T) {
+	salt := cacheSaltSecretName(newEndpoint())
 	for _, tc := range []struct {
 		name        string
 		auth        *v1alpha1.RouterAuth
 		wantArgs    []string
 		wantSecrets []string
 	}{
-		{"no auth: salts only", nil, []string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key"}, []string{"chat-cache-salt"}},
+		{"no auth: salts only", nil, []string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key"}, []string{salt}},
 		{"API keys", &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthAPIKeys, APIKeys: &v1alpha1.APIKeysAuth{SecretName: "keys"}},
-			[]string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key", "--api-keys-dir=/etc/warmroute/api-keys"}, []string{"chat-cache-salt", "keys"}},
+			[]string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key", "--api-keys-dir=/etc/warmroute/api-keys"}, []string{salt, "keys"}},
 		{"trusted header", &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthTrustedHeader, TrustedHeader: &v1alpha1.TrustedHeaderAuth{Name: "X-Tenant"}},
-			[]string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key", "--tenant-header=X-Tenant"}, []string{"chat-cache-salt"}},
+			[]string{"--cache-salt-key-file=/etc/warmroute/cache-salt/key", "--tenant-header=X-Tenant"}, []string{salt}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := buildRouterDeployment(newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Router.Auth = tc.auth }), testOptions)
@@ -75,7 +76,7 @@ func TestRouterTenancy(t *testing.T) {
 		})
 	}
 	s, err := buildCacheSaltSecret(newEndpoint())
-	if err != nil || len(s.Data[cacheSaltKey]) != 32 || s.Name != "chat-cache-salt" || metav1.GetControllerOf(s) == nil {
+	if err != nil || len(s.Data[cacheSaltKey]) != 32 || s.Name != cacheSaltSecretName(newEndpoint()) || metav1.GetControllerOf(s) == nil {
 		t.Fatalf("salt Secret %+v: %v", s, err)
 	}
 	s2, _ := buildCacheSaltSecret(newEndpoint())
@@ -161,14 +162,14 @@ var _ = Describe("Router tenancy", func() {
 		ep := minimalEndpoint(ns, "chat")
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		var secret *corev1.Secret
-		Eventually(func(g Gomega) { secret = getSecret(g, "chat-cache-salt") }).Should(Succeed())
+		Eventually(func(g Gomega) { secret = getSecret(g, cacheSaltSecretName(ep)) }).Should(Succeed())
 		Expect(secret.Data["key"]).To(HaveLen(32))
 		Expect(metav1.GetControllerOf(secret)).To(HaveField("UID", ep.UID))
 		Expect(secret.Labels).To(HaveKeyWithValue(LabelEndpoint, "chat"))
 
 		Eventually(func(g Gomega) {
-			ps := getDeployment(g, ns, "chat-router").Spec.Template.Spec
-			g.Expect(ps.Volumes).To(ContainElement(And(HaveField("Name", "cache-salt"), HaveField("Secret.SecretName", "chat-cache-salt"))))
+			ps := getDeployment(g, ns, routerName(ep)).Spec.Template.Spec
+			g.Expect(ps.Volumes).To(ContainElement(And(HaveField("Name", "cache-salt"), HaveField("Secret.SecretName", cacheSaltSecretName(ep)))))
 			g.Expect(ps.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "cache-salt", MountPath: routerCacheSaltDir, ReadOnly: true}))
 			g.Expect(ps.Containers[0].Args).To(ContainElement("--cache-salt-key-file=/etc/warmroute/cache-salt/key"))
 		}).Should(Succeed())
@@ -181,7 +182,7 @@ var _ = Describe("Router tenancy", func() {
 			ep.Spec.Router.Replicas = ptr.To(routers)
 			Expect(k8sClient.Update(suiteCtx, ep)).To(Succeed())
 			Eventually(func(g Gomega) {
-				g.Expect(*getDeployment(g, ns, "chat-router").Spec.Replicas).To(Equal(routers))
+				g.Expect(*getDeployment(g, ns, routerName(ep)).Spec.Replicas).To(Equal(routers))
 			}).Should(Succeed())
 		}
 
@@ -191,26 +192,27 @@ var _ = Describe("Router tenancy", func() {
 		Expect(k8sClient.Update(suiteCtx, secret)).To(Succeed())
 		reconcileForgetting(3)
 		waitSettled(ns, "chat")
-		Expect(getSecret(Default, "chat-cache-salt").Data["key"]).To(Equal(rotated), "the operator replaced a rotated key")
-		Expect(getDeployment(Default, ns, "chat-router").Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", "chat-cache-salt")))
+		Expect(getSecret(Default, cacheSaltSecretName(ep)).Data["key"]).To(Equal(rotated), "the operator replaced a rotated key")
+		Expect(getDeployment(Default, ns, routerName(ep)).Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", cacheSaltSecretName(ep))))
 
 		By("re-creating a deleted Secret")
 		Expect(k8sClient.Delete(suiteCtx, secret)).To(Succeed())
 		reconcileForgetting(2)
 		Eventually(func(g Gomega) {
-			g.Expect(getSecret(g, "chat-cache-salt").Data["key"]).To(And(HaveLen(32), Not(Equal(rotated))))
+			g.Expect(getSecret(g, cacheSaltSecretName(ep)).Data["key"]).To(And(HaveLen(32), Not(Equal(rotated))))
 		}).Should(Succeed())
 	})
 
 	It("uses a salt Secret the user made first, as it is", func() {
+		ep := minimalEndpoint(ns, "chat")
 		mine := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat-cache-salt"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cacheSaltSecretName(ep)},
 			Data:       map[string][]byte{"key": bytes.Repeat([]byte{9}, 40)},
 		}
 		Expect(k8sClient.Create(suiteCtx, mine)).To(Succeed())
-		Expect(k8sClient.Create(suiteCtx, minimalEndpoint(ns, "chat"))).To(Succeed())
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		waitSettled(ns, "chat")
-		Expect(getSecret(Default, "chat-cache-salt").Data["key"]).To(Equal(mine.Data["key"]))
+		Expect(getSecret(Default, cacheSaltSecretName(ep)).Data["key"]).To(Equal(mine.Data["key"]))
 	})
 
 	It("mounts the user's API keys Secret, hands the router vLLM's key, and passes a trusted header", func() {
@@ -220,7 +222,7 @@ var _ = Describe("Router tenancy", func() {
 		ep.Spec.Model.Env = []corev1.EnvVar{{Name: "VLLM_API_KEY", ValueFrom: vllmKey}}
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		Eventually(func(g Gomega) {
-			ps := getDeployment(g, ns, "keyed-router").Spec.Template.Spec
+			ps := getDeployment(g, ns, routerName(ep)).Spec.Template.Spec
 			g.Expect(ps.Volumes).To(ContainElement(And(HaveField("Name", "api-keys"), HaveField("Secret.SecretName", "tenant-keys"))))
 			g.Expect(ps.Containers[0].Args).To(ContainElement("--api-keys-dir=/etc/warmroute/api-keys"))
 			g.Expect(ps.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: routerUpstreamAPIKeyEnv, ValueFrom: vllmKey}))
@@ -230,7 +232,7 @@ var _ = Describe("Router tenancy", func() {
 		gw.Spec.Router.Auth = &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthTrustedHeader, TrustedHeader: &v1alpha1.TrustedHeaderAuth{Name: "X-Gateway-Tenant"}}
 		Expect(k8sClient.Create(suiteCtx, gw)).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(getDeployment(g, ns, "gated-router").Spec.Template.Spec.Containers[0].Args).To(ContainElement("--tenant-header=X-Gateway-Tenant"))
+			g.Expect(getDeployment(g, ns, routerName(gw)).Spec.Template.Spec.Containers[0].Args).To(ContainElement("--tenant-header=X-Gateway-Tenant"))
 		}).Should(Succeed())
 	})
 

@@ -234,6 +234,46 @@ func restrictedContainerSecurityContext() *corev1.SecurityContext {
 	}
 }
 
+// readOnlyRootSecurityContext is restrictedContainerSecurityContext with a
+// read-only root filesystem, for the operator's own binaries (the router
+// and the LoRA agent), which write nothing to disk.
+func readOnlyRootSecurityContext() *corev1.SecurityContext {
+	sc := restrictedContainerSecurityContext()
+	sc.ReadOnlyRootFilesystem = ptr.To(true)
+	return sc
+}
+
+// restrictedPodSecurityContext is the pod half of the restricted pod
+// security standard; runAsUser may be nil (the image's user).
+func restrictedPodSecurityContext(runAsUser *int64) *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      runAsUser,
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// newDeployment is the Deployment of an endpoint's pods of one role, named
+// and labelled like the role's other objects, selecting by selectorLabels.
+// It adds to pod what every pod of the operator has: no service links (an
+// endpoint's namespace may hold many Services) and a spread over nodes.
+func newDeployment(ep *v1alpha1.LLMEndpoint, name, role, app string, replicas int32, pod corev1.PodSpec) *appsv1.Deployment {
+	pod.EnableServiceLinks = ptr.To(false)
+	pod.TopologySpreadConstraints = spreadOverNodes(ep, role)
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: objectMeta(ep, name, role, app),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, role)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: objectLabels(ep, role, app)},
+				Spec:       pod,
+			},
+		},
+	}
+}
+
 // spreadOverNodes spreads an endpoint's pods of one role over nodes, and
 // then over zones, so that losing a node or a zone loses as few instances
 // (or routers) as possible. Both are preferences: a cluster of one node or
@@ -316,43 +356,24 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		serviceAccount = loraAgentName(ep)
 	}
 
-	labels := objectLabels(ep, roleVLLM, "vllm")
-	return &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: objectMeta(ep, vllmName(ep), roleVLLM, "vllm"),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(v1alpha1.Replicas(ep)),
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleVLLM)},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					Containers:         containers,
-					Volumes:            volumes,
-					ServiceAccountName: serviceAccount,
-					// The API server copies serviceAccountName into this
-					// deprecated field and back when one is empty: owning
-					// both is what lets the apply that turns LoRA off
-					// clear them, rather than leave the pods naming the
-					// agent's pruned ServiceAccount.
-					DeprecatedServiceAccount: serviceAccount,
-					// A leaving instance finishes the requests it has:
-					// preStop covers the routers' reload, vLLM's
-					// --shutdown-timeout the longest generation.
-					TerminationGracePeriodSeconds: ptr.To(v1alpha1.TerminationGracePeriodSeconds(ep)),
-					AutomountServiceAccountToken:  ptr.To(false),
-					EnableServiceLinks:            ptr.To(false),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						RunAsUser:      opts.VLLMRunAsUser,
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-					NodeSelector:              m.NodeSelector,
-					Tolerations:               m.Tolerations,
-					TopologySpreadConstraints: spreadOverNodes(ep, roleVLLM),
-				},
-			},
-		},
-	}
+	return newDeployment(ep, vllmName(ep), roleVLLM, "vllm", v1alpha1.Replicas(ep), corev1.PodSpec{
+		Containers:         containers,
+		Volumes:            volumes,
+		ServiceAccountName: serviceAccount,
+		// The API server copies serviceAccountName into this deprecated
+		// field and back when one is empty: owning both is what lets the
+		// apply that turns LoRA off clear them, rather than leave the pods
+		// naming the agent's pruned ServiceAccount.
+		DeprecatedServiceAccount: serviceAccount,
+		// A leaving instance finishes the requests it has: preStop covers
+		// the routers' reload, vLLM's --shutdown-timeout the longest
+		// generation.
+		TerminationGracePeriodSeconds: ptr.To(v1alpha1.TerminationGracePeriodSeconds(ep)),
+		AutomountServiceAccountToken:  ptr.To(false),
+		SecurityContext:               restrictedPodSecurityContext(opts.VLLMRunAsUser),
+		NodeSelector:                  m.NodeSelector,
+		Tolerations:                   m.Tolerations,
+	})
 }
 
 // buildVLLMService is the headless Service of the vLLM instances: stable

@@ -78,7 +78,7 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 
 	routable := func(g Gomega) []routing.Instance {
 		cm := &corev1.ConfigMap{}
-		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name + "-routing"}, cm)).To(Succeed())
+		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: routingConfigMapName(ep)}, cm)).To(Succeed())
 		doc, err := routing.Decode([]byte(cm.Data[routing.ConfigMapKey]))
 		g.Expect(err).NotTo(HaveOccurred())
 		return doc.Instances
@@ -170,7 +170,7 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 	It("has everything it made removed by the garbage collector when deleted", func(ctx SpecContext) {
 		Expect(c.Delete(ctx, ep)).To(Succeed())
 		Eventually(func(g Gomega) {
-			for _, obj := range ownedObjects(ns, name) {
+			for _, obj := range ownedObjects(ep) {
 				err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s still exists", obj, obj.GetName())
 			}

@@ -76,7 +76,7 @@ var _ = Describe("Network boundary and pruning", func() {
 			}).Should(Succeed())
 		}
 		got := &networkingv1.NetworkPolicy{}
-		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "lora-vllm"}, got)).To(Succeed())
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: vllmName(lora)}, got)).To(Succeed())
 		Expect(got.Spec.Ingress).To(HaveLen(1))
 		Expect(got.Spec.Ingress[0].Ports).To(ConsistOf(HaveField("Port.IntVal", BeEquivalentTo(vllmPort))))
 		Expect(got.Spec.Ingress[0].From).To(Equal([]networkingv1.NetworkPolicyPeer{
@@ -90,13 +90,13 @@ var _ = Describe("Network boundary and pruning", func() {
 		ep.Spec.Model.MaxLoras = ptr.To[int32](4)
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		agentRBAC := func() []client.Object {
-			m := metav1.ObjectMeta{Namespace: ns, Name: "chat-lora-agent"}
+			m := metav1.ObjectMeta{Namespace: ns, Name: loraAgentName(ep)}
 			return []client.Object{&corev1.ServiceAccount{ObjectMeta: m}, &rbacv1.Role{ObjectMeta: m}, &rbacv1.RoleBinding{ObjectMeta: m}}
 		}
 		policies := func() []client.Object {
 			return []client.Object{
-				&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat-vllm"}},
-				&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "chat-router"}},
+				&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vllmName(ep)}},
+				&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: routerName(ep)}},
 			}
 		}
 		exist := func(objs []client.Object) func(Gomega) {
@@ -125,13 +125,13 @@ var _ = Describe("Network boundary and pruning", func() {
 		waitSettled(ns, "chat")
 		// What is still wanted stays.
 		var wanted []client.Object
-		for _, o := range ownedObjects(ns, "chat") {
+		for _, o := range ownedObjects(ep) {
 			if _, isPolicy := o.(*networkingv1.NetworkPolicy); !isPolicy {
 				wanted = append(wanted, o)
 			}
 		}
 		Eventually(exist(wanted)).Should(Succeed())
-		Expect(getDeployment(Default, ns, "chat-vllm").Spec.Template.Spec.ServiceAccountName).To(BeEmpty())
+		Expect(getDeployment(Default, ns, vllmName(ep)).Spec.Template.Spec.ServiceAccountName).To(BeEmpty())
 
 		By("turning them on again")
 		patch = client.MergeFrom(ep.DeepCopy())
@@ -182,11 +182,11 @@ func installLoRAAgentPolicy() {
 
 // agentClient acts as an endpoint's LoRA agent: its ServiceAccount, with
 // the pod name a token projected into pod carries (none when pod is "").
-func agentClient(ns, endpoint, pod string) *kubernetes.Clientset {
+func agentClient(ep *v1alpha1.LLMEndpoint, pod string) *kubernetes.Clientset {
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + ns + ":" + endpoint + "-lora-agent",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		UserName: "system:serviceaccount:" + ep.Namespace + ":" + loraAgentName(ep),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ep.Namespace, "system:authenticated"},
 	}
 	if pod != "" {
 		c.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/pod-name": {pod}}
@@ -207,19 +207,19 @@ var _ = Describe("LoRA agent admission policy", func() {
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		// The operator's RoleBinding is what lets the agent patch pods at all.
 		Eventually(func() error {
-			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "chat-lora-agent"}, &rbacv1.RoleBinding{})
+			return k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: loraAgentName(ep)}, &rbacv1.RoleBinding{})
 		}).Should(Succeed())
 		for _, name := range []string{"own", "other"} {
 			Expect(k8sClient.Create(suiteCtx, &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{"note": "keep"}},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           "chat-lora-agent",
+					ServiceAccountName:           loraAgentName(ep),
 					AutomountServiceAccountToken: ptr.To(false),
 					Containers:                   []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:test"}},
 				},
 			})).To(Succeed())
 		}
-		agent := agentClient(ns, "chat", "own")
+		agent := agentClient(ep, "own")
 		mergePatch := func(c *kubernetes.Clientset, pod, body string) error {
 			_, err := c.CoreV1().Pods(ns).Patch(suiteCtx, pod, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 			return err
@@ -227,7 +227,7 @@ var _ = Describe("LoRA agent admission policy", func() {
 
 		By("RBAC alone would let the agent patch any pod of the namespace")
 		review, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(suiteCtx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:               "system:serviceaccount:" + ns + ":chat-lora-agent",
+			User:               "system:serviceaccount:" + ns + ":" + loraAgentName(ep),
 			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "patch", Resource: "pods", Name: "other"},
 		}}, metav1.CreateOptions{})
@@ -260,7 +260,7 @@ var _ = Describe("LoRA agent admission policy", func() {
 		Expect(agent.CoreV1().Pods(ns).Delete(suiteCtx, "own", metav1.DeleteOptions{})).To(HaveOccurred())
 
 		By("refusing a token bound to no pod")
-		Expect(mergePatch(agentClient(ns, "chat", ""), "own", state)).To(MatchError(ContainSubstring("token bound to its pod")))
+		Expect(mergePatch(agentClient(ep, ""), "own", state)).To(MatchError(ContainSubstring("token bound to its pod")))
 
 		By("leaving everyone else alone")
 		Expect(mergePatch(clientset, "other", `{"metadata":{"labels":{"x":"y"}}}`)).To(Succeed())

@@ -104,21 +104,12 @@ func TestValidateSpecRefusals(t *testing.T) {
 		want   string // in the error; "" for none
 	}{
 		{"valid", func(*servingv1alpha1.LLMEndpoint) {}, ""},
-		{"underscore spelling of an owned flag", func(e *servingv1alpha1.LLMEndpoint) {
-			e.Spec.Model.Args = []string{"--no_enable_prefix_caching"}
-		}, "spec.model.args[0]: Invalid value: \"--no_enable_prefix_caching\": --no-enable-prefix-caching is set by the operator"},
-		{"config file", func(e *servingv1alpha1.LLMEndpoint) {
-			e.Spec.Model.Args = []string{"--gpu-memory-utilization=0.9", "--config", "/etc/vllm.yaml"}
-		}, "spec.model.args[1]"},
-		{"shutdown timeout names the grace period", func(e *servingv1alpha1.LLMEndpoint) {
-			e.Spec.Model.Args = []string{"--shutdown-timeout=600"}
-		}, "use spec.model.terminationGracePeriodSeconds"},
-		{"grace period without room to drain", func(e *servingv1alpha1.LLMEndpoint) {
-			e.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](20)
-		}, "spec.model.terminationGracePeriodSeconds: Invalid value: 20: must be at least 30"},
 		{"adapter path escaping its claim", func(e *servingv1alpha1.LLMEndpoint) {
 			e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "a", URI: "pvc://adapters/../x"}}
 		}, "spec.loraAdapters[0].uri"},
+		{"model claim name longer than a PVC's", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Model.URI = "pvc://" + strings.Repeat("m", 254) + "/llama"
+		}, "spec.model.uri"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

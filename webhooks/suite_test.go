@@ -455,14 +455,51 @@ var _ = Describe("LLMEndpoint admission", func() {
 			Expect(causeFields(err)).To(ConsistOf("spec.model.resources.requests[memory]", "spec.router.resources.requests[cpu]"))
 		})
 
-		It("still lets the CRD's CEL rules refuse what they cover", func() {
-			e := endpoint(ns, "cel")
-			e.Spec.Model.GPUs = ptr.To[int32](1)
-			e.Spec.Model.TensorParallelSize = ptr.To[int32](2)
+		It("refuses a claim path that leaves the claim, which the CRD's URI rule lets through", func() {
+			e := endpoint(ns, "escaping")
+			e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "sql", URI: "pvc://adapters/../sql"}}
 			_, err := create(e)
-			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
-			Expect(err.Error()).To(ContainSubstring("tensorParallelSize must not exceed"))
+			Expect(causeFields(err)).To(ConsistOf("spec.loraAdapters[0].uri"))
+			Expect(err.Error()).To(ContainSubstring("no '..'"))
 		})
+
+		// The webhook does not repeat these: the API server refuses them
+		// before it calls the webhook, naming the field.
+		DescribeTable("still lets the CRD's CEL rules refuse what they cover",
+			func(mutate func(*servingv1alpha1.LLMEndpoint), field, message string) {
+				e := endpoint(ns, "cel")
+				mutate(e)
+				_, err := create(e)
+				Expect(causeFields(err)).To(ConsistOf(field))
+				Expect(err.Error()).To(ContainSubstring(field), "the message names the field")
+				Expect(err.Error()).To(ContainSubstring(message))
+			},
+			Entry("tensorParallelSize above gpus", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.GPUs = ptr.To[int32](1)
+				e.Spec.Model.TensorParallelSize = ptr.To[int32](2)
+			}, "spec.model.tensorParallelSize", "must not exceed spec.model.gpus"),
+			Entry("an owned flag in args, underscore spelling", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.Args = []string{"--gpu-memory-utilization=0.9", "--shutdown_timeout=600"}
+			}, "spec.model.args", "must not set --host"),
+			Entry("a config file in args", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.Args = []string{"--config", "/etc/vllm.yaml"}
+			}, "spec.model.args", "--config"),
+			Entry("prefix caching switched off in args", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.Args = []string{"--no_enable_prefix_caching"}
+			}, "spec.model.args", "must not switch prefix caching or LoRA"),
+			Entry("a grace period without room to drain", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](20)
+			}, "spec.model.terminationGracePeriodSeconds", "greater than or equal to 30"),
+			Entry("a model URI of no known shape", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.URI = "s3://bucket/llama"
+			}, "spec.model.uri", "must be a Hugging Face id"),
+			Entry("an empty Hugging Face id", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Model.URI = "hf://"
+			}, "spec.model.uri", "must be a Hugging Face id"),
+			Entry("a claim name that is no PVC name", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "sql", URI: "pvc://Adapters_1/sql"}}
+			}, "spec.loraAdapters[0].uri", "must be a Hugging Face id"),
+		)
 	})
 })
 
