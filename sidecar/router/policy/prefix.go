@@ -78,7 +78,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		// Guard spills are not remembered, so that a key returns to its own
 		// instance once the overload is over instead of following the spill.
 		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
-		p.log.add(w.hashes, depths, m.ID, ver)
+		p.log.add(w.hashes, depths, m.stat.token, ver)
 	}
 }
 

@@ -30,17 +30,22 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 func TestPlacementLogTruncates(t *testing.T) {
 	l := newPlacementLog(4)
 	for i := range 6 {
-		l.add([]uint64{uint64(i)}, []int{0}, "a", 1)
+		l.add([]uint64{uint64(i)}, []int{0}, 1, 1)
 	}
-	r := l.since(1)
+	ids := map[uint32]string{1: "a"}
+	r := l.since(1, ids)
 	if r.Seq != 6 || len(r.Placements) != 4 || !r.Truncated || r.Placements[0].Hash != 2 {
 		t.Fatalf("since 1: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(4); len(r.Placements) != 2 || r.Truncated || r.Placements[1].Hash != 5 {
+	if r = l.since(4, ids); len(r.Placements) != 2 || r.Truncated || r.Placements[1].Hash != 5 {
 		t.Fatalf("since 4: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(6); len(r.Placements) != 0 {
+	if r = l.since(6, ids); len(r.Placements) != 0 {
 		t.Fatalf("since 6: %v", r.Placements)
+	}
+	// A placement on an instance the registry forgot is left out.
+	if r = l.since(4, map[uint32]string{2: "b"}); len(r.Placements) != 0 || r.Seq != 6 {
+		t.Fatalf("forgotten instance: seq %d %v", r.Seq, r.Placements)
 	}
 }
 
