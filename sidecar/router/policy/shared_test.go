@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -173,6 +174,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if !slices.Equal(x.counts, y.counts) || x.total != y.total || !maps.Equal(sharesOf(x), sharesOf(y)) {
 		t.Fatal("shares or sketch differ after a round trip")
 	}
+	if x.popSince == 0 || x.popSince != y.popSince || x.shareSince != y.shareSince {
+		t.Fatalf("decay phases: sketch %d → %d, shares %d → %d", x.popSince, y.popSince, x.shareSince, y.shareSince)
+	}
 	if a.IndexEntries() != b.IndexEntries() {
 		t.Fatalf("index %d entries, restored %d", a.IndexEntries(), b.IndexEntries())
 	}
@@ -187,7 +191,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err := wrong.Restore(snap); err == nil {
 		t.Fatal("restored a snapshot of another sketch width")
 	}
-	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x03"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
+	// A peer not yet upgraded sends version 2, without the decay phases.
+	phases := binary.AppendUvarint(binary.AppendUvarint(nil, x.popSince), x.shareSince)
+	v2 := append([]byte("WRPS\x02"), snap[5:len(snap)-len(phases)]...)
+	if err := b.Restore(v2); err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x04"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
 		if err := b.Restore(bad); err == nil {
 			t.Fatalf("restored garbage of %d bytes", len(bad))
 		}
