@@ -184,7 +184,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		x, _ := a.Peek(req)
 		y, _ := b.Peek(req)
 		if x != y {
-			t.Fatalf("request %d: %s before, %s restored", i, x, y)
+			t.Fatalf("request %d: %+v before, %+v restored", i, x, y)
 		}
 	}
 	wrong := New(Tuning{SketchWidth: 1 << 11})
@@ -288,4 +288,25 @@ func TestPrefillTokensAreOwnWork(t *testing.T) {
 		t.Fatalf("prefill tokens %d after the first token, want 0", got)
 	}
 	c.Done()
+}
+
+// TestPeekTellsPlacementFromSpill checks that Peek reports where the key is
+// placed apart from where the overload guard sends it, so that agreement
+// between replicas can be split into placement and spills.
+func TestPeekTellsPlacementFromSpill(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{})
+	req := textReq(strings.Repeat("one conversation, one key. ", 40))
+	home := pick(t, p, req)
+	d, err := p.Peek(req)
+	if err != nil || d.Spill != SpillNone || d.Placed != d.Instance || d.Instance != home.Instance().ID {
+		t.Fatalf("below the threshold: %+v, %v (home %s)", d, err, home.Instance().ID)
+	}
+	for range 9 { // the home instance reaches the threshold of 10
+		if c := pick(t, p, req); c.Instance().ID != home.Instance().ID {
+			t.Fatalf("went to %s before the threshold", c.Instance().ID)
+		}
+	}
+	if d, err = p.Peek(req); err != nil || d.Spill != SpillConcurrency || d.Placed != home.Instance().ID || d.Instance == d.Placed {
+		t.Fatalf("at the threshold: %+v, %v (home %s)", d, err, home.Instance().ID)
+	}
 }
