@@ -43,14 +43,24 @@ func (c *Config) keysOf(bodies func(yield func([]byte) bool)) (routingKeys, erro
 	return k, nil
 }
 
-// place routes every key with a fresh PREFIX_AWARE policy over the
-// instances ids, in order, each decision released before the next, and
-// returns the chosen instance ids. With warm set, the policy first routes
-// the keys over warm and is then reconfigured to ids, as a running router
-// is when the fleet changes: what its prefix index remembers counts.
-func (c *Config) place(keys routingKeys, warm, ids []string, t policy.Tuning) []string {
-	p := policy.New(t)
-	route := func(ids []string) []string {
+// history is what a policy knows before it routes the keys that are
+// compared: nothing (cold), the keys routed once over some instances
+// (warm), or the same history carried over by a peer's snapshot into a
+// fresh policy (restarted: what a router replica does when it starts with
+// peers, see sidecar/router/peers).
+type history struct {
+	over     []string
+	restored bool
+}
+
+// place routes every key with a PREFIX_AWARE policy over the instances ids,
+// in order, each decision released before the next, and returns the chosen
+// instance ids. With a history, the policy (or, restored, the peer whose
+// snapshot a fresh policy restores) first routes the keys over h.over and
+// is then reconfigured to ids, as a running router is when the fleet
+// changes: what its prefix index remembers counts.
+func (c *Config) place(keys routingKeys, h history, ids []string, t policy.Tuning) []string {
+	route := func(p *policy.Policy, ids []string) []string {
 		if err := p.Update(c.policyConfig(ids)); err != nil {
 			panic(err) // a fixed, valid configuration
 		}
@@ -65,10 +75,21 @@ func (c *Config) place(keys routingKeys, warm, ids []string, t policy.Tuning) []
 		}
 		return out
 	}
-	if warm != nil {
-		route(warm)
+	p := policy.New(t)
+	if h.over != nil {
+		route(p, h.over)
+		if h.restored {
+			snap := p.Snapshot()
+			p = policy.New(t)
+			if err := p.Update(c.policyConfig(ids)); err != nil {
+				panic(err)
+			}
+			if err := p.Restore(snap); err != nil {
+				panic(fmt.Sprintf("restore a snapshot of %d bytes: %v", len(snap), err))
+			}
+		}
 	}
-	return route(ids)
+	return route(p, ids)
 }
 
 // policyConfig is what the routing document gives the policy.
@@ -84,17 +105,18 @@ func (c *Config) policyConfig(ids []string) policy.Config {
 }
 
 // remaps measures N→N+1 and N→N−1 (removing a middle instance) for keys,
-// with fresh policies (cold) or with policies that routed the keys over N
-// instances first (warm).
-func (c *Config) remaps(name string, keys routingKeys, t policy.Tuning, warm bool) []Remap {
+// with fresh policies (cold), with policies that routed the keys over N
+// instances first (warm), or restored from the snapshot of one that did
+// (restarted).
+func (c *Config) remaps(name string, keys routingKeys, t policy.Tuning, kind remapKind) []Remap {
 	n := c.Instances
 	ids := make([]string, n+1)
 	for i := range ids {
 		ids[i] = instanceID(i)
 	}
-	var before []string
-	if warm {
-		before = ids[:n]
+	var before history
+	if kind != remapCold {
+		before = history{over: ids[:n], restored: kind == remapRestarted}
 	}
 	base := c.place(keys, before, ids[:n], t)
 	up := c.place(keys, before, ids, t)
@@ -151,12 +173,12 @@ func (c *Config) measureRemap() []Remap {
 		panic(fmt.Sprintf("synthetic keys: %v", err))
 	}
 	name := fmt.Sprintf("%d distinct prefixes", c.RemapGroups)
-	out := c.remaps(name, keys, policy.DefaultTuning(), false)
+	out := c.remaps(name, keys, policy.DefaultTuning(), remapCold)
 	// The same keys with share balancing off (the router's
 	// --share-slack=-1): pure rendezvous placement, for reference.
 	pure := policy.DefaultTuning()
 	pure.ShareSlack = -1
-	return append(out, c.remaps(name+", pure HRW (--share-slack=-1)", keys, pure, false)...)
+	return append(out, c.remaps(name+", pure HRW (--share-slack=-1)", keys, pure, remapCold)...)
 }
 
 // workloadRemap places a workload's requests in arrival order.
@@ -172,9 +194,25 @@ func (c *Config) workloadRemap(w workload.Workload) ([]Remap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(c.remaps(w.Name+" requests, cold", keys, policy.DefaultTuning(), false),
-		c.remaps(w.Name+" requests, warm", keys, policy.DefaultTuning(), true)...), nil
+	var out []Remap
+	for _, k := range []remapKind{remapCold, remapWarm, remapRestarted} {
+		out = append(out, c.remaps(w.Name+" requests, "+string(k), keys, policy.DefaultTuning(), k)...)
+	}
+	return out, nil
 }
+
+// remapKind is what a policy knew before the fleet changed.
+type remapKind string
+
+const (
+	// remapCold: nothing, a lone router just started.
+	remapCold remapKind = "cold"
+	// remapWarm: the same stream routed once before, a running router.
+	remapWarm remapKind = "warm"
+	// remapRestarted: a router replica that restarted and restored a
+	// peer's snapshot, the peer having routed the stream once before.
+	remapRestarted remapKind = "restarted"
+)
 
 // randomText is n bytes of lower-case letters and spaces.
 func randomText(rng *rand.Rand, n int) string {

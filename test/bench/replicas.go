@@ -93,9 +93,11 @@ type ReplicaRun struct {
 	RunResult // PREFIX_AWARE; spills summed over the replicas
 	Replicas  int
 	// Samples requests were first peeked on every replica (none with one
-	// replica); Agreed got the same instance from all of them; PeekErrors
-	// could not be peeked on some replica and are left out of both.
-	Samples, Agreed, PeekErrors int
+	// replica); Agreed got the same instance from all of them, PlacedAgreed
+	// the same placement before the overload guard (the rest of the
+	// disagreement is spills); PeekErrors could not be peeked on some
+	// replica and are left out of all.
+	Samples, Agreed, PlacedAgreed, PeekErrors int
 	// Self is the control: one replica asked twice at once per sample.
 	Self AgreementWindow
 	// MaxInFlight is the most requests ever running or waiting on one
@@ -108,6 +110,10 @@ type ReplicaRun struct {
 // Agreement is the fraction of samples on which the replicas agreed.
 func (r ReplicaRun) Agreement() float64 { return fraction(r.Agreed, r.Samples) }
 
+// PlacementAgreement is the fraction of samples on which the replicas
+// placed the key alike, spills aside.
+func (r ReplicaRun) PlacementAgreement() float64 { return fraction(r.PlacedAgreed, r.Samples) }
+
 func fraction(n, of int) float64 {
 	if of == 0 {
 		return 0
@@ -117,8 +123,8 @@ func fraction(n, of int) float64 {
 
 // AgreementWindow counts peeked requests in a span of wall time.
 type AgreementWindow struct {
-	From, To                time.Duration
-	Samples, Agreed, Errors int
+	From, To                              time.Duration
+	Samples, Agreed, PlacedAgreed, Errors int
 }
 
 // Rate is the fraction of the window's samples that agreed.
@@ -188,8 +194,8 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 }
 
 func (c *Config) logReplicas(label string, r ReplicaRun) {
-	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (%d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
-		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (placed %d, %d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
+		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PlacedAgreed, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 }
 
 // measureHotPrefix runs the threshold workload with each count of replicas.
@@ -233,7 +239,7 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 	}
 	r := ReplicaRun{RunResult: res, Replicas: n}
 	all := sp.agreement(0, time.Duration(1<<62), -1)
-	r.Samples, r.Agreed, r.PeekErrors = all.Samples, all.Agreed, all.Errors
+	r.Samples, r.Agreed, r.PlacedAgreed, r.PeekErrors = all.Samples, all.Agreed, all.PlacedAgreed, all.Errors
 	r.Self = sp.selfAgreement()
 	for i, s := range f.sims {
 		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
@@ -510,13 +516,15 @@ type spreader struct {
 }
 
 // peekSample is one request peeked on the replicas: answers[i] is replica
-// i's instance, "" when it was not live or errs counts it. again is the
+// i's instance, "" when it was not live or errs counts it, and placed[i]
+// where it placed the key before the overload guard. again is the
 // first live replica's answer to the same body asked a second time at
 // once: the control, since a replica can disagree with itself where the
 // policy breaks ties at random or its load moves between two calls.
 type peekSample struct {
 	at      time.Duration
 	answers []string
+	placed  []string
 	again   string
 	errs    int
 }
@@ -565,19 +573,22 @@ func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
 // sample asks every live replica, at once, where body would go.
 func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 	at := time.Since(s.start)
-	ps := peekSample{at: at, answers: make([]string, len(s.replicas))}
+	ps := peekSample{at: at, answers: make([]string, len(s.replicas)), placed: make([]string, len(s.replicas))}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	ask := func(r *replica, answer *string) {
+	ask := func(r *replica, answer, placed *string) {
 		wg.Go(func() {
-			id, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
+			d, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				ps.errs++
 				return
 			}
-			*answer = id
+			*answer = d.Instance
+			if placed != nil {
+				*placed = d.Placed
+			}
 		})
 	}
 	control := false
@@ -585,9 +596,9 @@ func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 		if !r.live.Load() {
 			continue
 		}
-		ask(r, &ps.answers[i])
+		ask(r, &ps.answers[i], &ps.placed[i])
 		if !control {
-			ask(r, &ps.again)
+			ask(r, &ps.again, nil)
 			control = true
 		}
 	}
@@ -613,23 +624,10 @@ func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow 
 			w.Errors++
 			continue
 		}
-		ref, answered, same := "", 0, true
-		if focus >= 0 {
-			ref = x.answers[focus]
-			if ref == "" {
-				continue
-			}
+		if focus >= 0 && x.answers[focus] == "" {
+			continue
 		}
-		for _, a := range x.answers {
-			if a == "" {
-				continue
-			}
-			answered++
-			if ref == "" {
-				ref = a
-			}
-			same = same && a == ref
-		}
+		answered, same := allSame(x.answers, focus)
 		if answered < 2 {
 			continue
 		}
@@ -637,8 +635,31 @@ func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow 
 		if same {
 			w.Agreed++
 		}
+		if _, same := allSame(x.placed, focus); same {
+			w.PlacedAgreed++
+		}
 	}
 	return w
+}
+
+// allSame counts the non-empty answers and reports whether they are all
+// the same (with focus ≥ 0, all the same as answers[focus]).
+func allSame(answers []string, focus int) (int, bool) {
+	ref, answered, same := "", 0, true
+	if focus >= 0 {
+		ref = answers[focus]
+	}
+	for _, a := range answers {
+		if a == "" {
+			continue
+		}
+		answered++
+		if ref == "" {
+			ref = a
+		}
+		same = same && a == ref
+	}
+	return answered, same
 }
 
 // selfAgreement counts the samples on which the first live replica gave
@@ -668,29 +689,27 @@ func (s *spreader) selfAgreement() AgreementWindow {
 
 // debugRoute asks the router whose metrics listener is at base where body,
 // sent to the traffic path, would go.
-func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (string, error) {
+func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (policy.Peeked, error) {
+	var out policy.Peeked
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/route?endpoint="+url.QueryEscape(path), bytes.NewReader(body))
 	if err != nil {
-		return "", err
+		return out, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("debug route: %w", err)
+		return out, fmt.Errorf("debug route: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
-		return "", fmt.Errorf("debug route: %w", err)
+		return out, fmt.Errorf("debug route: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("debug route: status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-	}
-	var out struct {
-		Instance string `json:"instance"`
+		return out, fmt.Errorf("debug route: status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 	}
 	if err := json.Unmarshal(b, &out); err != nil || out.Instance == "" {
-		return "", fmt.Errorf("debug route: unexpected answer %q", b)
+		return out, fmt.Errorf("debug route: unexpected answer %q", b)
 	}
-	return out.Instance, nil
+	return out, nil
 }

@@ -84,7 +84,9 @@ func (f *fakeState) Restore(b []byte) error {
 	return nil
 }
 
-func (f *fakeState) Peek(policy.Request) (string, error) { return "i0", nil }
+func (f *fakeState) Peek(policy.Request) (policy.Peeked, error) {
+	return policy.Peeked{Instance: "i0", Placed: "i0"}, nil
+}
 
 // with runs fn under the fake's lock.
 func (f *fakeState) with(fn func(f *fakeState)) {

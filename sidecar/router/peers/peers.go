@@ -37,7 +37,7 @@ type State interface {
 	Snapshot() []byte
 	Restore(b []byte) error
 	// Peek is where a request would go, without counting it anywhere.
-	Peek(req policy.Request) (string, error)
+	Peek(req policy.Request) (policy.Peeked, error)
 }
 
 // Options configures both sides of the exchange.

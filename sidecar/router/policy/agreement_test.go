@@ -91,7 +91,8 @@ func (rs *replicaSet) exchange() {
 func (rs *replicaSet) route(req Request) bool {
 	first, agree := "", true
 	for i, p := range rs.ps {
-		id, err := p.Peek(req)
+		d, err := p.Peek(req)
+		id := d.Instance
 		if err != nil {
 			rs.t.Fatal(err)
 		}

@@ -30,7 +30,9 @@ func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
 // logged after since. The caller fills Replica and Epoch.
 func (p *Policy) LocalReport(since uint64) Report {
 	var loads []InstanceLoad
+	idOf := make(map[uint32]string)
 	p.stats.each(func(id string, s *stat) {
+		idOf[s.token] = id
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
 		s.pubShare.Store(l.Share)
@@ -38,7 +40,7 @@ func (p *Policy) LocalReport(since uint64) Report {
 			loads = append(loads, l)
 		}
 	})
-	r := p.log.since(since)
+	r := p.log.since(since, idOf)
 	r.Loads = loads
 	return r
 }
@@ -115,32 +117,46 @@ func (p *Policy) recomputePeers() {
 
 // placementLog is a ring of the most recent placements and of the block
 // hashes requests carried (popularity), numbered from 1, for peers to pull
-// with LocalReport.
+// with LocalReport. Its entries hold no pointers (instances by their stat
+// token, resolved to IDs only when a peer pulls): the ring is large (1<<17
+// entries by default) and written on every decision, and a ring of strings
+// made the garbage collector scan megabytes and every write pay a write
+// barrier, which showed in the decision's p99.
 type placementLog struct {
 	mu   sync.Mutex
 	ring []logEntry
 	seq  uint64 // number of the last entry logged
 }
 
-// logEntry is a placement, or (seen) a block hash a request carried; first
-// marks the first hash of a request's chain, so that a range of entries
-// knows how many requests it holds.
+// logEntry is a placement of hash on the instance with token tok at
+// version ver, or (kind seen) a block hash a request carried; kind
+// seenFirst marks the first hash of a request's chain, so that a range of
+// entries knows how many requests it holds.
 type logEntry struct {
-	Placement
-	seen, first bool
+	hash     uint64
+	tok, ver uint32
+	kind     logKind
 }
+
+type logKind uint8
+
+const (
+	logPlacement logKind = iota
+	logSeen
+	logSeenFirst
+)
 
 func newPlacementLog(n int) *placementLog {
 	return &placementLog{ring: make([]logEntry, max(n, 1))}
 }
 
-// add logs that the hashes at depths were placed on instance at version
-// ver.
-func (l *placementLog) add(hashes []uint64, depths []int, instance string, ver uint32) {
+// add logs that the hashes at depths were placed on the instance with
+// token tok at version ver.
+func (l *placementLog) add(hashes []uint64, depths []int, tok, ver uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, d := range depths {
-		l.put(logEntry{Placement: Placement{Hash: hashes[d], Instance: instance, Version: ver}})
+		l.put(logEntry{hash: hashes[d], tok: tok, ver: ver})
 	}
 }
 
@@ -149,7 +165,11 @@ func (l *placementLog) addSeen(hashes []uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, h := range hashes {
-		l.put(logEntry{Placement: Placement{Hash: h}, seen: true, first: i == 0})
+		k := logSeen
+		if i == 0 {
+			k = logSeenFirst
+		}
+		l.put(logEntry{hash: h, kind: k})
 	}
 }
 
@@ -160,11 +180,13 @@ func (l *placementLog) put(e logEntry) {
 
 // since returns the part of a Report that the log holds: the last
 // sequence number and the entries after since, truncated to what the ring
-// still holds (the placements, and the seen hashes counted per hash). A
-// first pull (since 0) carries no seen hashes: the peer either starts as
-// fresh as this replica or restored a snapshot that already counts them,
-// and counts are not idempotent as placements are.
-func (l *placementLog) since(since uint64) Report {
+// still holds (the placements, with instance IDs from idOf — a placement
+// on an instance the registry has forgotten is left out — and the seen
+// hashes counted per hash). A first pull (since 0) carries no seen hashes:
+// the peer either starts as fresh as this replica or restored a snapshot
+// that already counts them, and counts are not idempotent as placements
+// are.
+func (l *placementLog) since(since uint64, idOf map[uint32]string) Report {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := Report{Seq: l.seq}
@@ -179,14 +201,16 @@ func (l *placementLog) since(since uint64) Report {
 	for s := from; s <= l.seq; s++ {
 		e := l.ring[s%uint64(len(l.ring))]
 		switch {
-		case !e.seen:
-			r.Placements = append(r.Placements, e.Placement)
+		case e.kind == logPlacement:
+			if id, ok := idOf[e.tok]; ok {
+				r.Placements = append(r.Placements, Placement{Hash: e.hash, Instance: id, Version: e.ver})
+			}
 		case since != 0:
 			if counts == nil {
 				counts = make(map[uint64]uint32)
 			}
-			counts[e.Hash]++
-			if e.first {
+			counts[e.hash]++
+			if e.kind == logSeenFirst {
 				r.SeenRequests++
 			}
 		}

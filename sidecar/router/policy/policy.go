@@ -333,6 +333,9 @@ type Choice struct {
 	Spill string
 	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE).
 	AnchorDepth int
+	// placed is the member the strategy chose before the overload guard
+	// (-1: the first of order, for strategies without a guard).
+	placed int
 	// MatchChars estimates how much of the routing text the chosen
 	// instance has recently been sent.
 	MatchChars int
@@ -437,15 +440,30 @@ func (p *Policy) Pick(req Request) (*Choice, error) {
 	return c, nil
 }
 
-// Peek returns the instance Pick would choose for req now, recording
-// nothing: no in-flight count, share, popularity or placement. Comparing
-// Peeks of two replicas measures their agreement.
-func (p *Policy) Peek(req Request) (string, error) {
+// Peeked is what Pick would decide for a request now.
+type Peeked struct {
+	// Instance is where the request would go.
+	Instance string `json:"instance"`
+	// Placed is where the strategy placed it before the overload guard:
+	// the same as Instance unless Spill says why not.
+	Placed string `json:"placed"`
+	Spill  string `json:"spill,omitempty"`
+}
+
+// Peek returns what Pick would decide for req now, recording nothing: no
+// in-flight count, share, popularity or placement. Comparing Peeks of two
+// replicas measures their agreement; comparing their Placed, whether they
+// disagree on where a key lives or only on the load guard's spills.
+func (p *Policy) Peek(req Request) (Peeked, error) {
 	c, err := p.decide(req, false)
 	if err != nil {
-		return "", err
+		return Peeked{}, err
 	}
-	return c.Instance().ID, nil
+	out := Peeked{Instance: c.Instance().ID, Placed: c.Instance().ID, Spill: c.Spill}
+	if c.placed >= 0 {
+		out.Placed = c.t.members[c.placed].ID
+	}
+	return out, nil
 }
 
 func (p *Policy) decide(req Request, commit bool) (*Choice, error) {
@@ -457,7 +475,7 @@ func (p *Policy) decide(req Request, commit bool) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Choice{t: t, Strategy: t.cfg.Strategy}
+	c := &Choice{t: t, Strategy: t.cfg.Strategy, placed: -1}
 	t.strategy.decide(p, t, req, allowed, c, commit)
 	return c, nil
 }

@@ -68,7 +68,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		p.log.addSeen(w.hashes[:w.leaf+1])
 	}
 	chosen, ver := p.place(t, w)
-	c.AnchorDepth = w.leaf
+	c.AnchorDepth, c.placed = w.leaf, chosen
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
 
 	m := t.members[c.order[0]]
@@ -78,7 +78,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		// Guard spills are not remembered, so that a key returns to its own
 		// instance once the overload is over instead of following the spill.
 		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
-		p.log.add(w.hashes, depths, m.ID, ver)
+		p.log.add(w.hashes, depths, m.stat.token, ver)
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -30,17 +31,22 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 func TestPlacementLogTruncates(t *testing.T) {
 	l := newPlacementLog(4)
 	for i := range 6 {
-		l.add([]uint64{uint64(i)}, []int{0}, "a", 1)
+		l.add([]uint64{uint64(i)}, []int{0}, 1, 1)
 	}
-	r := l.since(1)
+	ids := map[uint32]string{1: "a"}
+	r := l.since(1, ids)
 	if r.Seq != 6 || len(r.Placements) != 4 || !r.Truncated || r.Placements[0].Hash != 2 {
 		t.Fatalf("since 1: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(4); len(r.Placements) != 2 || r.Truncated || r.Placements[1].Hash != 5 {
+	if r = l.since(4, ids); len(r.Placements) != 2 || r.Truncated || r.Placements[1].Hash != 5 {
 		t.Fatalf("since 4: seq %d %v truncated %v", r.Seq, r.Placements, r.Truncated)
 	}
-	if r = l.since(6); len(r.Placements) != 0 {
+	if r = l.since(6, ids); len(r.Placements) != 0 {
 		t.Fatalf("since 6: %v", r.Placements)
+	}
+	// A placement on an instance the registry forgot is left out.
+	if r = l.since(4, map[uint32]string{2: "b"}); len(r.Placements) != 0 || r.Seq != 6 {
+		t.Fatalf("forgotten instance: seq %d %v", r.Seq, r.Placements)
 	}
 }
 
@@ -168,6 +174,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if !slices.Equal(x.counts, y.counts) || x.total != y.total || !maps.Equal(sharesOf(x), sharesOf(y)) {
 		t.Fatal("shares or sketch differ after a round trip")
 	}
+	if x.popSince == 0 || x.popSince != y.popSince || x.shareSince != y.shareSince {
+		t.Fatalf("decay phases: sketch %d → %d, shares %d → %d", x.popSince, y.popSince, x.shareSince, y.shareSince)
+	}
 	if a.IndexEntries() != b.IndexEntries() {
 		t.Fatalf("index %d entries, restored %d", a.IndexEntries(), b.IndexEntries())
 	}
@@ -175,14 +184,20 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		x, _ := a.Peek(req)
 		y, _ := b.Peek(req)
 		if x != y {
-			t.Fatalf("request %d: %s before, %s restored", i, x, y)
+			t.Fatalf("request %d: %+v before, %+v restored", i, x, y)
 		}
 	}
 	wrong := New(Tuning{SketchWidth: 1 << 11})
 	if err := wrong.Restore(snap); err == nil {
 		t.Fatal("restored a snapshot of another sketch width")
 	}
-	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x03"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
+	// A peer not yet upgraded sends version 2, without the decay phases.
+	phases := binary.AppendUvarint(binary.AppendUvarint(nil, x.popSince), x.shareSince)
+	v2 := append([]byte("WRPS\x02"), snap[5:len(snap)-len(phases)]...)
+	if err := b.Restore(v2); err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x04"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
 		if err := b.Restore(bad); err == nil {
 			t.Fatalf("restored garbage of %d bytes", len(bad))
 		}
@@ -273,4 +288,25 @@ func TestPrefillTokensAreOwnWork(t *testing.T) {
 		t.Fatalf("prefill tokens %d after the first token, want 0", got)
 	}
 	c.Done()
+}
+
+// TestPeekTellsPlacementFromSpill checks that Peek reports where the key is
+// placed apart from where the overload guard sends it, so that agreement
+// between replicas can be split into placement and spills.
+func TestPeekTellsPlacementFromSpill(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{})
+	req := textReq(strings.Repeat("one conversation, one key. ", 40))
+	home := pick(t, p, req)
+	d, err := p.Peek(req)
+	if err != nil || d.Spill != SpillNone || d.Placed != d.Instance || d.Instance != home.Instance().ID {
+		t.Fatalf("below the threshold: %+v, %v (home %s)", d, err, home.Instance().ID)
+	}
+	for range 9 { // the home instance reaches the threshold of 10
+		if c := pick(t, p, req); c.Instance().ID != home.Instance().ID {
+			t.Fatalf("went to %s before the threshold", c.Instance().ID)
+		}
+	}
+	if d, err = p.Peek(req); err != nil || d.Spill != SpillConcurrency || d.Placed != home.Instance().ID || d.Instance == d.Placed {
+		t.Fatalf("at the threshold: %+v, %v (home %s)", d, err, home.Instance().ID)
+	}
 }

@@ -75,8 +75,11 @@ func (p *popularity) counted(n int64) {
 	if p.since.Add(n) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
 		// Halving keeps the estimate about the last ~2×decayEvery requests;
 		// a concurrent increment may be halved or not, which is noise well
-		// below the fractions the policy compares.
-		p.since.Store(0)
+		// below the fractions the policy compares. The excess carries over
+		// (a peer's report adds many requests at once), so that halvings
+		// fall every decayEvery requests of the whole traffic, at the same
+		// points on every replica that counts it.
+		p.since.Add(-p.decayEvery)
 		for i := range p.counts {
 			if v := p.counts[i].Load(); v != 0 {
 				p.counts[i].Store(v / 2)

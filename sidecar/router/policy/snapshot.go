@@ -12,7 +12,7 @@ import (
 // relearning (and disagreeing) for thousands of requests. Format, all
 // integers unsigned varints unless said otherwise:
 //
-//	"WRPS" version(=2, 1 byte)
+//	"WRPS" version(=3, 1 byte)
 //	n, then n × (len, instance ID bytes)      instances referred to below
 //	n × share                                 global decayed share per instance
 //	width, total, 2×width counts              popularity sketch
@@ -20,6 +20,10 @@ import (
 //	                                          a, b = instance number + 1, 0 = none;
 //	                                          v = version×2 + tied (absent in
 //	                                          version 1, read as 0)
+//	popSince, shareSince                      decisions since the sketch's
+//	                                          and the shares' last halving
+//	                                          (absent before version 3,
+//	                                          read as 0)
 //
 // Its size is bounded by the configuration: 2×width counts (≤ 5 bytes
 // each) and IndexEntries entries (≤ 8+2×3 bytes each) — about 4.5 MB with
@@ -27,7 +31,7 @@ import (
 
 const (
 	snapshotMagic   = "WRPS"
-	snapshotVersion = 2
+	snapshotVersion = 3
 	maxSnapshotIDs  = 1 << 16
 	maxIDBytes      = 1024
 )
@@ -71,7 +75,11 @@ func (p *Policy) Snapshot() []byte {
 			b = binary.AppendUvarint(b, uint64(e.ver)<<1|tie)
 		}
 	}
-	return b
+	// Where the decay cycles stand: a restored replica halves when its
+	// peer would have, not a whole cycle later, so that its counts (and
+	// with them its replica sets and placements) stay in step.
+	b = binary.AppendUvarint(b, uint64(max(p.pop.since.Load(), 0)))
+	return binary.AppendUvarint(b, uint64(max(p.shareSince.Load(), 0)))
 }
 
 // Restore replaces the popularity sketch and the prefix index with a
@@ -98,7 +106,8 @@ func (p *Policy) Restore(data []byte) error {
 		p.pop.counts[i].Store(c)
 	}
 	p.pop.total.Store(int64(s.total))
-	p.pop.since.Store(0)
+	p.pop.since.Store(int64(s.popSince))
+	p.shareSince.Store(int64(s.shareSince))
 
 	x := p.index
 	x.mu.Lock()
@@ -128,11 +137,12 @@ type snapshotEntry struct {
 }
 
 type decodedSnapshot struct {
-	ids     []string
-	shares  []uint64
-	total   uint64
-	counts  []uint32
-	entries []snapshotEntry
+	ids                  []string
+	shares               []uint64
+	total                uint64
+	counts               []uint32
+	entries              []snapshotEntry
+	popSince, shareSince uint64
 }
 
 // snapshotReader reads varints and bytes, remembering the first error.
@@ -175,11 +185,12 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, errors.New("not a policy snapshot")
 	}
-	// Version 1 (before placement versions) is still read, so that a
-	// replica restores from a peer not yet upgraded.
+	// Earlier versions (1: before placement versions, 2: before decay
+	// phases) are still read, so that a replica restores from a peer not
+	// yet upgraded.
 	version := data[len(snapshotMagic)]
-	if version != 1 && version != snapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d, want 1 or %d", version, snapshotVersion)
+	if version < 1 || version > snapshotVersion {
+		return nil, fmt.Errorf("snapshot version %d, want 1 to %d", version, snapshotVersion)
 	}
 	r := &snapshotReader{b: data[len(snapshotMagic)+1:]}
 	s := &decodedSnapshot{}
@@ -229,6 +240,10 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 			return nil, r.err
 		}
 		s.entries = append(s.entries, e)
+	}
+	if version >= 3 {
+		s.popSince = r.uvarint("sketch decay phase", 1<<40)
+		s.shareSince = r.uvarint("share decay phase", 1<<40)
 	}
 	if r.err != nil {
 		return nil, r.err

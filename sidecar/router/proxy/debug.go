@@ -17,10 +17,11 @@ var endpointPaths = map[string]endpoint{
 
 // DebugRoute serves POST /debug/route[?endpoint=/v1/completions]: it reads
 // an inference body exactly as the traffic port would (default
-// /v1/chat/completions) and answers {"instance":"<id>"} from peek, without
+// /v1/chat/completions) and answers peek's policy.Peeked
+// ({"instance":"<id>","placed":"<id>","spill":"<reason>"}), without
 // sending the request or counting it anywhere, so benchmarks and e2e tests
 // measure whether replicas agree. Never exposed on the traffic port.
-func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Handler {
+func (r *Router) DebugRoute(peek func(policy.Request) (policy.Peeked, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		st := r.state.Load()
 		if st == nil {
@@ -51,15 +52,13 @@ func (r *Router) DebugRoute(peek func(policy.Request) (string, error)) http.Hand
 			bad.write(w)
 			return
 		}
-		id, err := peek(policyRequest(x))
+		d, err := peek(policyRequest(x))
 		x.Release()
 		if err != nil {
 			unpickable(err, x.Model).write(w)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(struct {
-			Instance string `json:"instance"`
-		}{id})
+		_ = json.NewEncoder(w).Encode(d)
 	})
 }

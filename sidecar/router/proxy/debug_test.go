@@ -14,12 +14,12 @@ import (
 func TestDebugRoute(t *testing.T) {
 	f := newFixture(t, 3, Options{MaxBodyBytes: 1 << 16})
 	var seen []policy.Request
-	peek := func(req policy.Request) (string, error) {
+	peek := func(req policy.Request) (policy.Peeked, error) {
 		if req.Model == "gpt-9" {
-			return "", policy.ErrUnknownModel
+			return policy.Peeked{}, policy.ErrUnknownModel
 		}
 		seen = append(seen, policy.Request{Model: req.Model, Tenant: req.Tenant, Text: append([]byte(nil), req.Text...), WindowBytes: req.WindowBytes})
-		return "vllm-1", nil
+		return policy.Peeked{Instance: "vllm-1", Placed: "vllm-0", Spill: policy.SpillConcurrency}, nil
 	}
 	srv := httptest.NewServer(f.router.DebugRoute(peek))
 	defer srv.Close()
@@ -29,8 +29,8 @@ func TestDebugRoute(t *testing.T) {
 	}
 
 	status, body := post("", chatBody("m", "the shared system prompt", ""), "X-Prefix-Aware-Id", "tenant-a")
-	var got struct{ Instance string }
-	if status != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Instance != "vllm-1" {
+	var got policy.Peeked
+	if status != 200 || json.Unmarshal([]byte(body), &got) != nil || got != (policy.Peeked{Instance: "vllm-1", Placed: "vllm-0", Spill: policy.SpillConcurrency}) {
 		t.Fatalf("chat: %d %s", status, body)
 	}
 	if len(seen) != 1 || seen[0].Model != "m" || seen[0].Tenant != "tenant-a" || !strings.Contains(string(seen[0].Text), "the shared system prompt") {
