@@ -214,22 +214,22 @@ func (a *PodAgent) terminateLocked(name string, b *podBackend, preStop, grace ti
 
 // Backends returns the running backends by pod name.
 func (a *PodAgent) Backends() map[string]Backend {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make(map[string]Backend, len(a.backends))
-	for name, b := range a.backends {
-		out[name] = b.backend
-	}
-	return out
+	return byPod(a, func(b *podBackend) Backend { return b.backend })
 }
 
 // Addresses returns the backends' addresses by pod name.
 func (a *PodAgent) Addresses() map[string]string {
+	return byPod(a, func(b *podBackend) string { return b.addr })
+}
+
+// byPod returns a copy, taken under the lock, of one field of each running
+// backend by pod name.
+func byPod[V any](a *PodAgent, field func(*podBackend) V) map[string]V {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]string, len(a.backends))
+	out := make(map[string]V, len(a.backends))
 	for name, b := range a.backends {
-		out[name] = b.addr
+		out[name] = field(b)
 	}
 	return out
 }

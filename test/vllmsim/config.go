@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -110,19 +111,19 @@ const (
 // withDefaults returns c with every zero field set to its default, or an
 // error for values that cannot describe an engine.
 func (c Config) withDefaults() (Config, error) {
-	setDefault(&c.Listen, DefaultListen)
-	setDefault(&c.Model, DefaultModel)
-	setDefault(&c.CacheTokens, DefaultCacheTokens)
-	setDefault(&c.BlockSize, DefaultBlockSize)
-	setDefault(&c.MaxModelLen, DefaultMaxModelLen)
-	setDefault(&c.CharsPerToken, DefaultCharsPerToken)
-	setDefault(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
-	setDefault(&c.DecodeStep, DefaultDecodeStep)
-	setDefault(&c.StepOverhead, DefaultStepOverhead)
-	setDefault(&c.MaxRunning, DefaultMaxRunning)
-	setDefault(&c.MaxBatchedTokens, DefaultMaxBatchedTokens)
-	setDefault(&c.DefaultMaxTokens, DefaultMaxTokens)
-	setDefault(&c.TimeScale, 1)
+	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	c.Model = cmp.Or(c.Model, DefaultModel)
+	c.CacheTokens = cmp.Or(c.CacheTokens, DefaultCacheTokens)
+	c.BlockSize = cmp.Or(c.BlockSize, DefaultBlockSize)
+	c.MaxModelLen = cmp.Or(c.MaxModelLen, DefaultMaxModelLen)
+	c.CharsPerToken = cmp.Or(c.CharsPerToken, DefaultCharsPerToken)
+	c.PrefillTokensPerSec = cmp.Or(c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
+	c.DecodeStep = cmp.Or(c.DecodeStep, DefaultDecodeStep)
+	c.StepOverhead = cmp.Or(c.StepOverhead, DefaultStepOverhead)
+	c.MaxRunning = cmp.Or(c.MaxRunning, DefaultMaxRunning)
+	c.MaxBatchedTokens = cmp.Or(c.MaxBatchedTokens, DefaultMaxBatchedTokens)
+	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, DefaultMaxTokens)
+	c.TimeScale = cmp.Or(c.TimeScale, 1)
 
 	var errs []error
 	for _, f := range []struct {
@@ -150,11 +151,4 @@ func (c Config) withDefaults() (Config, error) {
 	// admitted.
 	c.MaxModelLen = min(c.MaxModelLen, c.CacheTokens/c.BlockSize*c.BlockSize)
 	return c, errors.Join(errs...)
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }

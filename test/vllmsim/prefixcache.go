@@ -1,5 +1,7 @@
 package vllmsim
 
+import "cmp"
+
 // PrefixCache is the simulator's prefix cache on its own, without engine or
 // timing, serving requests one at a time in the order given. A benchmark's
 // pooled oracle (one cache as large as all instances together) built on it
@@ -21,9 +23,9 @@ type Message struct {
 // NewPrefixCache builds an empty cache; zero arguments take Config's
 // defaults.
 func NewPrefixCache(cacheTokens, blockSize, charsPerToken int) *PrefixCache {
-	setDefault(&cacheTokens, DefaultCacheTokens)
-	setDefault(&blockSize, DefaultBlockSize)
-	setDefault(&charsPerToken, DefaultCharsPerToken)
+	cacheTokens = cmp.Or(cacheTokens, DefaultCacheTokens)
+	blockSize = cmp.Or(blockSize, DefaultBlockSize)
+	charsPerToken = cmp.Or(charsPerToken, DefaultCharsPerToken)
 	return &PrefixCache{
 		tok:       tokenizer{charsPerToken: charsPerToken},
 		blockSize: blockSize,

@@ -2,6 +2,7 @@ package vllmsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,8 +28,8 @@ const testModel = "sim-model"
 func startServer(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
-	setDefault(&cfg.Model, testModel)
-	setDefault(&cfg.TimeScale, 0.001)
+	cfg.Model = cmp.Or(cfg.Model, testModel)
+	cfg.TimeScale = cmp.Or(cfg.TimeScale, 0.001)
 	s, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)

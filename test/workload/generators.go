@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -30,12 +31,12 @@ type LongContextConfig struct {
 
 // LongContext generates the long-context workload.
 func LongContext(cfg LongContextConfig) Workload {
-	setDefault(&cfg.Requests, 1500)
-	setDefault(&cfg.Contexts, 128)
-	setDefault(&cfg.ContextTokens, 8000)
-	setDefault(&cfg.QuestionTokens, 40)
-	setDefault(&cfg.MaxTokens, 64)
-	setDefault(&cfg.Rate, 12)
+	cfg.Requests = cmp.Or(cfg.Requests, 1500)
+	cfg.Contexts = cmp.Or(cfg.Contexts, 128)
+	cfg.ContextTokens = cmp.Or(cfg.ContextTokens, 8000)
+	cfg.QuestionTokens = cmp.Or(cfg.QuestionTokens, 40)
+	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 64)
+	cfg.Rate = cmp.Or(cfg.Rate, 12)
 
 	contexts := make([]string, cfg.Contexts)
 	for i := range contexts {
@@ -74,47 +75,50 @@ type SupportBotConfig struct {
 
 // SupportBot generates the support-bot workload.
 func SupportBot(cfg SupportBotConfig) Workload {
-	setDefault(&cfg.Users, 240)
-	setDefault(&cfg.Turns, 5)
-	setDefault(&cfg.SystemTokens, 3000)
-	setDefault(&cfg.UserTokens, 50)
-	setDefault(&cfg.ReplyTokens, 120)
-	setDefault(&cfg.Rate, 2)
-	setDefault(&cfg.ThinkTime, 5*time.Second)
+	cfg.Users = cmp.Or(cfg.Users, 240)
+	cfg.Turns = cmp.Or(cfg.Turns, 5)
+	cfg.SystemTokens = cmp.Or(cfg.SystemTokens, 3000)
+	cfg.UserTokens = cmp.Or(cfg.UserTokens, 50)
+	cfg.ReplyTokens = cmp.Or(cfg.ReplyTokens, 120)
+	cfg.Rate = cmp.Or(cfg.Rate, 2)
+	cfg.ThinkTime = cmp.Or(cfg.ThinkTime, 5*time.Second)
 
-	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameSupportBot+"/system"), cfg.SystemTokens)}
-	reqs := chats(cfg.Seed, NameSupportBot, cfg.Users, cfg.Rate, func(_ *rand.Rand) conversationSpec {
-		return conversationSpec{
-			turns: cfg.Turns, system: []Message{system},
-			userTokens: cfg.UserTokens, userSigma: 0.6,
-			replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
-		}
-	})
+	reqs := chatStream{
+		name: NameSupportBot, system: NameSupportBot + "/system",
+		conversations: cfg.Users, rate: cfg.Rate, turns: func(*rand.Rand) int { return cfg.Turns },
+		systemTokens: cfg.SystemTokens, userTokens: cfg.UserTokens, userSigma: 0.6,
+		replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
+	}.generate(cfg.Seed)
 	return Workload{Name: NameSupportBot, Requests: reqs}
 }
 
-// conversationSpec describes one multi-turn conversation.
-type conversationSpec struct {
-	session                 string
-	start                   time.Duration
-	turns                   int
-	system                  []Message
+// chatStream is a stream of multi-turn conversations that all open with
+// one shared system prompt: the chat part of every chat workload.
+type chatStream struct {
+	name          string // seeds the conversations and names their sessions
+	system        string // seeds the system prompt's text
+	conversations int
+	rate          float64 // conversations started per simulated second
+	systemTokens  int
+	// turns draws a conversation's length, the first draw from the
+	// conversation's own generator.
+	turns                   func(*rand.Rand) int
 	userTokens, replyTokens int
 	userSigma, replySigma   float64
 	thinkTime               time.Duration
 }
 
-// chats generates n conversations starting as a Poisson process at rate
-// per second, each shaped by spec (given the conversation's own generator),
-// and returns their turns ordered by arrival.
-func chats(seed uint64, name string, n int, rate float64, spec func(*rand.Rand) conversationSpec) []Request {
-	starts := poisson{rng: newRand(seed, name+"/arrivals"), rate: rate}
+// generate returns the turns of the stream's conversations, which start as
+// a Poisson process, ordered by arrival.
+func (s chatStream) generate(seed uint64) []Request {
+	system := []Message{{Role: "system", Content: tokensText(newRand(seed, s.system), s.systemTokens)}}
+	starts := poisson{rng: newRand(seed, s.name+"/arrivals"), rate: s.rate}
 	var reqs []Request
-	for i := range n {
-		rng := newRand(seed, fmt.Sprintf("%s/session/%d", name, i))
-		c := spec(rng)
-		c.session, c.start = fmt.Sprintf("%s-%04d", name, i), starts.next()
-		reqs = append(reqs, conversation(rng, c)...)
+	for i := range s.conversations {
+		rng := newRand(seed, fmt.Sprintf("%s/session/%d", s.name, i))
+		turns := s.turns(rng)
+		session := fmt.Sprintf("%s-%04d", s.name, i)
+		reqs = append(reqs, s.conversation(rng, system, session, starts.next(), turns)...)
 	}
 	sortByArrival(reqs)
 	return reqs
@@ -124,23 +128,23 @@ func chats(seed uint64, name string, n int, rate float64, spec func(*rand.Rand) 
 // whole history; the assistant replies in the history are the generator's
 // (as in a recorded chat replayed), and each turn asks for as many tokens
 // as its recorded reply has.
-func conversation(rng *rand.Rand, c conversationSpec) []Request {
-	history := append([]Message(nil), c.system...)
-	at := c.start
-	out := make([]Request, 0, c.turns)
-	for turn := range c.turns {
-		user := lognormal(rng, float64(c.userTokens), c.userSigma, 2, 40*c.userTokens)
-		reply := lognormal(rng, float64(c.replyTokens), c.replySigma, 4, 10*c.replyTokens)
+func (s chatStream) conversation(rng *rand.Rand, system []Message, session string, start time.Duration, turns int) []Request {
+	history := append([]Message(nil), system...)
+	at := start
+	out := make([]Request, 0, turns)
+	for turn := range turns {
+		user := lognormal(rng, float64(s.userTokens), s.userSigma, 2, 40*s.userTokens)
+		reply := lognormal(rng, float64(s.replyTokens), s.replySigma, 4, 10*s.replyTokens)
 		history = append(history, Message{Role: "user", Content: tokensText(rng, user)})
 		out = append(out, Request{
-			Session:   c.session,
+			Session:   session,
 			Turn:      turn,
 			Arrival:   at,
 			Messages:  append([]Message(nil), history...),
 			MaxTokens: reply,
 		})
 		history = append(history, Message{Role: "assistant", Content: tokensText(rng, reply)})
-		at += time.Duration(rng.ExpFloat64() * float64(c.thinkTime))
+		at += time.Duration(rng.ExpFloat64() * float64(s.thinkTime))
 	}
 	return out
 }
@@ -185,14 +189,14 @@ type RAGConfig struct {
 
 // RAG generates the RAG workload.
 func RAG(cfg RAGConfig) Workload {
-	setDefault(&cfg.Requests, 1500)
-	setDefault(&cfg.Documents, 300)
-	setDefault(&cfg.DocTokens, 3000)
-	setDefault(&cfg.SystemTokens, 1200)
-	setDefault(&cfg.QuestionTokens, 40)
-	setDefault(&cfg.ZipfS, 1.0)
-	setDefault(&cfg.MaxTokens, 96)
-	setDefault(&cfg.Rate, 12)
+	cfg.Requests = cmp.Or(cfg.Requests, 1500)
+	cfg.Documents = cmp.Or(cfg.Documents, 300)
+	cfg.DocTokens = cmp.Or(cfg.DocTokens, 3000)
+	cfg.SystemTokens = cmp.Or(cfg.SystemTokens, 1200)
+	cfg.QuestionTokens = cmp.Or(cfg.QuestionTokens, 40)
+	cfg.ZipfS = cmp.Or(cfg.ZipfS, 1.0)
+	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 96)
+	cfg.Rate = cmp.Or(cfg.Rate, 12)
 
 	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameRAG+"/system"), cfg.SystemTokens)}
 	docs := documents(cfg.Seed, NameRAG, cfg.Documents, cfg.DocTokens, 0.4, 3)
@@ -235,29 +239,20 @@ type ShareGPTConfig struct {
 
 // ShareGPT generates the ShareGPT-style workload.
 func ShareGPT(cfg ShareGPTConfig) Workload {
-	setDefault(&cfg.Sessions, 400)
-	setDefault(&cfg.MeanTurns, 4)
-	setDefault(&cfg.MaxTurns, 16)
-	setDefault(&cfg.SystemTokens, 60)
-	setDefault(&cfg.UserTokens, 80)
-	setDefault(&cfg.ReplyTokens, 220)
-	setDefault(&cfg.Rate, 3)
-	setDefault(&cfg.ThinkTime, 10*time.Second)
+	cfg.Sessions = cmp.Or(cfg.Sessions, 400)
+	cfg.MeanTurns = cmp.Or(cfg.MeanTurns, 4)
+	cfg.MaxTurns = cmp.Or(cfg.MaxTurns, 16)
+	cfg.SystemTokens = cmp.Or(cfg.SystemTokens, 60)
+	cfg.UserTokens = cmp.Or(cfg.UserTokens, 80)
+	cfg.ReplyTokens = cmp.Or(cfg.ReplyTokens, 220)
+	cfg.Rate = cmp.Or(cfg.Rate, 3)
+	cfg.ThinkTime = cmp.Or(cfg.ThinkTime, 10*time.Second)
 
-	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameShareGPT+"/system"), cfg.SystemTokens)}
-	reqs := chats(cfg.Seed, NameShareGPT, cfg.Sessions, cfg.Rate, func(rng *rand.Rand) conversationSpec {
-		return conversationSpec{
-			turns: geometricTurns(rng, cfg.MeanTurns, cfg.MaxTurns), system: []Message{system},
-			userTokens: cfg.UserTokens, userSigma: 1.0,
-			replyTokens: cfg.ReplyTokens, replySigma: 0.6, thinkTime: cfg.ThinkTime,
-		}
-	})
+	reqs := chatStream{
+		name: NameShareGPT, system: NameShareGPT + "/system",
+		conversations: cfg.Sessions, rate: cfg.Rate, turns: func(rng *rand.Rand) int { return geometricTurns(rng, cfg.MeanTurns, cfg.MaxTurns) },
+		systemTokens: cfg.SystemTokens, userTokens: cfg.UserTokens, userSigma: 1.0,
+		replyTokens: cfg.ReplyTokens, replySigma: 0.6, thinkTime: cfg.ThinkTime,
+	}.generate(cfg.Seed)
 	return Workload{Name: NameShareGPT, Requests: reqs}
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"time"
 )
@@ -41,30 +42,28 @@ type MixedLengthConfig struct {
 // MixedLength generates the mixed-length workload: both streams over the
 // same span, merged by arrival.
 func MixedLength(cfg MixedLengthConfig) Workload {
-	setDefault(&cfg.Chats, 600)
-	setDefault(&cfg.ChatRate, 5)
-	setDefault(&cfg.MeanTurns, 3)
-	setDefault(&cfg.SystemTokens, 200)
-	setDefault(&cfg.UserTokens, 60)
-	setDefault(&cfg.ReplyTokens, 150)
-	setDefault(&cfg.ThinkTime, 4*time.Second)
-	setDefault(&cfg.DocRequests, 360)
-	setDefault(&cfg.DocRate, 3)
-	setDefault(&cfg.Documents, 150)
-	setDefault(&cfg.DocTokens, 12000)
-	setDefault(&cfg.ZipfS, 0.9)
-	setDefault(&cfg.QuestionTokens, 40)
-	setDefault(&cfg.DocMaxTokens, 128)
+	cfg.Chats = cmp.Or(cfg.Chats, 600)
+	cfg.ChatRate = cmp.Or(cfg.ChatRate, 5)
+	cfg.MeanTurns = cmp.Or(cfg.MeanTurns, 3)
+	cfg.SystemTokens = cmp.Or(cfg.SystemTokens, 200)
+	cfg.UserTokens = cmp.Or(cfg.UserTokens, 60)
+	cfg.ReplyTokens = cmp.Or(cfg.ReplyTokens, 150)
+	cfg.ThinkTime = cmp.Or(cfg.ThinkTime, 4*time.Second)
+	cfg.DocRequests = cmp.Or(cfg.DocRequests, 360)
+	cfg.DocRate = cmp.Or(cfg.DocRate, 3)
+	cfg.Documents = cmp.Or(cfg.Documents, 150)
+	cfg.DocTokens = cmp.Or(cfg.DocTokens, 12000)
+	cfg.ZipfS = cmp.Or(cfg.ZipfS, 0.9)
+	cfg.QuestionTokens = cmp.Or(cfg.QuestionTokens, 40)
+	cfg.DocMaxTokens = cmp.Or(cfg.DocMaxTokens, 128)
 
 	const maxTurns = 8
-	system := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameMixedLength+"/system"), cfg.SystemTokens)}
-	reqs := chats(cfg.Seed, NameMixedLength+"/chat", cfg.Chats, cfg.ChatRate, func(rng *rand.Rand) conversationSpec {
-		return conversationSpec{
-			turns: geometricTurns(rng, cfg.MeanTurns, maxTurns), system: []Message{system},
-			userTokens: cfg.UserTokens, userSigma: 0.6,
-			replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
-		}
-	})
+	reqs := chatStream{
+		name: NameMixedLength + "/chat", system: NameMixedLength + "/system",
+		conversations: cfg.Chats, rate: cfg.ChatRate, turns: func(rng *rand.Rand) int { return geometricTurns(rng, cfg.MeanTurns, maxTurns) },
+		systemTokens: cfg.SystemTokens, userTokens: cfg.UserTokens, userSigma: 0.6,
+		replyTokens: cfg.ReplyTokens, replySigma: 0.5, thinkTime: cfg.ThinkTime,
+	}.generate(cfg.Seed)
 
 	docs := documents(cfg.Seed, NameMixedLength, cfg.Documents, cfg.DocTokens, 0.5, 4)
 	rng := newRand(cfg.Seed, NameMixedLength+"/documents")
@@ -101,13 +100,13 @@ type HotPrefixConfig struct {
 
 // HotPrefix generates the hot-prefix workload.
 func HotPrefix(cfg HotPrefixConfig) Workload {
-	setDefault(&cfg.Bursts, 12)
-	setDefault(&cfg.BurstSize, 40)
-	setDefault(&cfg.Interval, 5*time.Second)
-	setDefault(&cfg.Spread, 100*time.Millisecond)
-	setDefault(&cfg.PrefixTokens, 2000)
-	setDefault(&cfg.QuestionTokens, 30)
-	setDefault(&cfg.MaxTokens, 100)
+	cfg.Bursts = cmp.Or(cfg.Bursts, 12)
+	cfg.BurstSize = cmp.Or(cfg.BurstSize, 40)
+	cfg.Interval = cmp.Or(cfg.Interval, 5*time.Second)
+	cfg.Spread = cmp.Or(cfg.Spread, 100*time.Millisecond)
+	cfg.PrefixTokens = cmp.Or(cfg.PrefixTokens, 2000)
+	cfg.QuestionTokens = cmp.Or(cfg.QuestionTokens, 30)
+	cfg.MaxTokens = cmp.Or(cfg.MaxTokens, 100)
 
 	prefix := Message{Role: "system", Content: tokensText(newRand(cfg.Seed, NameHotPrefix+"/prefix"), cfg.PrefixTokens)}
 	rng := newRand(cfg.Seed, NameHotPrefix)

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +52,7 @@ func Mooncake(cfg MooncakeConfig) (Workload, error) {
 // Each request is one user message whose content parts are the blocks, so
 // that a block's text is held once however many requests carry it.
 func ReadMooncake(r io.Reader, cfg MooncakeConfig) (Workload, error) {
-	setDefault(&cfg.BlockChars, 512*CharsPerToken)
+	cfg.BlockChars = cmp.Or(cfg.BlockChars, 512*CharsPerToken)
 	blocks := make(map[uint64]string)
 	block := func(id uint64) string {
 		b, ok := blocks[id]

@@ -7,6 +7,7 @@
 package peers
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -64,21 +65,13 @@ const (
 	DefaultMaxSnapshotBytes = 64 << 20
 )
 
+// withDefaults gives every unset or non-positive field its default
+// (max maps a negative to zero, which cmp.Or replaces).
 func (o Options) withDefaults() Options {
-	if o.Interval <= 0 {
-		o.Interval = DefaultInterval
-	}
-	if o.StaleAfter <= 0 {
-		o.StaleAfter = DefaultStaleAfter
-	}
-	if o.BootstrapWait <= 0 {
-		o.BootstrapWait = DefaultBootstrapWait
-	}
-	if o.MaxReportBytes <= 0 {
-		o.MaxReportBytes = DefaultMaxReportBytes
-	}
-	if o.MaxSnapshotBytes <= 0 {
-		o.MaxSnapshotBytes = DefaultMaxSnapshotBytes
-	}
+	o.Interval = cmp.Or(max(o.Interval, 0), DefaultInterval)
+	o.StaleAfter = cmp.Or(max(o.StaleAfter, 0), DefaultStaleAfter)
+	o.BootstrapWait = cmp.Or(max(o.BootstrapWait, 0), DefaultBootstrapWait)
+	o.MaxReportBytes = cmp.Or(max(o.MaxReportBytes, 0), DefaultMaxReportBytes)
+	o.MaxSnapshotBytes = cmp.Or(max(o.MaxSnapshotBytes, 0), DefaultMaxSnapshotBytes)
 	return o
 }

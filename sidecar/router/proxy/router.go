@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,27 +117,15 @@ type failure struct {
 
 // New returns a router with no document; it answers 503 until Apply.
 func New(opts Options) *Router {
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = DefaultMaxAttempts
-	}
-	if opts.EjectBase <= 0 {
-		opts.EjectBase = DefaultEjectBase
-	}
-	if opts.EjectMax <= 0 {
-		opts.EjectMax = DefaultEjectMax
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.MaxBufferedBytes <= 0 {
-		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
-	}
-	if opts.BodyReadTimeout <= 0 {
-		opts.BodyReadTimeout = DefaultBodyReadTimeout
-	}
-	if opts.StreamIdleTimeout <= 0 {
-		opts.StreamIdleTimeout = DefaultStreamIdleTimeout
-	}
+	// An unset or non-positive limit takes its default (max maps a
+	// negative to zero, which cmp.Or replaces).
+	opts.MaxAttempts = cmp.Or(max(opts.MaxAttempts, 0), DefaultMaxAttempts)
+	opts.EjectBase = cmp.Or(max(opts.EjectBase, 0), DefaultEjectBase)
+	opts.EjectMax = cmp.Or(max(opts.EjectMax, 0), DefaultEjectMax)
+	opts.MaxBodyBytes = cmp.Or(max(opts.MaxBodyBytes, 0), DefaultMaxBodyBytes)
+	opts.MaxBufferedBytes = cmp.Or(max(opts.MaxBufferedBytes, 0), DefaultMaxBufferedBytes)
+	opts.BodyReadTimeout = cmp.Or(max(opts.BodyReadTimeout, 0), DefaultBodyReadTimeout)
+	opts.StreamIdleTimeout = cmp.Or(max(opts.StreamIdleTimeout, 0), DefaultStreamIdleTimeout)
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
