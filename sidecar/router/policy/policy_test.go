@@ -258,9 +258,11 @@ func TestOverloadGuardSpillsAlongOwnOrder(t *testing.T) {
 }
 
 // TestOverloadGuardAllBusyGoesLeastLoaded: with every instance at or over
-// the threshold, a request goes to the one with the fewest in flight
-// (here the only one within a request of the least), counted as an
-// all-busy spill, wherever its key prefers.
+// the threshold, a request stays on the instance its key was placed on
+// while that one has at most overflowStay more in flight than the least
+// loaded, and otherwise goes to the one with the fewest in flight (here
+// the only one within a request of the least), counted as an all-busy
+// spill either way.
 func TestOverloadGuardAllBusyGoesLeastLoaded(t *testing.T) {
 	const threshold = 10 // newPolicy's ConcurrencyThreshold
 	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
@@ -274,21 +276,45 @@ func TestOverloadGuardAllBusyGoesLeastLoaded(t *testing.T) {
 		}
 		return least
 	}
-	for i := 0; leastHeld("") < threshold+3; i++ {
+	for i := 0; leastHeld("") < threshold+4; i++ {
 		if i == 1000 {
-			t.Fatalf("fillers never got every instance to %d in flight: %v", threshold+3, inFlightByID(p))
+			t.Fatalf("fillers never got every instance to %d in flight: %v", threshold+4, inFlightByID(p))
 		}
 		c := pick(t, p, textReq(fmt.Sprintf("filler %d", i)))
 		held[c.Instance().ID] = append(held[c.Instance().ID], c)
 	}
-	// One instance drops to two below the least of the others, still over
-	// the threshold.
-	quiet := p.Instances()[1].ID
-	for len(held[quiet]) > leastHeld(quiet)-2 {
-		held[quiet][0].Done()
-		held[quiet] = held[quiet][1:]
+	// Every instance at exactly threshold+4.
+	drop := func(id string, to int) {
+		for len(held[id]) > to {
+			held[id][0].Done()
+			held[id] = held[id][1:]
+		}
 	}
+	for _, in := range p.Instances() {
+		drop(in.ID, threshold+4)
+	}
+	quiet := p.Instances()[1].ID
+	// Keys placed elsewhere: within overflowStay of the quiet instance,
+	// they stay where they were placed.
+	var key Request
+	for i := 0; ; i++ {
+		key = textReq(fmt.Sprintf("new key %d", i))
+		if d, err := p.Peek(key); err != nil || d.Placed != quiet {
+			break
+		}
+	}
+	drop(quiet, threshold+4-overflowStay)
 	before := inFlightByID(p)
+	home, _ := p.Peek(key)
+	if c := pick(t, p, key); c.Instance().ID != home.Placed || c.Spill != SpillAllBusy {
+		t.Fatalf("went to %s (spill %q) with in flight %v; want %s, where the key was placed, as %q", c.Instance().ID, c.Spill, before, home.Placed, SpillAllBusy)
+	} else {
+		c.Done()
+	}
+	// One instance drops to overflowStay+1 below the least of the others,
+	// still over the threshold: every key goes there.
+	drop(quiet, threshold+4-overflowStay-1)
+	before = inFlightByID(p)
 	for i := range 5 {
 		c := pick(t, p, textReq(fmt.Sprintf("new key %d", i)))
 		if c.Instance().ID != quiet || c.Spill != SpillAllBusy {
@@ -447,9 +473,9 @@ func TestHotIdenticalRequestsUseTheirWholeReplicaSet(t *testing.T) {
 }
 
 // When every instance is at the threshold (here: through a peer's report),
-// overflow goes to the least loaded by live counts, so a burst of decisions
-// between two reports spreads instead of piling onto the instance that
-// looked least loaded at the last report.
+// a burst of one key stays on its instance only up to overflowStay above
+// the least loaded by live counts, then spreads, instead of piling onto
+// the instance that looked least loaded at the last report.
 func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
 	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 	p.SetReplicas(2)
@@ -458,18 +484,22 @@ func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
 		loads = append(loads, InstanceLoad{ID: in.ID, Requests: 10})
 	}
 	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
+	req := textReq("a hot prompt shared by a burst")
+	home, _ := p.Peek(req)
 	per := map[string]int{}
-	for i := range 6 {
-		c := pick(t, p, textReq(fmt.Sprintf("a hot prompt shared by a burst %d", i%2)))
+	for i := range 9 {
+		c := pick(t, p, req)
 		if c.Spill == SpillNone {
 			t.Fatalf("request %d not counted as a spill with every instance at the threshold", i)
 		}
 		per[c.Instance().ID]++
 	}
-	for id, n := range per {
-		if n > 2 {
-			t.Fatalf("%s took %d of 6 overflow requests (%v); want them spread", id, n, per)
-		}
+	least, most := 9, 0
+	for _, in := range fleet(3) {
+		least, most = min(least, per[in.ID]), max(most, per[in.ID])
+	}
+	if most-least > overflowStay+1 || per[home.Placed] != most {
+		t.Fatalf("9 overflow requests went %v (placed on %s); want the placed instance first, at most %d above the least", per, home.Placed, overflowStay+1)
 	}
 }
 
