@@ -294,7 +294,7 @@ func TestPrefillTokensAreOwnWork(t *testing.T) {
 // placed apart from where the overload guard sends it, so that agreement
 // between replicas can be split into placement and spills.
 func TestPeekTellsPlacementFromSpill(t *testing.T) {
-	p := newPolicy(t, PrefixAware, 3, Tuning{})
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1}) // no share balancing: one key, one home
 	req := textReq(strings.Repeat("one conversation, one key. ", 40))
 	home := pick(t, p, req)
 	d, err := p.Peek(req)
