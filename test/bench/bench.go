@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -271,26 +272,19 @@ func revision(ctx context.Context) string {
 }
 
 func (c *Config) defaults() {
-	setDefault(&c.Instances, 7)
-	setDefault(&c.CacheTokens, 1<<18)
-	setDefault(&c.MaxModelLen, 196608)
-	setDefault(&c.Model, "meta-llama/Llama-3.1-70B-Instruct")
-	setDefault(&c.PrefixLength, 4096)
-	setDefault(&c.ConcurrencyThreshold, 10)
-	setDefault(&c.Seed, 1)
-	setDefault(&c.RemapGroups, 20000)
-	setDefault(&c.DecisionSamples, 5000)
-	setDefault(&c.ProxySamples, 2000)
+	c.Instances = cmp.Or(c.Instances, 7)
+	c.CacheTokens = cmp.Or(c.CacheTokens, 1<<18)
+	c.MaxModelLen = cmp.Or(c.MaxModelLen, 196608)
+	c.Model = cmp.Or(c.Model, "meta-llama/Llama-3.1-70B-Instruct")
+	c.PrefixLength = cmp.Or(c.PrefixLength, 4096)
+	c.ConcurrencyThreshold = cmp.Or(c.ConcurrencyThreshold, 10)
+	c.Seed = cmp.Or(c.Seed, 1)
+	c.RemapGroups = cmp.Or(c.RemapGroups, 20000)
+	c.DecisionSamples = cmp.Or(c.DecisionSamples, 5000)
+	c.ProxySamples = cmp.Or(c.ProxySamples, 2000)
 	c.Replicas.defaults()
 	if c.Strategies == nil {
 		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline, policy.PrefixAware}
-	}
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
 	}
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,7 @@ type ReplicaConfig struct {
 	// Workloads names the workloads run with replicas; empty runs all.
 	Workloads []string
 	// SampleEvery: every n-th request is first sent to every replica's
-	// /debug/route, to count how often the replicas agree [10].
+	// /debug/route, to count how often the replicas agree [4].
 	SampleEvery int
 	// HotPrefix is the workload of the threshold measurement (the most
 	// requests in flight on one instance), run with each of Counts; nil
@@ -77,11 +78,11 @@ func (r *ReplicaConfig) defaults() {
 	if r.Counts == nil {
 		r.Counts = []int{1, 2, 3}
 	}
-	setDefault(&r.SampleEvery, 10)
-	setDefault(&r.RestartReplicas, 3)
-	setDefault(&r.RestartAt, 0.3)
-	setDefault(&r.RestartSampleEvery, 2)
-	setDefault(&r.PeerInterval, 100*time.Millisecond)
+	r.SampleEvery = cmp.Or(r.SampleEvery, 4)
+	r.RestartReplicas = cmp.Or(r.RestartReplicas, 3)
+	r.RestartAt = cmp.Or(r.RestartAt, 0.3)
+	r.RestartSampleEvery = cmp.Or(r.RestartSampleEvery, 2)
+	r.PeerInterval = cmp.Or(r.PeerInterval, 100*time.Millisecond)
 }
 
 func (r *ReplicaConfig) covers(name string) bool {

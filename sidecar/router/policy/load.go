@@ -39,6 +39,16 @@ func (p *Policy) globalShare(s *stat) int64 {
 	return s.share.Load()
 }
 
+// placementLoad is the token load that placement of a new key compares
+// (see byShare): with peers, every replica's load as last reported, like
+// the shares, so that replicas place alike; alone, the live token load.
+func (p *Policy) placementLoad(s *stat) int64 {
+	if p.shared.Load() {
+		return s.pubPrefill.Load() + s.peerPrefill.Load() + p.tuning.DecodeTokens*(s.pubRequests.Load()+s.peerRequests.Load())
+	}
+	return p.tokenLoad(s)
+}
+
 // requests is the instance's requests in flight from every replica.
 func (p *Policy) requests(s *stat) int64 { return s.inFlight.Load() + s.peerRequests.Load() }
 

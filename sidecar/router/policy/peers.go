@@ -36,6 +36,7 @@ func (p *Policy) LocalReport(since uint64) Report {
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
 		s.pubShare.Store(l.Share)
+		s.pubPrefill.Store(l.PrefillTokens)
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
 			loads = append(loads, l)
 		}

@@ -375,8 +375,8 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // muchLighter reports whether a's token load is so far below b's that a
 // cold request is better off on a.
 func (p *Policy) muchLighter(a, b *stat) bool {
-	lb := p.tokenLoad(b)
-	return lb > p.tuning.TokenFloor && float64(lb) > p.tuning.TokenBalance*float64(p.tokenLoad(a))
+	lb := p.placementLoad(b)
+	return lb > p.tuning.TokenFloor && float64(lb) > p.tuning.TokenBalance*float64(p.placementLoad(a))
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {

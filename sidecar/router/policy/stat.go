@@ -22,10 +22,11 @@ type stat struct {
 	// recomputePeers.
 	peerRequests, peerPrefill, peerShare atomic.Int64
 	// What this replica last reported of itself (see LocalReport): the
-	// share it compares while it has peers (globalShare), and the requests
+	// share it compares while it has peers (globalShare), the requests
 	// that bound how far it may fill an instance beyond what its peers
-	// know (overThreshold).
-	pubRequests, pubShare atomic.Int64
+	// know (overThreshold), and the prefill that placement compares
+	// (placementLoad).
+	pubRequests, pubShare, pubPrefill atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
