@@ -60,33 +60,6 @@ func TestWeightsURIs(t *testing.T) {
 	}
 }
 
-func TestOwnedFlags(t *testing.T) {
-	for arg, owned := range map[string]bool{
-		"--max-model-len=4096":          true,
-		"--max_model_len":               true,
-		"--no_enable_prefix_caching":    true,
-		"--enable-prefix-caching=False": true,
-		"--config":                      true,
-		"--config=/etc/vllm.yaml":       true,
-		"-tp":                           true,
-		"--shutdown-timeout=0":          true,
-		"--shutdown_timeout":            true,
-		"--enable_lora":                 true,
-		"--gpu-memory-utilization=0.9":  false,
-		"--max-num-seqs":                false,
-		"--max-cpu-loras=8":             false,
-		"4096":                          false,
-		"--max-loras-extra":             false,
-	} {
-		if got := OwnedFlagError(arg) != ""; got != owned {
-			t.Errorf("OwnedFlagError(%q) refuses: %v, want %v (%q)", arg, got, owned, OwnedFlagError(arg))
-		}
-	}
-	if msg := OwnedFlagError("--max_model_len=1"); msg != "--max-model-len is set by the operator; use spec.model.maxModelLen" {
-		t.Errorf("message %q does not name the field", msg)
-	}
-}
-
 func TestShutdownTimeoutFitsTheGracePeriod(t *testing.T) {
 	for _, grace := range []int64{MinTerminationGracePeriodSeconds, 60, DefaultTerminationGracePeriodSeconds, 3600} {
 		e := &LLMEndpoint{}
@@ -133,5 +106,22 @@ func TestDerivedDefaults(t *testing.T) {
 				t.Errorf("router replicas = %d, want %d", got, tt.wantRouterReplicas)
 			}
 		})
+	}
+}
+
+func TestCanonicalVLLMFlag(t *testing.T) {
+	for arg, want := range map[string]string{
+		"--max_model_len=4096":       "--max-model-len",
+		"--no_enable_prefix_caching": "--no-enable-prefix-caching",
+		"--api-key":                  "--api-key",
+		"-tp":                        "-tp",
+		"-tp=2":                      "-tp",
+		"4096":                       "",
+		"-":                          "",
+		"--":                         "",
+	} {
+		if got := CanonicalVLLMFlag(arg); got != want {
+			t.Errorf("CanonicalVLLMFlag(%q) = %q, want %q", arg, got, want)
+		}
 	}
 }
