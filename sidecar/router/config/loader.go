@@ -6,7 +6,6 @@ package config
 
 import (
 	"bytes"
-	"context"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -45,8 +44,6 @@ type Loader struct {
 	current []byte
 	lastBy  map[Source][]byte
 	fromAPI bool
-	loaded  chan struct{}
-	once    sync.Once
 }
 
 // Offer considers data from src and reports what happened.
@@ -86,37 +83,11 @@ func (l *Loader) Offer(src Source, data []byte) (string, error) {
 	l.observe(Applied)
 	l.Log.Info("routing document applied", "source", src, "endpoint", doc.Endpoint, "generation", doc.Generation,
 		"strategy", doc.Strategy, "instances", len(doc.Instances), "adapters", len(doc.Adapters))
-	l.loadedChan()
-	l.once.Do(func() { close(l.loaded) })
 	return Applied, nil
 }
 
 func (l *Loader) observe(result string) {
 	if l.Observe != nil {
 		l.Observe(result)
-	}
-}
-
-func (l *Loader) loadedChan() chan struct{} {
-	if l.loaded == nil {
-		l.loaded = make(chan struct{})
-	}
-	return l.loaded
-}
-
-// Loaded is closed once a document has been applied (readiness).
-func (l *Loader) Loaded() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.loadedChan()
-}
-
-// WaitLoaded blocks until a document is applied or ctx ends.
-func (l *Loader) WaitLoaded(ctx context.Context) error {
-	select {
-	case <-l.Loaded():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
