@@ -44,7 +44,7 @@ func (p *Policy) globalShare(s *stat) int64 {
 // the shares, so that replicas place alike; alone, the live token load.
 func (p *Policy) placementLoad(s *stat) int64 {
 	if p.shared.Load() {
-		return s.pubPrefill.Load() + s.peerPrefill.Load() + p.tuning.DecodeTokens*(s.pubRequests.Load()+s.peerRequests.Load())
+		return p.tokens(s.pubPrefill.Load()+s.peerPrefill.Load(), s.pubRequests.Load()+s.peerRequests.Load())
 	}
 	return p.tokenLoad(s)
 }
@@ -54,7 +54,13 @@ func (p *Policy) requests(s *stat) int64 { return s.inFlight.Load() + s.peerRequ
 
 // tokenLoad is an instance's token load, from every replica.
 func (p *Policy) tokenLoad(s *stat) int64 {
-	return s.prefill.Load() + s.peerPrefill.Load() + p.tuning.DecodeTokens*p.requests(s)
+	return p.tokens(s.prefill.Load()+s.peerPrefill.Load(), p.requests(s))
+}
+
+// tokens is the token load of unprefilled prompt tokens and requests in
+// flight: each request counts DecodeTokens for its decoding.
+func (p *Policy) tokens(prefill, requests int64) int64 {
+	return prefill + p.tuning.DecodeTokens*requests
 }
 
 // overThreshold reports whether this replica must pass over an instance
