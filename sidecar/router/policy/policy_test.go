@@ -522,34 +522,3 @@ func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
 		t.Fatalf("overflow went to vllm-0, where this replica already holds its slice")
 	}
 }
-
-// An all-busy request stays on its placed instance within overflowStay of
-// the least loaded even when this replica already holds its fixed slice
-// ⌈T/R⌉ there: the slice bounds the rest of the overflow, not staying home.
-func TestAllBusyStaysHomeBeyondTheSlice(t *testing.T) {
-	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-	p.SetReplicas(2) // slice ⌈10/2⌉ = 5
-	req := textReq("a conversation whose instance this replica fills")
-	home, _ := p.Peek(req)
-	var loads []InstanceLoad
-	for _, in := range fleet(3) {
-		n := int64(12)
-		if in.ID == home.Placed {
-			n = 4
-		}
-		loads = append(loads, InstanceLoad{ID: in.ID, Requests: n})
-	}
-	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
-	// The headroom rule passes over home after 3 (⌈(10 − 4)/2⌉); from then
-	// on every instance is busy and the requests stay home, past the slice.
-	var last *Choice
-	for i := range 7 {
-		last = pick(t, p, req)
-		if last.Instance().ID != home.Placed {
-			t.Fatalf("request %d went to %s (spill %q), want %s: in flight %v", i, last.Instance().ID, last.Spill, home.Placed, inFlightByID(p))
-		}
-	}
-	if last.Spill != SpillAllBusy || p.InFlight(home.Placed) != 7 {
-		t.Fatalf("last spill %q with %d in flight from this replica, want %q beyond the slice of 5", last.Spill, p.InFlight(home.Placed), SpillAllBusy)
-	}
-}
