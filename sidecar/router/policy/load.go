@@ -99,6 +99,25 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 	return own-reported >= (headroom+r-1)/r
 }
 
+// fleetFull reports whether, as last reported (the numbers every replica
+// compares), every available instance of set has reached the concurrency
+// threshold: the fleet has no room left under it, whatever this replica
+// has sent since. Without peers it is false (there are no reports, and a
+// lone router has no slice to keep to).
+func (p *Policy) fleetFull(t *table, set []int) bool {
+	if !p.shared.Load() {
+		return false
+	}
+	threshold := int64(t.cfg.ConcurrencyThreshold)
+	for _, m := range set {
+		s := t.members[m].stat
+		if p.available(t, m) && s.pubRequests.Load()+s.peerRequests.Load() < threshold {
+			return false
+		}
+	}
+	return true
+}
+
 // tokenCap is the token load above which an instance counts as overloaded:
 // TokenBalance × the average over set, never below TokenFloor.
 func (p *Policy) tokenCap(t *table, set []int) int64 {

@@ -522,3 +522,38 @@ func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
 		t.Fatalf("overflow went to vllm-0, where this replica already holds its slice")
 	}
 }
+
+// Once every instance has reached the threshold in the reports, there is
+// no room left to keep the bound in: an all-busy request stays where its
+// key was placed, beyond this replica's slice, within overflowStay of the
+// least loaded, as one router would. While one instance has room in the
+// reports, it keeps to the slice.
+func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
+	for _, full := range []bool{true, false} {
+		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+		p.SetReplicas(2) // threshold 10: a slice of 5
+		req := textReq("a prompt placed before the fleet filled up")
+		home, _ := p.Peek(req)
+		var loads []InstanceLoad
+		room := !full // one instance other than home to report under the threshold
+		for _, m := range p.table.Load().members {
+			reported := int64(10)
+			if room && m.ID != home.Placed {
+				reported, room = 9, false
+			}
+			loads = append(loads, InstanceLoad{ID: m.ID, Requests: reported})
+			// This replica holds its whole slice of home and one less
+			// elsewhere, sent since its last report.
+			m.stat.inFlight.Store(map[bool]int64{true: 5, false: 4}[m.ID == home.Placed])
+		}
+		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
+		c := pick(t, p, req)
+		if c.Spill != SpillAllBusy {
+			t.Fatalf("full=%v: spill %q, want %q", full, c.Spill, SpillAllBusy)
+		}
+		if stayed := c.Instance().ID == home.Placed; stayed != full {
+			t.Fatalf("full=%v: went to %s (placed on %s), in flight %v; want it to stay home only when the fleet is full", full, c.Instance().ID, home.Placed, inFlightByID(p))
+		}
+		c.Done()
+	}
+}

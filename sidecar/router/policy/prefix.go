@@ -494,11 +494,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	for _, i := range pool {
 		least = min(least, p.requests(t.members[order[i]].stat))
 	}
-	// Staying home keeps to the slice like the rest of the overflow: held
-	// to the least loaded of all instances instead, it raised agreement on
-	// saturated traffic but let a hot prefix past T + R in the e2e suite
-	// (7 in flight against 6 with threshold 4 and two replicas).
-	if pool[0] == 0 && p.requests(t.members[order[0]].stat) <= least+overflowStay {
+	if p.staysHome(t, order, pool, least) {
 		return 0
 	}
 	best, bestWork := -1, int64(0)
@@ -512,6 +508,37 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 		}
 	}
 	return best
+}
+
+// staysHome reports whether an all-busy request stays on the instance its
+// key was placed on (order[0]): while that instance has at most
+// overflowStay more requests in flight than the least loaded of pool (least).
+// Staying home keeps to this replica's slice like the rest of the overflow
+// while the fleet has room in the shared picture: a replica that merely
+// sees every instance busy, its own sends since its last report filling
+// its part of their headroom, would otherwise take the instance past T + R
+// (in the e2e suite, 7 in flight against 6 with threshold 4 and two
+// replicas). Once every instance has reached the threshold in the reports
+// (fleetFull), there is no bound left to keep, as with one router: the
+// request stays home within overflowStay of the least loaded of all
+// instances, as every replica would decide. In the benchmark (sharegpt and
+// mixed-length, saturated, 3 replicas) that raised the hit rate from 49.6
+// to 56.4 % and 40.8 to 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and
+// decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
+func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
+	home := p.requests(t.members[order[0]].stat)
+	if pool[0] == 0 {
+		return home <= least+overflowStay
+	}
+	if !p.available(t, order[0]) || !p.fleetFull(t, order) {
+		return false
+	}
+	for _, m := range order {
+		if p.available(t, m) {
+			least = min(least, p.requests(t.members[m].stat))
+		}
+	}
+	return home <= least+overflowStay
 }
 
 // overflowPool appends to out the positions in order of the available
