@@ -526,33 +526,50 @@ func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
 // Once every instance has reached the threshold in the reports, there is
 // no room left to keep the bound in: an all-busy request stays where its
 // key was placed, beyond this replica's slice, within overflowStay of the
-// least loaded, as one router would. While one instance has room in the
-// reports, it keeps to the slice.
+// least loaded, as one router would, adding at most a slice there between
+// two of its own reports. While one instance has room in the reports, or
+// once this replica has sent a slice since its last report, it keeps to the
+// slice.
 func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
-	for _, full := range []bool{true, false} {
+	for _, tc := range []struct {
+		name         string
+		full         bool
+		reportedHome int64 // this replica's own last report of home
+		stays        bool
+	}{
+		{name: "full", full: true, reportedHome: 1, stays: true},
+		{name: "room in the reports", full: false, reportedHome: 1, stays: false},
+		{name: "a slice sent since the last report", full: true, reportedHome: 0, stays: false},
+	} {
 		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 		p.SetReplicas(2) // threshold 10: a slice of 5
 		req := textReq("a prompt placed before the fleet filled up")
 		home, _ := p.Peek(req)
 		var loads []InstanceLoad
-		room := !full // one instance other than home to report under the threshold
+		room := !tc.full // one instance other than home reports under the threshold
 		for _, m := range p.table.Load().members {
 			reported := int64(10)
 			if room && m.ID != home.Placed {
 				reported, room = 9, false
 			}
 			loads = append(loads, InstanceLoad{ID: m.ID, Requests: reported})
-			// This replica holds its whole slice of home and one less
-			// elsewhere, sent since its last report.
+			if m.ID == home.Placed {
+				m.stat.inFlight.Store(tc.reportedHome)
+			}
+		}
+		p.LocalReport(0)
+		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
+		// This replica now holds its whole slice of home and one less
+		// elsewhere.
+		for _, m := range p.table.Load().members {
 			m.stat.inFlight.Store(map[bool]int64{true: 5, false: 4}[m.ID == home.Placed])
 		}
-		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
 		c := pick(t, p, req)
 		if c.Spill != SpillAllBusy {
-			t.Fatalf("full=%v: spill %q, want %q", full, c.Spill, SpillAllBusy)
+			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
 		}
-		if stayed := c.Instance().ID == home.Placed; stayed != full {
-			t.Fatalf("full=%v: went to %s (placed on %s), in flight %v; want it to stay home only when the fleet is full", full, c.Instance().ID, home.Placed, inFlightByID(p))
+		if stayed := c.Instance().ID == home.Placed; stayed != tc.stays {
+			t.Fatalf("%s: went to %s (placed on %s), in flight %v; stayed home %v, want %v", tc.name, c.Instance().ID, home.Placed, inFlightByID(p), stayed, tc.stays)
 		}
 		c.Done()
 	}
