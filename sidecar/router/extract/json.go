@@ -100,8 +100,12 @@ func (s *scanner) str() (jsonString, error) {
 		return jsonString{}, err
 	}
 	data := s.data
+	// The size and the escaped flag live in locals until the string ends:
+	// fields of a jsonString updated in the loop were kept on the stack,
+	// and reading them back as a whole at the return cost a stall on
+	// every string.
 	start, pos, q := s.pos, s.pos, -1
-	v := jsonString{}
+	size, escaped := 0, false
 	for {
 		if q < pos {
 			i := bytes.IndexByte(data[pos:], '"')
@@ -123,22 +127,20 @@ func (s *scanner) str() (jsonString, error) {
 				i = indexBackslash(data[pos:q])
 			}
 			if i < 0 {
-				v.size += q - pos
 				s.pos = q + 1
-				v.raw = data[start:q]
-				return v, nil
+				return jsonString{raw: data[start:q], size: size + q - pos, escaped: escaped}, nil
 			}
-			v.size += i
+			size += i
 			pos += i
 		}
 		// An escape; it cannot run past q, which is not part of any.
-		v.escaped = true
+		escaped = true
 		if e := data[pos+1]; e != 'u' {
 			if simpleEscapes[e] == 0 {
 				s.pos = pos
 				return jsonString{}, s.fail("bad escape")
 			}
-			v.size++
+			size++
 			pos += 2
 			continue
 		}
@@ -155,11 +157,11 @@ func (s *scanner) str() (jsonString, error) {
 			pos += 6
 			switch {
 			case r < 0x80:
-				v.size++
+				size++
 			case r < 0x800:
-				v.size += 2
+				size += 2
 			default:
-				v.size += 3
+				size += 3
 			}
 		}
 		if pos >= q || data[pos] != '\\' {
@@ -170,7 +172,7 @@ func (s *scanner) str() (jsonString, error) {
 			s.pos = pos
 			return jsonString{}, s.fail("bad \\u escape")
 		}
-		v.size += n
+		size += n
 		pos += w
 	}
 }
