@@ -91,10 +91,11 @@ func (v jsonString) is(name string) bool {
 }
 
 // str reads a string in one pass, validating its escapes and counting its
-// decoded size. No byte is searched twice: q is the next quote at or after
-// pos (searched again only once an escaped quote has been passed) and the
-// search for a backslash stops at q. Searching again for the quote after
-// every escape made escape-heavy strings cost their length squared.
+// decoded size. No byte is searched more than twice for either character:
+// q is the next quote at or after pos (searched again only once an escaped
+// quote has been passed; see nextQuote) and the search for a backslash
+// stops at q. Searching again for the quote after every escape made
+// escape-heavy strings cost their length squared.
 func (s *scanner) str() (jsonString, error) {
 	if err := s.expect('"'); err != nil {
 		return jsonString{}, err
@@ -108,12 +109,14 @@ func (s *scanner) str() (jsonString, error) {
 	size, escaped := 0, false
 	for {
 		if q < pos {
-			i := bytes.IndexByte(data[pos:], '"')
-			if i < 0 {
+			var plain int
+			q, plain = nextQuote(data, pos)
+			if q < 0 {
 				s.pos = len(data)
 				return jsonString{}, s.fail("unterminated string")
 			}
-			q = pos + i
+			pos += plain
+			size += plain
 		}
 		if data[pos] != '\\' { // escapes often follow one another
 			i := -1
@@ -175,6 +178,40 @@ func (s *scanner) str() (jsonString, error) {
 		size += n
 		pos += w
 	}
+}
+
+// quoteBlock is the size of the blocks in which nextQuote looks for a quote
+// and then for a backslash. A 64 KiB string does not fit in L1: searched
+// to its end for the quote and then again for backslashes, it was read
+// twice from L2 or L3; a 4 KiB block is still in L1 when searched the second
+// time. (A 62 KiB string read from L3: 4.2 µs in two whole passes, 3.5 µs
+// in blocks; no change once it is in L2.)
+const quoteBlock = 4 << 10
+
+// nextQuote returns the position of the first quote at or after pos (-1 if
+// there is none) and how many bytes from pos on it has found to hold
+// neither a quote nor a backslash, which the caller need not search again.
+// Blocks are searched until one holds a quote or a backslash; after a
+// backslash the quote is searched for in the rest of data at once, so that
+// a string with escapes is searched for its quote at most twice (once in
+// the block, once after) rather than once more per block.
+func nextQuote(data []byte, pos int) (q, plain int) {
+	start := pos
+	for pos+quoteBlock < len(data) {
+		block := data[pos : pos+quoteBlock]
+		if i := bytes.IndexByte(block, '"'); i >= 0 {
+			return pos + i, pos - start
+		}
+		if bytes.IndexByte(block, '\\') >= 0 {
+			break
+		}
+		pos += quoteBlock
+	}
+	i := bytes.IndexByte(data[pos:], '"')
+	if i < 0 {
+		return -1, 0
+	}
+	return pos + i, pos - start
 }
 
 // Bytes repeated in a word, and their high bits, to find a byte in a word.
