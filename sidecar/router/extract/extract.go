@@ -554,15 +554,8 @@ func (tb *textBuilder) addString(v jsonString) {
 }
 
 func (tb *textBuilder) add(b []byte) {
-	for len(b) > 0 && !tb.windowDone() {
-		// ASCII fast path: one character per byte.
-		n := asciiPrefix(b[:min(len(b), tb.window-tb.runes)])
-		if n == 0 {
-			_, n = utf8.DecodeRune(b)
-			tb.runes++
-		} else {
-			tb.runes += n
-		}
+	if !tb.windowDone() {
+		n := tb.countWindow(b)
 		tb.buf = append(tb.buf, b[:n]...)
 		b = b[n:]
 		if tb.windowDone() {
@@ -572,6 +565,27 @@ func (tb *textBuilder) add(b []byte) {
 	if room := tb.winEnd + tb.lookahead - len(tb.buf); tb.windowDone() && room > 0 && len(b) > 0 {
 		tb.buf = append(tb.buf, b[:min(len(b), room)]...)
 	}
+}
+
+// countWindow counts the characters at the start of b into the window until
+// it is full or b ends, and returns how many bytes they take. The bytes are
+// copied afterwards in one piece: a copy per non-ASCII character made CJK
+// text cost twice as much.
+func (tb *textBuilder) countWindow(b []byte) int {
+	n := 0
+	for n < len(b) && !tb.windowDone() {
+		if b[n] < utf8.RuneSelf {
+			// ASCII fast path: one character per byte.
+			k := asciiPrefix(b[n:min(len(b), n+tb.window-tb.runes)])
+			n += k
+			tb.runes += k
+		} else {
+			_, w := utf8.DecodeRune(b[n:])
+			n += w
+			tb.runes++
+		}
+	}
+	return n
 }
 
 // asciiPrefix is the length of b's leading run of ASCII bytes. The window
