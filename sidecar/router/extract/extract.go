@@ -556,15 +556,32 @@ func (tb *textBuilder) addString(v jsonString) {
 func (tb *textBuilder) add(b []byte) {
 	if !tb.windowDone() {
 		n := tb.countWindow(b)
-		tb.buf = append(tb.buf, b[:n]...)
+		tb.buf = appendInPieces(tb.buf, b[:n])
 		b = b[n:]
 		if tb.windowDone() {
 			tb.winEnd = len(tb.buf)
 		}
 	}
 	if room := tb.winEnd + tb.lookahead - len(tb.buf); tb.windowDone() && room > 0 && len(b) > 0 {
-		tb.buf = append(tb.buf, b[:min(len(b), room)]...)
+		tb.buf = appendInPieces(tb.buf, b[:min(len(b), room)])
 	}
+}
+
+// copyPiece is under the 2 KiB from which Go's memmove (Go 1.26, amd64)
+// copies to a 16-byte aligned destination with REP MOVSQ on Intel CPUs.
+// That ran at a quarter of the speed of its vector loop here (a Xeon of
+// the Sapphire Rapids kind) when the source was not aligned alike, which
+// text inside a body mostly is not: the 32 KiB lookahead took 1.4 µs in one
+// copy and 0.4 µs in pieces, a tenth of a routing decision.
+const copyPiece = 2<<10 - 1
+
+// appendInPieces appends src to dst in pieces of at most copyPiece bytes.
+func appendInPieces(dst, src []byte) []byte {
+	for len(src) > copyPiece {
+		dst = append(dst, src[:copyPiece]...)
+		src = src[copyPiece:]
+	}
+	return append(dst, src...)
 }
 
 // countWindow counts the characters at the start of b into the window until
