@@ -101,12 +101,11 @@ func (s *scanner) str() (jsonString, error) {
 		return jsonString{}, err
 	}
 	data := s.data
-	// The size and the escaped flag live in locals until the string ends:
-	// fields of a jsonString updated in the loop were kept on the stack,
-	// and reading them back as a whole at the return cost a stall on
-	// every string.
+	// The size lives in a local until the string ends: fields of a
+	// jsonString updated in the loop were kept on the stack, and reading
+	// them back as a whole at the return cost a stall on every string.
 	start, pos, q := s.pos, s.pos, -1
-	size, escaped := 0, false
+	size := 0
 	for {
 		if q < pos {
 			var plain int
@@ -131,13 +130,16 @@ func (s *scanner) str() (jsonString, error) {
 			}
 			if i < 0 {
 				s.pos = q + 1
-				return jsonString{raw: data[start:q], size: size + q - pos, escaped: escaped}, nil
+				size += q - pos
+				// Every escape decodes to fewer bytes than it takes, so
+				// the string has one exactly when it shrinks; a flag set
+				// in the loop was stored on every escape.
+				return jsonString{raw: data[start:q], size: size, escaped: size < q-start}, nil
 			}
 			size += i
 			pos += i
 		}
 		// An escape; it cannot run past q, which is not part of any.
-		escaped = true
 		if e := data[pos+1]; e != 'u' {
 			if simpleEscapes[e] == 0 {
 				s.pos = pos
