@@ -585,9 +585,9 @@ func appendInPieces(dst, src []byte) []byte {
 }
 
 // countWindow counts the characters at the start of b into the window until
-// it is full or b ends, and returns how many bytes they take. The bytes are
-// copied afterwards in one piece: a copy per non-ASCII character made CJK
-// text cost twice as much.
+// it is full or b ends, and returns how many bytes they take, for the
+// caller to copy together: a copy per non-ASCII character made CJK text
+// cost twice as much.
 func (tb *textBuilder) countWindow(b []byte) int {
 	n := 0
 	for n < len(b) && !tb.windowDone() {

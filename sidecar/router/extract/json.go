@@ -195,8 +195,8 @@ const quoteBlock = 4 << 10
 // neither a quote nor a backslash, which the caller need not search again.
 // Blocks are searched until one holds a quote or a backslash; after a
 // backslash the quote is searched for in the rest of data at once, so that
-// a string with escapes is searched for its quote at most twice (once in
-// the block, once after) rather than once more per block.
+// no byte is searched for the quote more than twice (in the block, then in
+// the rest), however many escapes the string holds.
 func nextQuote(data []byte, pos int) (q, plain int) {
 	start := pos
 	for pos+quoteBlock < len(data) {
