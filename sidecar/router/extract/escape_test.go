@@ -54,6 +54,36 @@ func TestEscapesDecodeAsEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestEscapesAtBlockEdges puts an escape, a bad escape or the closing quote
+// of a long string at and around the edges of nextQuote's blocks, where
+// the search switches from blocks to the rest of the body, and compares
+// the result with encoding/json: the same acceptance, routing text and
+// prompt size.
+func TestEscapesAtBlockEdges(t *testing.T) {
+	for _, at := range []int{0, 1, quoteBlock - 2, quoteBlock - 1, quoteBlock, quoteBlock + 1, 2*quoteBlock - 1, 2 * quoteBlock, 3*quoteBlock + 5} {
+		for _, esc := range []string{`\n`, `\"`, `\\`, `\u00e9`, `\ud83d\ude00`, `\x`, `\u12`, ``} {
+			raw := strings.Repeat("a", at) + esc + strings.Repeat("b", 2*quoteBlock-at%quoteBlock)
+			// After the string, a body long enough that the block search
+			// runs past the string's end, holding a quote and a backslash.
+			body := []byte(`{"prompt":"` + raw + `","x":"` + strings.Repeat(`c\t`, quoteBlock) + `"}`)
+			r, err := OpenAI(Completions, body, "", Limits{Window: 1 << 20})
+			if valid := json.Valid(body); valid != (err == nil) {
+				t.Fatalf("escape %s at %d: valid %v, error %v", esc, at, valid, err)
+			}
+			if err != nil {
+				continue
+			}
+			var want string
+			if err := json.Unmarshal([]byte(`"`+raw+`"`), &want); err != nil {
+				t.Fatal(err)
+			}
+			if string(r.Text) != want || r.PromptBytes != len(want) {
+				t.Fatalf("escape %s at %d: %d bytes of text (%d counted), want %d", esc, at, len(r.Text), r.PromptBytes, len(want))
+			}
+		}
+	}
+}
+
 // TestBadEscapes are refused wherever they are, even past the window.
 func TestBadEscapes(t *testing.T) {
 	for _, raw := range []string{`\x`, `\u12`, `\u12G4`, `\ud83d\u12`, `\`, `\u`, `\'`} {

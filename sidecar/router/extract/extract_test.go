@@ -181,6 +181,29 @@ func TestWindowAndLookahead(t *testing.T) {
 	}
 }
 
+// TestWindowCountsEveryCharacter cuts text mixing ASCII runs, two-, three-
+// and four-byte characters, invalid bytes and a truncated character at
+// every window size, and compares the window with one counted a character
+// at a time (an invalid byte counting as one).
+func TestWindowCountsEveryCharacter(t *testing.T) {
+	text := "ab" + strings.Repeat("x", 40) + "é中😀\xff\xe4\xb8" + strings.Repeat("y", 33) + "中é" + "\xf0\x9f" + "z"
+	body := []byte(`{"prompt":"` + text + `"}`)
+	for window := 0; window <= utf8.RuneCountInString(text)+1; window++ {
+		want := 0
+		for runes := 0; want < len(text) && runes < window; runes++ {
+			_, w := utf8.DecodeRuneInString(text[want:])
+			want += w
+		}
+		r, err := OpenAI(Completions, body, "", Limits{Window: window, Lookahead: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.WindowBytes != want || string(r.Text) != text[:min(len(text), want+3)] {
+			t.Fatalf("window %d: %d bytes, text %q; want %d bytes", window, r.WindowBytes, r.Text, want)
+		}
+	}
+}
+
 func TestHugeBody(t *testing.T) {
 	big := strings.Repeat("lorem ipsum dolor sit amet ", 40000) // ~1 MiB
 	body := `{"model":"m","messages":[{"role":"system","content":"` + big + `"},{"role":"user","content":"` + big + `"}],"stream":true}`
