@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math/bits"
 	"sync"
 )
 
@@ -147,8 +148,16 @@ const (
 	logSeenFirst
 )
 
+// newPlacementLog returns a log of at least n entries, rounded up to a
+// power of two so that an entry's slot is its number masked rather than
+// divided: put runs for every block hash of every decision.
 func newPlacementLog(n int) *placementLog {
-	return &placementLog{ring: make([]logEntry, max(n, 1))}
+	return &placementLog{ring: make([]logEntry, 1<<bits.Len(uint(max(n, 1)-1)))}
+}
+
+// slot is where the entry numbered seq lives in the ring.
+func (l *placementLog) slot(seq uint64) *logEntry {
+	return &l.ring[seq&uint64(len(l.ring)-1)]
 }
 
 // add logs that the hashes at depths were placed on the instance with
@@ -176,7 +185,7 @@ func (l *placementLog) addSeen(hashes []uint64) {
 
 func (l *placementLog) put(e logEntry) {
 	l.seq++
-	l.ring[l.seq%uint64(len(l.ring))] = e
+	*l.slot(l.seq) = e
 }
 
 // since returns the part of a Report that the log holds: the last
@@ -200,7 +209,7 @@ func (l *placementLog) since(since uint64, idOf map[uint32]string) Report {
 	}
 	var counts map[uint64]uint32
 	for s := from; s <= l.seq; s++ {
-		e := l.ring[s%uint64(len(l.ring))]
+		e := *l.slot(s)
 		switch {
 		case e.kind == logPlacement:
 			if id, ok := idOf[e.tok]; ok {

@@ -98,7 +98,8 @@ type Tuning struct {
 	TokenFloor int64
 	// PlacementLog is how many log entries (placements, and the block
 	// hashes requests carried) the policy keeps for peers to pull
-	// (LocalReport); a peer further behind gets Truncated.
+	// (LocalReport), rounded up to a power of two; a peer further behind
+	// gets Truncated.
 	PlacementLog int
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
 	// for the router's --strategy-override.
