@@ -44,10 +44,15 @@ func (p *Policy) globalShare(s *stat) int64 {
 // the shares, so that replicas place alike; alone, the live token load.
 func (p *Policy) placementLoad(s *stat) int64 {
 	if p.shared.Load() {
-		return p.tokens(s.pubPrefill.Load()+s.peerPrefill.Load(), s.pubRequests.Load()+s.peerRequests.Load())
+		return p.tokens(s.pubPrefill.Load()+s.peerPrefill.Load(), reportedRequests(s))
 	}
 	return p.tokenLoad(s)
 }
+
+// reportedRequests is the instance's requests in flight from every replica
+// as last reported, this replica's own report included: the count that is
+// the same on every replica.
+func reportedRequests(s *stat) int64 { return s.pubRequests.Load() + s.peerRequests.Load() }
 
 // requests is the instance's requests in flight from every replica.
 func (p *Policy) requests(s *stat) int64 { return s.inFlight.Load() + s.peerRequests.Load() }
@@ -101,9 +106,8 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 	if r <= 1 {
 		return false
 	}
-	own, peer, reported := s.inFlight.Load(), s.peerRequests.Load(), s.pubRequests.Load()
-	headroom := max(threshold-reported-peer, 0)
-	return own-reported >= (headroom+r-1)/r
+	headroom := max(threshold-reportedRequests(s), 0)
+	return s.inFlight.Load()-s.pubRequests.Load() >= (headroom+r-1)/r
 }
 
 // fleetFull reports whether, as last reported (the numbers every replica
@@ -118,7 +122,7 @@ func (p *Policy) fleetFull(t *table, set []int) bool {
 	threshold := int64(t.cfg.ConcurrencyThreshold)
 	for _, m := range set {
 		s := t.members[m].stat
-		if p.available(t, m) && s.pubRequests.Load()+s.peerRequests.Load() < threshold {
+		if p.available(t, m) && reportedRequests(s) < threshold {
 			return false
 		}
 	}
