@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -220,6 +221,11 @@ type Policy struct {
 	shared atomic.Bool
 	peers  peers
 	log    *placementLog
+	// pick makes a decision and its charge one step: without it, requests
+	// decided at the same moment all read an instance's count as under the
+	// threshold and all charge it (a burst took one instance one request
+	// past T in the benchmark's hot prefix, and past T + R with replicas).
+	pick sync.Mutex
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -427,6 +433,8 @@ func (p *Policy) healthy(t *table, set []int) []int {
 
 // Pick decides where a request goes and counts it in flight there.
 func (p *Policy) Pick(req Request) (*Choice, error) {
+	p.pick.Lock()
+	defer p.pick.Unlock()
 	c, err := p.decide(req, true)
 	if err != nil {
 		return nil, err
