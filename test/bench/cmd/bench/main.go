@@ -19,7 +19,7 @@ func main() {
 	trace := flag.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake trace (JSONL); empty skips that workload")
 	seed := flag.Uint64("seed", 1, "seed of the generated workloads and the routers' hash")
 	short := flag.Bool("short", false, "run the small configuration of the package's test")
-	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all)")
+	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all; hot-prefix, the threshold workload, is run as one when named)")
 	baseline := flag.String("baseline", "", "git revision whose router also runs, for before/after figures in the same run (empty: none)")
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
 	strategies := flag.String("strategies", "", "comma-separated strategies to run per workload (default all; \"none\" runs none)")
@@ -48,6 +48,11 @@ func main() {
 			if keep[w.Name] {
 				ws = append(ws, w)
 			}
+		}
+		// The threshold workload normally runs only among the extras; named
+		// here, it runs like any other, for a quick look at the threshold.
+		if hot := cfg.Replicas.HotPrefix; hot != nil && keep[hot.Name] {
+			ws = append(ws, *hot)
 		}
 		cfg.Workloads = ws
 	}
