@@ -21,8 +21,10 @@ import (
 type fakeState struct {
 	mu         sync.Mutex
 	loads      []policy.InstanceLoad
-	placements []policy.Placement // placement i has Seq i+1
-	sinces     []uint64           // since of every LocalReport
+	placements []policy.Placement  // placement i has Seq i+1
+	sinces     []uint64            // since of every LocalReport
+	pulledBy   []string            // puller of every LocalReport
+	acks       map[string][]uint64 // seq of every PeerApplied, by puller
 	applied    map[string][]policy.Report
 	forgotten  []string
 	replicas   int
@@ -42,10 +44,20 @@ func (f *fakeState) place(hashes ...uint64) {
 	}
 }
 
-func (f *fakeState) LocalReport(since uint64) policy.Report {
+func (f *fakeState) PeerApplied(puller string, seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.acks == nil {
+		f.acks = map[string][]uint64{}
+	}
+	f.acks[puller] = append(f.acks[puller], seq)
+}
+
+func (f *fakeState) LocalReport(puller string, since uint64) policy.Report {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sinces = append(f.sinces, since)
+	f.pulledBy = append(f.pulledBy, puller)
 	r := policy.Report{Seq: uint64(len(f.placements)), Loads: slices.Clone(f.loads)}
 	if since < uint64(len(f.placements)) {
 		r.Placements = slices.Clone(f.placements[since:])

@@ -18,14 +18,19 @@ const (
 	Prefix       = "/peer/v1/"
 	ReportPath   = Prefix + "report"
 	SnapshotPath = Prefix + "snapshot"
+	AckPath      = Prefix + "ack"
 )
 
 // State is what the transport needs from the policy; *policy.Policy
 // implements it.
 type State interface {
 	// LocalReport is this replica's own work, with the placements after
-	// since (Replica and Epoch are filled by the transport).
-	LocalReport(since uint64) policy.Report
+	// since, for the peer named puller (Replica and Epoch are filled by the
+	// transport).
+	LocalReport(puller string, since uint64) policy.Report
+	// PeerApplied says the peer named puller has applied the report with
+	// sequence number seq that it pulled last.
+	PeerApplied(puller string, seq uint64)
 	// ApplyPeer merges a peer's report, replacing its previous one.
 	ApplyPeer(r policy.Report)
 	// ForgetPeer drops what a peer reported (it is gone or unreachable).

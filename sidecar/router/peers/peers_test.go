@@ -92,6 +92,21 @@ func TestThreeReplicasExchange(t *testing.T) {
 				}
 			}
 		})
+		// Every peer said who pulled, and acknowledged the reports it
+		// applied, which are numbered by their Seq.
+		for j, peer := range names {
+			if i == j {
+				continue
+			}
+			g.Eventually(func() bool {
+				var ok bool
+				st.with(func(f *fakeState) {
+					acks := f.acks[peer]
+					ok = slices.Contains(f.pulledBy, peer) && len(acks) > 0 && acks[len(acks)-1] == uint64(len(f.placements))
+				})
+				return ok
+			}).Should(BeTrue(), peer+" pulls "+names[i]+" by name and acknowledges its reports")
+		}
 		if f := gauge(t, regs[i], "warmroute_router_peers", "state", "fresh"); f != 2 {
 			t.Errorf("%s: fresh peers %v, want 2", names[i], f)
 		}

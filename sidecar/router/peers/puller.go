@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
@@ -169,6 +170,16 @@ func (p *Puller) pull(ctx context.Context, pr *peer) next {
 	if ctx.Err() != nil {
 		return stop
 	}
+	n, applied := p.apply(pr, since, r, err)
+	if applied {
+		p.ack(ctx, pr.addr, r.Seq)
+	}
+	return n
+}
+
+// apply records the outcome of one pull and applies its report; applied
+// says the report is now in the policy's picture.
+func (p *Puller) apply(pr *peer, since uint64, r policy.Report, err error) (next, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -189,14 +200,14 @@ func (p *Puller) pull(ctx context.Context, pr *peer) next {
 			}
 			p.log.Info("peer stale; deciding without its load", "peer", pr.addr, "replica", pr.replica, "error", err.Error())
 		}
-		return wait
+		return wait, false
 	}
 	p.metrics.Pulls.WithLabelValues(metrics.PullOK).Inc()
 	if r.Replica == p.opts.Replica {
 		// A static peer list may name this replica too.
 		pr.self = true
 		p.setReplicasLocked()
-		return stop
+		return stop, false
 	}
 	if pr.replica != "" && r.Replica != pr.replica && !pr.stale {
 		// Another process took over the address (a new pod, same IP).
@@ -208,13 +219,32 @@ func (p *Puller) pull(ctx context.Context, pr *peer) next {
 		// since that counted another process's Seq or what we dropped.
 		pr.replica, pr.epoch, pr.since, pr.stale = r.Replica, r.Epoch, 0, false
 		if since != 0 {
-			return again
+			return again, false
 		}
 	}
 	p.state.ApplyPeer(r)
 	pr.since = max(pr.since, r.Seq)
 	pr.lastOK = now
-	return wait
+	return wait, true
+}
+
+// ack tells the peer that its report numbered seq is applied, so that it
+// may count its sends from that report rather than from the one before
+// (see policy.Policy.PeerApplied). It is best effort: a lost ack only
+// leaves the peer counting from the older report, which is safe.
+func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
+	path := AckPath + "?seq=" + strconv.FormatUint(seq, 10) + "&from=" + url.QueryEscape(p.opts.Replica)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, nil)
+	if err != nil {
+		return
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		p.log.V(1).Info("peer ack failed", "peer", addr, "error", err.Error())
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
 }
 
 // errInvalid marks an answer that arrived but is not a usable report.
@@ -222,7 +252,7 @@ var errInvalid = errors.New("invalid peer answer")
 
 func (p *Puller) fetchReport(ctx context.Context, addr string, since uint64) (policy.Report, error) {
 	var r policy.Report
-	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10), p.opts.MaxReportBytes)
+	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10)+"&from="+url.QueryEscape(p.opts.Replica), p.opts.MaxReportBytes)
 	if err != nil {
 		return r, err
 	}

@@ -30,11 +30,13 @@ func NewServer(opts Options, state State) *Server {
 	return &Server{opts: opts.withDefaults(), state: state, epoch: rand.Uint64() | 1}
 }
 
-// Handler serves GET /peer/v1/report?since=N and GET /peer/v1/snapshot.
+// Handler serves GET /peer/v1/report?since=N&from=REPLICA,
+// POST /peer/v1/ack?seq=N&from=REPLICA and GET /peer/v1/snapshot.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+ReportPath, s.serveReport)
 	mux.HandleFunc("GET "+SnapshotPath, s.serveSnapshot)
+	mux.HandleFunc("POST "+AckPath, s.serveAck)
 	return mux
 }
 
@@ -48,7 +50,10 @@ func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
 		}
 		since = n
 	}
-	r := s.state.LocalReport(since)
+	// from names the pulling replica, so that the policy knows which of
+	// its reports each peer may hold; a puller that does not say counts as
+	// one peer named "".
+	r := s.state.LocalReport(req.URL.Query().Get("from"), since)
 	r.Replica, r.Epoch = s.opts.Replica, s.epoch
 	body, err := encodeBounded(r, s.opts.MaxReportBytes)
 	if err != nil {
@@ -66,6 +71,18 @@ func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
 	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	_, _ = zw.Write(body)
 	_ = zw.Close()
+}
+
+// serveAck takes a peer's word that it applied the report numbered seq
+// that it pulled last.
+func (s *Server) serveAck(w http.ResponseWriter, req *http.Request) {
+	seq, err := strconv.ParseUint(req.URL.Query().Get("seq"), 10, 64)
+	if err != nil {
+		http.Error(w, "seq: not an unsigned integer", http.StatusBadRequest)
+		return
+	}
+	s.state.PeerApplied(req.URL.Query().Get("from"), seq)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // encodeBounded encodes a report within limit bytes, dropping first its

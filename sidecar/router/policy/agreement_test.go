@@ -78,9 +78,10 @@ func (rs *replicaSet) exchange() {
 			if from == to {
 				continue
 			}
-			r := q.LocalReport(rs.seen[[2]int{from, to}])
+			r := q.LocalReport(rs.names[to], rs.seen[[2]int{from, to}])
 			r.Replica = rs.names[from]
 			p.ApplyPeer(r)
+			q.PeerApplied(rs.names[to], r.Seq) // as the puller acknowledges
 			rs.seen[[2]int{from, to}] = r.Seq
 		}
 	}

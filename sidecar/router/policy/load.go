@@ -75,20 +75,22 @@ func (p *Policy) tokens(prefill, requests int64) int64 {
 //   - the instance's requests from every replica (as reported: the numbers
 //     every replica compares, so that they pass over the same instances)
 //     have reached T; or
-//   - this replica may add, beyond what it last reported, only its part of
-//     the headroom that it then saw: ⌈(T − reported total) / R⌉, where the
-//     reported total is its own last report plus the peers' reports.
+//   - this replica may add, beyond what every peer is sure to know of it
+//     (K: the least of the last two reports each peer pulled, see
+//     pullers), only its part of the headroom left: ⌈(T − K − P) / R⌉,
+//     where P is the sum of the peers' latest reports.
 //
 // Peers' reports are up to a few hundred milliseconds old, so the first
 // rule alone could be overrun by every replica at once. The second bounds
-// the race: while replicas see each other's reports (every one then counts
-// the same reported total G), the instance holds at most G + R × ⌈(T −
-// G)/R⌉ ≤ T + R − 1 requests; with no report at all (G counts only what
-// each knows of itself) each replica keeps to ⌈T/R⌉. Unlike a fixed slice
-// of ⌈T/R⌉ per replica, it does not pass over an instance merely because
-// this replica's part of a busy instance happens to be large while the
-// instance as a whole has room, which is the common case: requests arrive
-// at random replicas.
+// the race: each replica i adds under ⌈(T − K_i − P_i)/R⌉ beyond its K_i,
+// and every report of i that a peer holds is at least K_i, so P_i is at
+// least the sum of the others' K; with ΣK the sum over all replicas, the
+// instance holds at most ΣK + R × ⌈(T − ΣK)/R⌉ ≤ T + R − 1 requests; with
+// no report at all (K and P are 0) each replica keeps to ⌈T/R⌉. Unlike a
+// fixed slice of ⌈T/R⌉ per replica, it does not pass over an instance
+// merely because this replica's part of a busy instance happens to be
+// large while the instance as a whole has room, which is the common case:
+// requests arrive at random replicas.
 //
 // The first rule counts this replica's own requests live, not as last
 // reported, though only the reported numbers are the same on every
@@ -106,9 +108,13 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 	if r <= 1 {
 		return false
 	}
-	headroom := max(threshold-reportedRequests(s), 0)
-	return s.inFlight.Load()-s.pubRequests.Load() >= (headroom+r-1)/r
+	headroom := max(threshold-s.knownRequests.Load()-s.peerRequests.Load(), 0)
+	return beyondKnown(s) >= (headroom+r-1)/r
 }
+
+// beyondKnown is how many requests this replica has on the instance beyond
+// what every peer is sure to know of (see pullers).
+func beyondKnown(s *stat) int64 { return s.inFlight.Load() - s.knownRequests.Load() }
 
 // fleetFull reports whether, as last reported (the numbers every replica
 // compares), every available instance of set has reached the concurrency

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"math"
 	"math/bits"
 	"sync"
+	"time"
 )
 
 // Router replicas share one picture of load and placement by exchanging
@@ -28,23 +30,122 @@ type peers struct {
 func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
 
 // LocalReport returns this replica's own loads and the placements it
-// logged after since. The caller fills Replica and Epoch.
-func (p *Policy) LocalReport(since uint64) Report {
+// logged after since, for the peer named puller. The caller fills Replica
+// and Epoch.
+func (p *Policy) LocalReport(puller string, since uint64) Report {
 	var loads []InstanceLoad
 	idOf := make(map[uint32]string)
+	sent := make(map[uint32]int64)
 	p.stats.each(func(id string, s *stat) {
 		idOf[s.token] = id
 		l := InstanceLoad{ID: id, Requests: s.inFlight.Load(), PrefillTokens: s.prefill.Load(), Share: s.share.Load()}
 		s.pubRequests.Store(l.Requests)
 		s.pubShare.Store(l.Share)
 		s.pubPrefill.Store(l.PrefillTokens)
+		sent[s.token] = l.Requests
 		if l.Requests != 0 || l.PrefillTokens != 0 || l.Share != 0 {
 			loads = append(loads, l)
 		}
 	})
 	r := p.log.since(since, idOf)
 	r.Loads = loads
+	p.pullers.sent(puller, r.Seq, sent, p.tuning.Now())
+	p.updateKnown()
 	return r
+}
+
+// PeerApplied records that the peer named puller applied the report
+// numbered seq, the last one it pulled: from now on this replica counts its
+// sends beyond that report alone (see pullers).
+func (p *Policy) PeerApplied(puller string, seq uint64) {
+	if p.pullers.applied(puller, seq) {
+		p.updateKnown()
+	}
+}
+
+func (p *Policy) updateKnown() {
+	p.stats.each(func(_ string, s *stat) { s.knownRequests.Store(p.pullers.known(s.token)) })
+}
+
+// pullers remembers the requests per instance of the last two reports sent
+// to each peer that pulls this replica's, to bound what every peer is sure
+// to know of this replica (knownRequests). A peer pulls one report at a
+// time, so when it asks for the next one it has applied the previous; the
+// last one may still be on its way, until the peer says it applied it
+// (PeerApplied). Until then it holds either, and this replica counts its
+// requests beyond the smaller of the two, which keeps the threshold's
+// bound (see overThreshold) whichever the peer holds. Counting beyond the
+// last report sent, as this replica did at first, let a burst take an
+// instance to T + 3 with two replicas: the report that reset the count had
+// not reached the peer, which still granted its part of headroom that was
+// no longer there. Counting beyond the previous report until the next pull
+// (no acknowledgement) kept the bound but cost agreement: replicas spilled
+// more (support-bot in the policy's agreement test: 98.0 → 96.4 %).
+type pullers struct {
+	mu     sync.Mutex
+	byName map[string]*pulled
+}
+
+type pulled struct {
+	at         time.Time
+	seq        uint64 // of the last report sent
+	prev, last map[uint32]int64
+}
+
+// pullerGone is how long a peer may go without pulling before it no longer
+// counts: after the default StaleAfter (1 s) of failed pulls it has
+// forgotten this replica's report anyway, and a peer scaled away must not
+// hold the bound down for ever.
+const pullerGone = 2 * time.Second
+
+// sent records the requests per instance (by stat token) of the report
+// numbered seq sent to puller, and forgets pullers gone quiet.
+func (ps *pullers) sent(puller string, seq uint64, requests map[uint32]int64, now time.Time) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.byName == nil {
+		ps.byName = make(map[string]*pulled)
+	}
+	e := ps.byName[puller]
+	if e == nil {
+		e = &pulled{}
+		ps.byName[puller] = e
+	}
+	e.prev, e.last, e.seq, e.at = e.last, requests, seq, now
+	for name, o := range ps.byName {
+		if now.Sub(o.at) > pullerGone {
+			delete(ps.byName, name)
+		}
+	}
+}
+
+// applied records that puller applied its last report, if that is the one
+// numbered seq; it reports whether anything changed.
+func (ps *pullers) applied(puller string, seq uint64) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	e := ps.byName[puller]
+	if e == nil || e.seq != seq {
+		return false
+	}
+	e.prev = e.last
+	return true
+}
+
+// known is the requests on the instance with token tok that every puller
+// is sure to know of: the least of the last two reports sent to each (an
+// instance missing from a report, or a report not yet sent, counts 0).
+func (ps *pullers) known(tok uint32) int64 {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	known := int64(math.MaxInt64)
+	for _, e := range ps.byName {
+		known = min(known, e.prev[tok], e.last[tok])
+	}
+	if known == math.MaxInt64 {
+		return 0
+	}
+	return known
 }
 
 // ApplyPeer replaces a peer's contribution to the loads and shares with r,

@@ -226,6 +226,8 @@ type Policy struct {
 	// threshold and all charge it (a burst took one instance one request
 	// past T in the benchmark's hot prefix, and past T + R with replicas).
 	pick sync.Mutex
+	// pullers is what peers were sent of this replica's load.
+	pullers pullers
 }
 
 // New returns a policy with no instances; call Update before Pick.

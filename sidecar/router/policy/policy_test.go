@@ -557,7 +557,8 @@ func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
 				m.stat.inFlight.Store(tc.reportedHome)
 			}
 		}
-		p.LocalReport(0)
+		p.LocalReport("peer", 0) // twice: the peer has applied the first
+		p.LocalReport("peer", 0)
 		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
 		// This replica now holds its whole slice of home and one less
 		// elsewhere.

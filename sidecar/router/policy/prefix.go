@@ -535,7 +535,7 @@ func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 		return p.requests(s) <= least+overflowStay
 	}
 	// The cheap checks first: fleetFull reads every instance.
-	if !p.available(t, order[0]) || s.inFlight.Load()-s.pubRequests.Load() >= p.slice(t) || !p.fleetFull(t, order) {
+	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t) || !p.fleetFull(t, order) {
 		return false
 	}
 	least = p.requests(t.members[order[p.leastLoaded(t, order)]].stat)

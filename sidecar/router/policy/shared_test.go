@@ -96,7 +96,7 @@ func TestThresholdHoldsAcrossReplicas(t *testing.T) {
 	for i, p := range ps {
 		for j, q := range ps {
 			if i != j {
-				r := q.LocalReport(0)
+				r := q.LocalReport("p", 0)
 				r.Replica = fmt.Sprint(j)
 				p.ApplyPeer(r)
 			}
@@ -105,6 +105,60 @@ func TestThresholdHoldsAcrossReplicas(t *testing.T) {
 	first := pick(t, ps[0], req)
 	if first.Spill == SpillNone {
 		t.Fatalf("no spill with the instance over the global threshold")
+	}
+}
+
+// TestThresholdHoldsWhileAReportIsOnItsWay: a peer has pulled this
+// replica's report but not yet applied it, so it still grants itself its
+// part of the headroom the older report left. This replica must count its
+// sends from the older report until the peer acknowledges the newer one,
+// or the two together take the instance past T + R − 1 (to T + 3 here).
+func TestThresholdHoldsWhileAReportIsOnItsWay(t *testing.T) {
+	const threshold = 10
+	a := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
+	b := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
+	exchange := func(from, to *Policy, fromName, toName string, ack bool) Report {
+		r := from.LocalReport(toName, 0)
+		r.Replica = fromName
+		if ack {
+			to.ApplyPeer(r)
+			from.PeerApplied(toName, r.Seq)
+		}
+		return r
+	}
+	for _, p := range []*Policy{a, b} {
+		p.SetReplicas(2)
+	}
+	exchange(a, b, "a", "b", true)
+	exchange(b, a, "b", "a", true)
+	req := textReq(strings.Repeat("hot prefix ", 300))
+	home := pick(t, a, req).Instance().ID
+	on := func() int64 { return a.InFlight(home) + b.InFlight(home) }
+	for a.InFlight(home) < threshold/2 {
+		if c := pick(t, a, req); c.Instance().ID != home {
+			break
+		}
+	}
+	// b pulls a's report; it is on its way, not applied.
+	inTransit := exchange(a, b, "a", "b", false)
+	for range threshold {
+		pick(t, a, req)
+		pick(t, b, req)
+	}
+	if got, bound := on(), int64(threshold+2-1); got > bound {
+		t.Fatalf("%s holds %d requests with a report on its way, over T + R − 1 = %d", home, got, bound)
+	}
+	// Once b has applied and acknowledged it, a counts from it and b
+	// keeps to what is left: the bound still holds, and the instance fills.
+	b.ApplyPeer(inTransit)
+	a.PeerApplied("b", inTransit.Seq)
+	exchange(b, a, "b", "a", true)
+	for range threshold {
+		pick(t, a, req)
+		pick(t, b, req)
+	}
+	if got, bound := on(), int64(threshold+2-1); got > bound || got < threshold {
+		t.Fatalf("%s holds %d requests after the report arrived, want %d to %d", home, got, threshold, bound)
 	}
 }
 
@@ -239,7 +293,7 @@ func TestPeersSharePopularity(t *testing.T) {
 	b := newPolicy(t, PrefixAware, 4, Tuning{})
 	shared := strings.Repeat("system prompt shared by every request. ", 40)
 	pick(t, a, Request{Model: "m", Text: []byte("an earlier request"), WindowBytes: 18}).Done()
-	first := a.LocalReport(0)
+	first := a.LocalReport("p", 0)
 	if first.Seq == 0 || len(first.Seen) != 0 || first.SeenRequests != 0 {
 		t.Fatalf("a first pull (seq %d) carries seen hashes: %v", first.Seq, first.Seen)
 	}
@@ -252,7 +306,7 @@ func TestPeersSharePopularity(t *testing.T) {
 		tb := a.table.Load()
 		hashes = append(hashes, blockChain(nil, scopeSeed(tb.cfg.HashSeed, req.Model, req.Tenant), req.Text, tb.blockSize))
 	}
-	r := a.LocalReport(first.Seq)
+	r := a.LocalReport("p", first.Seq)
 	if r.SeenRequests != 20 || len(r.Seen) == 0 {
 		t.Fatalf("report: %d requests, %d hashes", r.SeenRequests, len(r.Seen))
 	}
@@ -268,7 +322,7 @@ func TestPeersSharePopularity(t *testing.T) {
 	// Applying the same range again would double count: the puller asks
 	// from the Seq it last applied, so it never does; a later report holds
 	// only what came after.
-	if r2 := a.LocalReport(r.Seq); len(r2.Seen) != 0 || r2.SeenRequests != 0 {
+	if r2 := a.LocalReport("p", r.Seq); len(r2.Seen) != 0 || r2.SeenRequests != 0 {
 		t.Fatalf("nothing new, yet %d hashes", len(r2.Seen))
 	}
 }

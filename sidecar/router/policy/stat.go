@@ -23,10 +23,13 @@ type stat struct {
 	peerRequests, peerPrefill, peerShare atomic.Int64
 	// What this replica last reported of itself (see LocalReport): the
 	// share it compares while it has peers (globalShare), the requests
-	// that bound how far it may fill an instance beyond what its peers
-	// know (overThreshold), and the prefill that placement compares
-	// (placementLoad).
+	// every replica counts alike (reportedRequests), and the prefill that
+	// placement compares (placementLoad).
 	pubRequests, pubShare, pubPrefill atomic.Int64
+	// knownRequests is the part of this replica's requests that every peer
+	// is sure to have in its picture (see pullers): what overThreshold
+	// counts this replica's sends beyond.
+	knownRequests atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
