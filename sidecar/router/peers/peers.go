@@ -25,8 +25,8 @@ const (
 // implements it.
 type State interface {
 	// LocalReport is this replica's own work, with the placements after
-	// since, for the peer named puller (Replica and Epoch are filled by the
-	// transport).
+	// since, for the peer named puller ("" for no peer: this replica
+	// itself); Replica and Epoch are filled by the transport.
 	LocalReport(puller string, since uint64) policy.Report
 	// PeerApplied says the peer named puller has applied the report with
 	// sequence number seq that it pulled last.

@@ -93,7 +93,13 @@ func TestThreeReplicasExchange(t *testing.T) {
 			}
 		})
 		// Every peer said who pulled, and acknowledged the reports it
-		// applied, which are numbered by their Seq.
+		// applied, which are numbered by their Seq; a replica's pull of
+		// itself is no peer's.
+		st.with(func(f *fakeState) {
+			if slices.Contains(f.pulledBy, names[i]) {
+				t.Errorf("%s counted its own pull as a peer's", names[i])
+			}
+		})
 		for j, peer := range names {
 			if i == j {
 				continue

@@ -134,9 +134,9 @@ func (p *Puller) setReplicasLocked() {
 	p.state.SetReplicas(n)
 }
 
-// follow pulls one peer until ctx ends.
+// follow pulls one peer until ctx ends, at the ticks of alignedTick.
 func (p *Puller) follow(ctx context.Context, pr *peer) {
-	t := time.NewTicker(p.opts.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		switch p.pull(ctx, pr) {
@@ -145,12 +145,26 @@ func (p *Puller) follow(ctx context.Context, pr *peer) {
 		case again:
 			continue
 		}
+		t.Reset(time.Until(alignedTick(time.Now(), p.opts.Interval)))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// alignedTick is the next multiple of interval of the wall clock after
+// now. Every replica pulls every peer at the same ticks (pods' clocks agree
+// to well under a millisecond or two), so the reports each replica holds
+// of a peer were made at about the same moment: the part of its own
+// requests that every peer is sure to know of (the oldest report a peer
+// holds, see policy.pullers) is then about as recent as the report itself,
+// and replicas compare the same picture. Pulling on each puller's own
+// phase, a replica's three reports of the same instance could be up to an
+// interval apart, so it counted its sends from the oldest and spilled more.
+func alignedTick(now time.Time, interval time.Duration) time.Time {
+	return now.Truncate(interval).Add(interval)
 }
 
 type next int

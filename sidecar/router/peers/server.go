@@ -50,10 +50,7 @@ func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
 		}
 		since = n
 	}
-	// from names the pulling replica, so that the policy knows which of
-	// its reports each peer may hold; a puller that does not say counts as
-	// one peer named "".
-	r := s.state.LocalReport(req.URL.Query().Get("from"), since)
+	r := s.state.LocalReport(s.puller(req), since)
 	r.Replica, r.Epoch = s.opts.Replica, s.epoch
 	body, err := encodeBounded(r, s.opts.MaxReportBytes)
 	if err != nil {
@@ -73,6 +70,23 @@ func (s *Server) serveReport(w http.ResponseWriter, req *http.Request) {
 	_ = zw.Close()
 }
 
+// puller names the replica that pulls, so that the policy knows which of
+// its reports each peer may hold. A replica that pulls itself (a static
+// peer list, or an EndpointSlice, names it too; it stops once it sees its
+// own name) is no peer: counted as one, its single report would stand for
+// what a peer knows until it ages out. A puller that does not say (an
+// older version) counts as one peer named "unnamed".
+func (s *Server) puller(req *http.Request) string {
+	switch from := req.URL.Query().Get("from"); from {
+	case s.opts.Replica:
+		return ""
+	case "":
+		return "unnamed"
+	default:
+		return from
+	}
+}
+
 // serveAck takes a peer's word that it applied the report numbered seq
 // that it pulled last.
 func (s *Server) serveAck(w http.ResponseWriter, req *http.Request) {
@@ -81,7 +95,7 @@ func (s *Server) serveAck(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "seq: not an unsigned integer", http.StatusBadRequest)
 		return
 	}
-	s.state.PeerApplied(req.URL.Query().Get("from"), seq)
+	s.state.PeerApplied(s.puller(req), seq)
 	w.WriteHeader(http.StatusNoContent)
 }
 

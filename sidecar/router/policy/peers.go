@@ -30,8 +30,8 @@ type peers struct {
 func (p *Policy) SetReplicas(n int) { p.replicas.Store(int64(max(n, 1))) }
 
 // LocalReport returns this replica's own loads and the placements it
-// logged after since, for the peer named puller. The caller fills Replica
-// and Epoch.
+// logged after since, for the peer named puller ("": not a peer, whose
+// pulls are not remembered). The caller fills Replica and Epoch.
 func (p *Policy) LocalReport(puller string, since uint64) Report {
 	var loads []InstanceLoad
 	idOf := make(map[uint32]string)
@@ -49,8 +49,10 @@ func (p *Policy) LocalReport(puller string, since uint64) Report {
 	})
 	r := p.log.since(since, idOf)
 	r.Loads = loads
-	p.pullers.sent(puller, r.Seq, sent, p.tuning.Now())
-	p.updateKnown()
+	if puller != "" {
+		p.pullers.sent(puller, r.Seq, sent, p.tuning.Now())
+		p.updateKnown()
+	}
 	return r
 }
 
