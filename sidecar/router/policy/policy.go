@@ -91,7 +91,12 @@ type Tuning struct {
 	// TokenBalance is when the preferred instance counts as overloaded by
 	// tokens: its token load is over TokenBalance × the candidates' average
 	// (and over TokenFloor). It is also how much lighter (as a ratio) the
-	// second HRW choice must be to take a new key from the first.
+	// second HRW choice must be to take a new key from the first. At 1.5
+	// the guard spilled long prompts cold too readily: on the Mooncake
+	// trace (one router) 2 raised the hit rate from 20.2 to 21.0-21.2 %
+	// (the pooled oracle: 21.9 %) and token spills fell by about a third,
+	// with TTFT p90 unchanged (2.06 s); on the five generated workloads hit
+	// rates moved by −0.6 to +0.9 points and p90 by −19 to +0 %.
 	TokenBalance float64
 	// TokenFloor is the token load under which an instance never counts as
 	// overloaded, so that a lightly loaded fleet never spills (about one
@@ -122,7 +127,7 @@ func DefaultTuning() Tuning {
 		DecayEvery:     4096,
 		BytesPerToken:  4,
 		DecodeTokens:   256,
-		TokenBalance:   1.5,
+		TokenBalance:   2,
 		TokenFloor:     8192,
 		PlacementLog:   1 << 17,
 		Now:            time.Now,
