@@ -25,6 +25,7 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/config"
+	"github.com/warmroute/warmroute/sidecar/router/peers"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
 )
@@ -109,6 +110,9 @@ func parseFlags(args []string) (*flags, error) {
 	if err := f.peers.validate(); err != nil {
 		return nil, err
 	}
+	// How long a peer that stopped pulling may still hold this replica's
+	// last report follows from the peer flags, which every replica shares.
+	f.tuning.PullerGone = peers.Options{Interval: f.peers.interval, StaleAfter: f.peers.staleAfter}.HeldFor()
 	if err := f.tenancy.validate(); err != nil {
 		return nil, err
 	}

@@ -70,6 +70,22 @@ const (
 	DefaultMaxSnapshotBytes = 64 << 20
 )
 
+// HeldFor bounds how long a peer may still hold a report it pulled from
+// this replica after its last pull: it forgets this replica only once its
+// pulls have failed for StaleAfter, which it notices when a failing pull
+// ends (up to the pull timeout, see pullTimeout) and at most an Interval
+// later. The policy keeps counting what such a peer holds for that long
+// (policy.Tuning.PullerGone); every replica of a Deployment runs with the
+// same flags, so this replica's options are its peers'.
+func (o Options) HeldFor() time.Duration {
+	o = o.withDefaults()
+	return o.StaleAfter + o.pullTimeout() + o.Interval
+}
+
+// pullTimeout bounds each pull below the stale window, so a hung peer
+// turns stale in time.
+func (o Options) pullTimeout() time.Duration { return max(o.StaleAfter/2, o.Interval) }
+
 // withDefaults gives every unset or non-positive field its default
 // (max maps a negative to zero, which cmp.Or replaces).
 func (o Options) withDefaults() Options {

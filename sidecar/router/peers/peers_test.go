@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
@@ -304,5 +305,16 @@ func TestServerRefusesBadSince(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("status %d", resp.StatusCode)
+	}
+}
+
+// A peer may hold a report for StaleAfter past its last pull, plus the
+// failing pull that notices it and one interval.
+func TestHeldFor(t *testing.T) {
+	if got, want := (Options{}).HeldFor(), DefaultStaleAfter+DefaultStaleAfter/2+DefaultInterval; got != want {
+		t.Fatalf("HeldFor with defaults %v, want %v", got, want)
+	}
+	if got, want := (Options{Interval: 2 * time.Second, StaleAfter: time.Second}).HeldFor(), 5*time.Second; got != want {
+		t.Fatalf("HeldFor with a 2 s interval %v, want %v", got, want)
 	}
 }

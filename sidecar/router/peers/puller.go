@@ -58,10 +58,8 @@ func NewPuller(opts Options, state State, reg prometheus.Registerer, log logr.Lo
 	p := &Puller{
 		opts:  opts,
 		state: state,
-		// Go's transport asks for gzip and decompresses by itself. Each
-		// pull is bounded below the stale window, so a hung peer turns
-		// stale in time.
-		client:     &http.Client{Timeout: max(opts.StaleAfter/2, opts.Interval)},
+		// Go's transport asks for gzip and decompresses by itself.
+		client:     &http.Client{Timeout: opts.pullTimeout()},
 		log:        log,
 		now:        time.Now,
 		peers:      map[string]*peer{},

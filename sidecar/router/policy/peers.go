@@ -50,7 +50,7 @@ func (p *Policy) LocalReport(puller string, since uint64) Report {
 	r := p.log.since(since, idOf)
 	r.Loads = loads
 	if puller != "" {
-		p.pullers.sent(puller, r.Seq, sent, p.tuning.Now())
+		p.pullers.sent(puller, r.Seq, sent, p.tuning.Now(), p.tuning.PullerGone)
 		p.updateKnown()
 	}
 	return r
@@ -94,15 +94,11 @@ type pulled struct {
 	prev, last map[uint32]int64
 }
 
-// pullerGone is how long a peer may go without pulling before it no longer
-// counts: after the default StaleAfter (1 s) of failed pulls it has
-// forgotten this replica's report anyway, and a peer scaled away must not
-// hold the bound down for ever.
-const pullerGone = 2 * time.Second
-
 // sent records the requests per instance (by stat token) of the report
-// numbered seq sent to puller, and forgets pullers gone quiet.
-func (ps *pullers) sent(puller string, seq uint64, requests map[uint32]int64, now time.Time) {
+// numbered seq sent to puller, and forgets pullers that have not pulled
+// for gone (Tuning.PullerGone): a peer scaled away must not hold the
+// bound down for ever.
+func (ps *pullers) sent(puller string, seq uint64, requests map[uint32]int64, now time.Time, gone time.Duration) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.byName == nil {
@@ -115,7 +111,7 @@ func (ps *pullers) sent(puller string, seq uint64, requests map[uint32]int64, no
 	}
 	e.prev, e.last, e.seq, e.at = e.last, requests, seq, now
 	for name, o := range ps.byName {
-		if now.Sub(o.at) > pullerGone {
+		if now.Sub(o.at) > gone {
 			delete(ps.byName, name)
 		}
 	}

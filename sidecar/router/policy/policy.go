@@ -107,6 +107,10 @@ type Tuning struct {
 	// (LocalReport), rounded up to a power of two; a peer further behind
 	// gets Truncated.
 	PlacementLog int
+	// PullerGone is how long a peer that stopped pulling this replica's
+	// reports may still hold the last one (see pullers): for that long its
+	// report still bounds what this replica may add on an instance.
+	PullerGone time.Duration
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
 	// for the router's --strategy-override.
 	BenchmarkStrategies bool
@@ -130,6 +134,7 @@ func DefaultTuning() Tuning {
 		TokenBalance:   2,
 		TokenFloor:     8192,
 		PlacementLog:   1 << 17,
+		PullerGone:     2 * time.Second,
 		Now:            time.Now,
 	}
 }
@@ -150,6 +155,7 @@ func (t Tuning) withDefaults() Tuning {
 	t.TokenBalance = above(t.TokenBalance, 1, d.TokenBalance)
 	t.TokenFloor = above(t.TokenFloor, 0, d.TokenFloor)
 	t.PlacementLog = above(t.PlacementLog, 0, d.PlacementLog)
+	t.PullerGone = above(t.PullerGone, 0, d.PullerGone)
 	if t.Now == nil {
 		t.Now = d.Now
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
@@ -362,5 +363,41 @@ func TestPeekTellsPlacementFromSpill(t *testing.T) {
 	}
 	if d, err = p.Peek(req); err != nil || d.Spill != SpillConcurrency || d.Placed != home.Instance().ID || d.Instance == d.Placed {
 		t.Fatalf("at the threshold: %+v, %v (home %s)", d, err, home.Instance().ID)
+	}
+}
+
+// TestKnownRequestsFollowEveryPuller: what every peer is sure to know of
+// this replica is the least that any of them holds, and a peer that
+// stopped pulling counts until PullerGone has passed.
+func TestKnownRequestsFollowEveryPuller(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newPolicy(t, PrefixAware, 2, Tuning{PullerGone: time.Second, Now: func() time.Time { return now }})
+	s := p.stats.get("vllm-0")
+	pull := func(peer string) {
+		r := p.LocalReport(peer, 0)
+		p.PeerApplied(peer, r.Seq)
+	}
+	s.inFlight.Store(4)
+	pull("b")
+	if k := s.knownRequests.Load(); k != 4 {
+		t.Fatalf("known %d after b applied a report of 4, want 4", k)
+	}
+	s.inFlight.Store(8)
+	pull("c")
+	if k := s.knownRequests.Load(); k != 4 {
+		t.Fatalf("known %d with b holding 4 and c 8, want 4", k)
+	}
+	r := p.LocalReport("c", 0) // on its way to c, not applied
+	if k := s.knownRequests.Load(); k != 4 {
+		t.Fatalf("known %d with a report on its way, want 4", k)
+	}
+	p.PeerApplied("c", r.Seq)
+	now = now.Add(1500 * time.Millisecond) // b has not pulled since
+	pull("c")
+	if k := s.knownRequests.Load(); k != 8 {
+		t.Fatalf("known %d after b went quiet for longer than PullerGone, want c's 8", k)
+	}
+	if got := p.LocalReport("", 0); got.Seq != r.Seq || s.knownRequests.Load() != 8 {
+		t.Fatalf("a pull by no peer changed what peers know: %d", s.knownRequests.Load())
 	}
 }
