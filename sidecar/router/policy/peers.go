@@ -65,7 +65,12 @@ func (p *Policy) PeerApplied(puller string, seq uint64) {
 	}
 }
 
+// updateKnown sets every instance's knownRequests from the pullers. It
+// holds the pullers' lock throughout, so that two pulls answered at once
+// cannot store their results out of order (an older, larger count last).
 func (p *Policy) updateKnown() {
+	p.pullers.mu.Lock()
+	defer p.pullers.mu.Unlock()
 	p.stats.each(func(_ string, s *stat) { s.knownRequests.Store(p.pullers.known(s.token)) })
 }
 
@@ -133,9 +138,8 @@ func (ps *pullers) applied(puller string, seq uint64) bool {
 // known is the requests on the instance with token tok that every puller
 // is sure to know of: the least of the last two reports sent to each (an
 // instance missing from a report, or a report not yet sent, counts 0).
+// The caller holds ps.mu.
 func (ps *pullers) known(tok uint32) int64 {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	known := int64(math.MaxInt64)
 	for _, e := range ps.byName {
 		known = min(known, e.prev[tok], e.last[tok])
