@@ -129,8 +129,11 @@ func TestTimeToFirstTokenAtFirstContentEvent(t *testing.T) {
 		t.Fatalf("samples: headers %d, first token %d", headers.GetSampleCount(), token.GetSampleCount())
 	}
 	// Relative, not wall-clock: the first token comes a prefill after the
-	// headers, however slow the machine.
-	if gap := time.Duration((token.GetSampleSum() - headers.GetSampleSum()) * 1e9); gap < prefill {
+	// headers, however slow the machine. Recorded at the headers or at the
+	// empty role chunk, the gap would be about 0; half the prefill leaves
+	// room for the router to take the headers' time a little after the
+	// backend flushed them (2.5 ms late once in CI, on a loaded machine).
+	if gap := time.Duration((token.GetSampleSum() - headers.GetSampleSum()) * 1e9); gap < prefill/2 {
 		t.Fatalf("first token recorded %v after the headers; the backend waited %v", gap, prefill)
 	}
 	if n := histogram(t, r.Metrics().TimeToFullResponse).GetSampleCount(); n != 0 {
