@@ -14,6 +14,10 @@ const (
 // load degrades to the local one.
 type PeerMetrics struct {
 	Pulls *prometheus.CounterVec // result
+	// Acks counts acknowledgements of applied reports sent to peers, by
+	// result: while they fail, the peers count their own sends from an
+	// older report, which keeps the threshold but spills more.
+	Acks *prometheus.CounterVec // result
 }
 
 // PeerGauges are read from the puller at scrape time.
@@ -30,6 +34,8 @@ func NewPeers(reg prometheus.Registerer, g PeerGauges) *PeerMetrics {
 	m := &PeerMetrics{
 		Pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "peer_pulls_total",
 			Help: "Load report pulls from peer router replicas, by result (ok, error, invalid)."}, []string{"result"}),
+		Acks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "peer_acks_total",
+			Help: "Acknowledgements of applied reports sent to peer router replicas, by result (ok, error)."}, []string{"result"}),
 	}
 	peers := func(state string, pick func(fresh, stale int) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "peers",
@@ -37,7 +43,7 @@ func NewPeers(reg prometheus.Registerer, g PeerGauges) *PeerMetrics {
 			ConstLabels: prometheus.Labels{"state": state}},
 			func() float64 { return float64(pick(g.Peers())) })
 	}
-	reg.MustRegister(m.Pulls,
+	reg.MustRegister(m.Pulls, m.Acks,
 		peers("fresh", func(fresh, _ int) int { return fresh }),
 		peers("stale", func(_, stale int) int { return stale }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "peer_report_age_seconds",

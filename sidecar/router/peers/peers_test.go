@@ -114,6 +114,9 @@ func TestThreeReplicasExchange(t *testing.T) {
 				return ok
 			}).Should(BeTrue(), peer+" pulls "+names[i]+" by name and acknowledges its reports")
 		}
+		g.Eventually(func() float64 {
+			return gauge(t, regs[i], "warmroute_router_peer_acks_total", "result", "ok")
+		}).ShouldNot(BeZero(), names[i]+" counts the acknowledgements it sent")
 		if f := gauge(t, regs[i], "warmroute_router_peers", "state", "fresh"); f != 2 {
 			t.Errorf("%s: fresh peers %v, want 2", names[i], f)
 		}

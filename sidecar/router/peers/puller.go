@@ -251,12 +251,19 @@ func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
 		return
 	}
 	resp, err := p.client.Do(req)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+	}
 	if err != nil {
+		p.metrics.Acks.WithLabelValues(metrics.PullError).Inc()
 		p.log.V(1).Info("peer ack failed", "peer", addr, "error", err.Error())
 		return
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	_ = resp.Body.Close()
+	p.metrics.Acks.WithLabelValues(metrics.PullOK).Inc()
 }
 
 // errInvalid marks an answer that arrived but is not a usable report.
