@@ -245,7 +245,7 @@ func (p *Puller) apply(pr *peer, since uint64, r policy.Report, err error) (next
 // (see policy.Policy.PeerApplied). It is best effort: a lost ack only
 // leaves the peer counting from the older report, which is safe.
 func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
-	path := AckPath + "?seq=" + strconv.FormatUint(seq, 10) + "&from=" + url.QueryEscape(p.opts.Replica)
+	path := AckPath + "?seq=" + strconv.FormatUint(seq, 10) + p.from()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, nil)
 	if err != nil {
 		return
@@ -266,12 +266,16 @@ func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
 	p.metrics.Acks.WithLabelValues(metrics.PullOK).Inc()
 }
 
+// from is the query parameter that names this replica to the peer, so
+// that it knows which of its reports this replica holds (Server.puller).
+func (p *Puller) from() string { return "&from=" + url.QueryEscape(p.opts.Replica) }
+
 // errInvalid marks an answer that arrived but is not a usable report.
 var errInvalid = errors.New("invalid peer answer")
 
 func (p *Puller) fetchReport(ctx context.Context, addr string, since uint64) (policy.Report, error) {
 	var r policy.Report
-	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10)+"&from="+url.QueryEscape(p.opts.Replica), p.opts.MaxReportBytes)
+	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10)+p.from(), p.opts.MaxReportBytes)
 	if err != nil {
 		return r, err
 	}

@@ -72,9 +72,8 @@ func (p *Policy) tokens(prefill, requests int64) int64 {
 // because of the concurrency threshold T, which holds per instance across
 // the R router replicas:
 //
-//   - the instance's requests from every replica (as reported: the numbers
-//     every replica compares, so that they pass over the same instances)
-//     have reached T; or
+//   - the instance's requests from every replica (this replica's own live,
+//     the peers' as reported) have reached T; or
 //   - this replica may add, beyond what every peer is sure to know of it
 //     (K: the least of the last two reports each peer pulled, see
 //     pullers), only its part of the headroom left: ⌈(T − K − P) / R⌉,

@@ -234,8 +234,8 @@ type Policy struct {
 	log    *placementLog
 	// pick makes a decision and its charge one step: without it, requests
 	// decided at the same moment all read an instance's count as under the
-	// threshold and all charge it (a burst took one instance one request
-	// past T in the benchmark's hot prefix, and past T + R with replicas).
+	// threshold and all charge it (TestConcurrentPicksKeepTheThreshold:
+	// T + 1 on one instance of a fleet filled exactly to T).
 	pick sync.Mutex
 	// pullers is what peers were sent of this replica's load.
 	pullers pullers

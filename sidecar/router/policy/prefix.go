@@ -522,10 +522,10 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // (fleetFull), there is no bound left to keep, as with one router: the
 // request stays home within overflowStay of the least loaded of all
 // instances, as every replica would decide, but adding at most its slice
-// ⌈T/R⌉ there between two of its own reports: a picture that stopped being
-// refreshed (a peer that no longer pulls, reports stuck at "full") then
-// falls back to the slice instead of letting every replica pile onto the
-// instances it believes least loaded. In the benchmark (sharegpt and
+// ⌈T/R⌉ there beyond what every peer is sure to know of it (see pullers):
+// a picture that stopped being refreshed (a peer that no longer pulls,
+// reports stuck at "full") then falls back to the slice instead of letting
+// every replica pile onto the instances it believes least loaded. In the benchmark (sharegpt and
 // mixed-length, saturated, 3 replicas) that raised the hit rate from 49.6
 // to 56.4 % and 40.8 to 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and
 // decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
