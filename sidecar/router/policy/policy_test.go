@@ -503,6 +503,46 @@ func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
 	}
 }
 
+// A replica with peers spills a request whose instance is at the threshold
+// only to an instance clearly under it (replicaMargin + 1 requests of
+// room): one request of room in a picture that is partly a report old is
+// as often noise, and the cold prefill is certain. With none clearly under,
+// the request is all-busy overflow and stays home, as long as home is
+// within overflowStay + replicaMargin of the least loaded. One router,
+// whose counts are exact, takes the single request of room.
+func TestReplicaSpillsOnlyWhereRoomIsClear(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		replicas  int
+		others    int64 // requests on every instance but home
+		wantSpill string
+		wantHome  bool
+	}{
+		{name: "alone, one of room", replicas: 1, others: 9, wantSpill: SpillConcurrency},
+		{name: "replicas, one of room", replicas: 2, others: 9, wantSpill: SpillAllBusy, wantHome: true},
+		{name: "replicas, two of room", replicas: 2, others: 8, wantSpill: SpillConcurrency},
+	} {
+		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+		p.SetReplicas(tc.replicas)
+		req := textReq("a prompt whose instance is at the threshold")
+		home, _ := p.Peek(req)
+		var loads []InstanceLoad
+		for _, in := range fleet(3) {
+			n := tc.others
+			if in.ID == home.Placed {
+				n = 10 // the threshold
+			}
+			loads = append(loads, InstanceLoad{ID: in.ID, Requests: n})
+		}
+		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
+		c := pick(t, p, req)
+		if c.Spill != tc.wantSpill || (c.Instance().ID == home.Placed) != tc.wantHome {
+			t.Fatalf("%s: went to %s with spill %q (home %s); want spill %q, home %v", tc.name, c.Instance().ID, c.Spill, home.Placed, tc.wantSpill, tc.wantHome)
+		}
+		c.Done()
+	}
+}
+
 // When every instance looks busy, overflow keeps within this replica's
 // fixed slice ⌈T/R⌉ of each instance while one has room in it, even if the
 // least loaded by the (possibly stale) shared picture is one where this
