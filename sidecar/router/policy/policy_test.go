@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -503,34 +504,43 @@ func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
 	}
 }
 
-// A replica with peers spills a request whose instance is at the threshold
-// only to an instance clearly under it (replicaMargin + 1 requests of
-// room): one request of room in a picture that is partly a report old is
-// as often noise, and the cold prefill is certain. With none clearly under,
-// the request is all-busy overflow and stays home, as long as home is
-// within overflowStay + replicaMargin of the least loaded. One router,
-// whose counts are exact, takes the single request of room.
-func TestReplicaSpillsOnlyWhereRoomIsClear(t *testing.T) {
+// A request whose instance is at the threshold spills only to an instance
+// with spillRoom requests of room: one with a single request of room is
+// full again at once, and the cold prefill is certain. With none that
+// roomy, the request is all-busy overflow and stays home, as long as home
+// is within overflowStay of the least loaded; alike with one router and
+// with several. Under a threshold of 8, one request of room is enough.
+func TestSpillsOnlyWhereThereIsRoom(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		replicas  int
+		threshold int64 // 0: 10
 		others    int64 // requests on every instance but home
 		wantSpill string
 		wantHome  bool
 	}{
-		{name: "alone, one of room", replicas: 1, others: 9, wantSpill: SpillConcurrency},
+		{name: "alone, one of room", replicas: 1, others: 9, wantSpill: SpillAllBusy, wantHome: true},
+		{name: "alone, two of room", replicas: 1, others: 8, wantSpill: SpillConcurrency},
 		{name: "replicas, one of room", replicas: 2, others: 9, wantSpill: SpillAllBusy, wantHome: true},
 		{name: "replicas, two of room", replicas: 2, others: 8, wantSpill: SpillConcurrency},
+		{name: "alone, home too far above", replicas: 1, others: 10 - overflowStay - 1, wantSpill: SpillConcurrency},
+		{name: "threshold 4, one of room", replicas: 1, threshold: 4, others: 3, wantSpill: SpillConcurrency},
 	} {
 		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 		p.SetReplicas(tc.replicas)
+		threshold := cmp.Or(tc.threshold, 10)
+		cfg := p.table.Load().cfg
+		cfg.ConcurrencyThreshold = int(threshold)
+		if err := p.Update(cfg); err != nil {
+			t.Fatal(err)
+		}
 		req := textReq("a prompt whose instance is at the threshold")
 		home, _ := p.Peek(req)
 		var loads []InstanceLoad
 		for _, in := range fleet(3) {
 			n := tc.others
 			if in.ID == home.Placed {
-				n = 10 // the threshold
+				n = threshold
 			}
 			loads = append(loads, InstanceLoad{ID: in.ID, Requests: n})
 		}

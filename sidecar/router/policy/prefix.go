@@ -455,37 +455,36 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 }
 
 // hasRoom reports whether a spill may go to an instance: it is not over
-// the threshold (see overThreshold) and, with peers, has at least
-// replicaMargin + 1 requests of room under it by this replica's picture.
+// the threshold (see overThreshold) and has at least spillRoom requests of
+// room under it.
 func (p *Policy) hasRoom(t *table, m int) bool {
 	s := t.members[m].stat
-	return !p.overThreshold(t, m) && p.requests(s)+p.margin() < int64(t.cfg.ConcurrencyThreshold)
+	threshold := int64(t.cfg.ConcurrencyThreshold)
+	return !p.overThreshold(t, m) && p.requests(s)+spillRoom(threshold) <= threshold
 }
 
-// replicaMargin is how much clearer the case for leaving a key's instance
-// must be to a replica with peers than to one router. A replica counts its
-// own requests live and its peers' as last reported, so near the threshold
-// each instance's count is off by a request or so, and the least of seven
-// such counts is off downwards: an instance one request under the
-// threshold, or home two above the least loaded, is as often noise as
-// room. One router sees exact counts and needs no margin. In the benchmark
-// (sharegpt, saturated, 3 replicas, three runs each), a spill only to an
-// instance two under the threshold and an all-busy request staying home
-// within overflowStay + 1 of the least loaded raised the hit rate from
-// 56.6–58.2 % to 61.0–61.8 % (one router: 62.9–64.2 %) and cut TTFT p90
-// from 94–97 to 88–90 ms; either change alone gave about 59 %. Mixed-length
-// (saturated) gained 1.6 and 4.3 points with 2 and 3 replicas, TTFT p90
-// 315 → 315 and 344 → 328 ms; support-bot and rag, where spills find room,
-// moved within run-to-run noise (rag, 3 replicas, three runs each: p90
-// 179–188 ms before, 180–186 after).
-const replicaMargin = 1
-
-// margin is replicaMargin with other replicas, 0 alone.
-func (p *Policy) margin() int64 {
-	if p.replicas.Load() > 1 {
-		return replicaMargin
+// spillRoom is how many requests of room under the threshold an instance
+// needs to take a request whose own instance is at it: two (one under a
+// threshold of 8). A spill costs a
+// certain cold prefill; an instance with one request of room is full again
+// at once, so its next requests spill too, and each spill sends one more
+// prefix to be prefilled cold, while the request it takes would have
+// waited only a little at home. Under bounded loads that cascade is the
+// known weakness; two requests of room stops most of it. In the
+// benchmark, with overflowStay raised from 2 to 3 at the same time (two
+// runs each, one router): sharegpt hit rate 62.4–62.6 → 66.6–67.3 % (the
+// pooled oracle: 71.7 %), TTFT p90 85–89 → 80 ms; mixed-length 48.7–50.6
+// → 50.7–51.6 %, p90 287–290 → 236–251 ms; long-context, support-bot, rag
+// and Mooncake moved within run-to-run noise. With 3 replicas (sharegpt,
+// three runs each) 56.6–58.2 → 61.0–61.8 %, p90 94–97 → 88–90 ms; either
+// change alone gave about 59 %. Under a threshold of 8 one request is a
+// large part of an instance's room, and with a threshold of 1 two could
+// never be had, so there one request of room is enough, as before.
+func spillRoom(threshold int64) int64 {
+	if threshold < 8 {
+		return 1
 	}
-	return 0
+	return 2
 }
 
 // overflowSlack is how many more requests in flight than the least
@@ -503,8 +502,10 @@ const overflowSlack = 1
 // mixed-length, where 65–90 % of requests find their instance at the
 // threshold): one router 60.1 → 63.6 % and 43.3 → 50.5 % hit rate, TTFT
 // p90 89 → 88 ms and 291 → 239 ms; two routers 48.5 → 57.0 % and 38.3 →
-// 47.5 %, p90 110 → 95 ms and 366 → 322 ms. Staying at 3 was no better.
-const overflowStay = 2
+// 47.5 %, p90 110 → 95 ms and 366 → 322 ms. Staying at 3 was no better
+// then, while spills still went to instances one request under the
+// threshold; with spillRoom it is (see there).
+const overflowStay = 3
 
 // overflow picks where a request goes when no instance is under the
 // threshold: the instance the key was placed on while it is within
@@ -546,8 +547,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 
 // staysHome reports whether an all-busy request stays on the instance its
 // key was placed on (order[0]): while that instance has at most
-// overflowStay (+ margin, with other replicas) more requests in flight
-// than the least loaded of pool (least).
+// overflowStay more requests in flight than the least loaded of pool (least).
 // Staying home keeps to this replica's slice like the rest of the overflow
 // while the fleet has room in the shared picture: a replica that merely
 // sees every instance busy, its own sends since its last report filling
@@ -566,16 +566,15 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
 func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 	s := t.members[order[0]].stat
-	stay := overflowStay + p.margin()
 	if pool[0] == 0 {
-		return p.requests(s) <= least+stay
+		return p.requests(s) <= least+overflowStay
 	}
 	// The cheap checks first: fleetFull reads every instance.
 	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t) || !p.fleetFull(t, order) {
 		return false
 	}
 	least = p.requests(t.members[order[p.leastLoaded(t, order)]].stat)
-	return p.requests(s) <= least+stay
+	return p.requests(s) <= least+overflowStay
 }
 
 // overflowPool appends to out the positions in order of the available
