@@ -465,21 +465,21 @@ func (p *Policy) hasRoom(t *table, m int) bool {
 
 // spillRoom is how many requests of room under the threshold an instance
 // needs to take a request whose own instance is at it: two (one under a
-// threshold of 8). A spill costs a
-// certain cold prefill; an instance with one request of room is full again
-// at once, so its next requests spill too, and each spill sends one more
-// prefix to be prefilled cold, while the request it takes would have
-// waited only a little at home. Under bounded loads that cascade is the
-// known weakness; two requests of room stops most of it. In the
-// benchmark, with overflowStay raised from 2 to 3 at the same time (two
-// runs each, one router): sharegpt hit rate 62.4–62.6 → 66.6–67.3 % (the
-// pooled oracle: 71.7 %), TTFT p90 85–89 → 80 ms; mixed-length 48.7–50.6
-// → 50.7–51.6 %, p90 287–290 → 236–251 ms; long-context, support-bot, rag
-// and Mooncake moved within run-to-run noise. With 3 replicas (sharegpt,
-// three runs each) 56.6–58.2 → 61.0–61.8 %, p90 94–97 → 88–90 ms; either
-// change alone gave about 59 %. Under a threshold of 8 one request is a
-// large part of an instance's room, and with a threshold of 1 two could
-// never be had, so there one request of room is enough, as before.
+// threshold of 8). A spill costs a certain cold prefill; an instance with
+// one request of room is full again at once, so its next requests spill
+// too, and each spill sends one more prefix to be prefilled cold, while
+// the request it takes would have waited only a little at home. Under
+// bounded loads that cascade is the known weakness; two requests of room
+// stops most of it. In the benchmark, with overflowStay raised from 2 to 3
+// at the same time (two runs each, one router): sharegpt hit rate
+// 62.4–62.6 → 66.6–67.3 % (the pooled oracle: 71.7 %), TTFT p90 85–89 →
+// 80 ms; mixed-length 48.7–50.6 → 50.7–51.6 %, p90 287–290 → 236–251 ms;
+// long-context, support-bot, rag and Mooncake moved within run-to-run
+// noise. With 3 replicas (sharegpt, three runs each) 56.6–58.2 →
+// 61.0–61.8 %, p90 94–97 → 88–90 ms, where either change alone gave about
+// 59 %. Under a threshold of 8 one request is a large part of an
+// instance's room, and with a threshold of 1 two could never be had, so
+// there one request of room is enough, as before.
 func spillRoom(threshold int64) int64 {
 	if threshold < 8 {
 		return 1
@@ -507,8 +507,8 @@ const overflowSlack = 1
 // threshold; with spillRoom it is (see there).
 const overflowStay = 3
 
-// overflow picks where a request goes when no instance is under the
-// threshold: the instance the key was placed on while it is within
+// overflow picks where a request goes when no instance has room under the
+// threshold (see hasRoom): the instance the key was placed on while it is within
 // overflowStay of the least loaded; otherwise, among the available
 // instances (within this replica's fixed slice while any has room in it,
 // see overflowPool) with at most
