@@ -454,13 +454,14 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 	return moveToFront(order, best), reason
 }
 
-// hasRoom reports whether a spill may go to an instance: it is not over
-// the threshold (see overThreshold) and has at least spillRoom requests of
-// room under it.
+// hasRoom reports whether a spill may go to an instance: it has at least
+// spillRoom requests of room under the threshold and is not over it by
+// this replica's part of the headroom (see overThreshold). The count comes
+// first: it already decides overThreshold's first rule, and in a saturated
+// fleet, where spills walk past most instances, it fails without the rest.
 func (p *Policy) hasRoom(t *table, m int) bool {
-	s := t.members[m].stat
 	threshold := int64(t.cfg.ConcurrencyThreshold)
-	return !p.overThreshold(t, m) && p.requests(s)+spillRoom(threshold) <= threshold
+	return p.requests(t.members[m].stat)+spillRoom(threshold) <= threshold && !p.overThreshold(t, m)
 }
 
 // spillRoom is how many requests of room under the threshold an instance
