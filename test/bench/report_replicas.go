@@ -204,6 +204,9 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 		p("\n**Restart under traffic** (%s, %d replicas): %s was taken out of the spreader %.1f s into the replay, sent SIGTERM %.1f s later (what `--drain-delay` gives requests already on their way in a cluster), started again on the same addresses, and back in the spreader %.2f s later, once ready (it restores a peer's snapshot before it opens its listeners). One request in %d was peeked on every live replica; after the restart a sample agrees when the restarted replica names the instance every other replica names. Before the restart all replicas agreed on %.1f %% of %d samples; %d of %d requests failed.\n\n",
 			rs.Workload, rs.Replicas, rs.Restarted, rs.StoppedAt.Seconds(), spreaderDrain.Seconds(), rs.Down.Seconds(), c.Replicas.RestartSampleEvery,
 			100*rs.Before.Rate(), rs.Before.Samples, rs.Failures, rs.Requests)
+		if rs.Replayed > 0 {
+			p("The replay ended before the restarted replica had seen %d sampled requests, so its last %d requests (those from the restart point on) were sent again at once; they are counted above.\n\n", minRestartTail, rs.Replayed)
+		}
 		p("| after ready (wall) | samples | restarted replica agrees |\n|---|---:|---:|\n")
 		for _, w := range rs.Windows {
 			p("| %s | %d | %s |\n", span(w, rs.Windows[0].From), w.Samples, rate(w))
