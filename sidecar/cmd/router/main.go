@@ -210,8 +210,10 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
 		return err
 	}
+	conns := newUnusedConns()
 	traffic := trafficServer(f, r.Handler(), log)
 	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout, ErrorLog: proxy.StdLogger(log.WithName("http"))}
+	traffic.ConnState, adminSrv.ConnState = conns.track, conns.track
 
 	errc := make(chan error, 2)
 	for _, srv := range []*http.Server{traffic, adminSrv} {
@@ -241,9 +243,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
-	err = traffic.Shutdown(sctx)
-	_ = adminSrv.Shutdown(sctx)
-	if err != nil {
+	if err := shutdownServers(sctx, conns, log, traffic, adminSrv); err != nil {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil

@@ -9,11 +9,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 )
 
@@ -49,31 +52,25 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestGracefulShutdown starts the router, sends a slow request, signals
-// shutdown while it is in flight, and expects the request to complete.
-func TestGracefulShutdown(t *testing.T) {
-	started := make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			close(started)
-			time.Sleep(300 * time.Millisecond)
-		}
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	}))
-	defer backend.Close()
+// startRouter runs the router in process in front of backend, logging to
+// log, and waits for it to be ready. Cancelling the context starts its
+// shutdown; run's result arrives on the channel.
+func startRouter(t *testing.T, backend string, log logr.Logger, args ...string) (*flags, context.CancelFunc, <-chan error) {
+	t.Helper()
 	dir := t.TempDir()
 	doc := fmt.Sprintf(`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","model":"m",
-"instances":[{"id":"a","address":%q}]}`, strings.TrimPrefix(backend.URL, "http://"))
+"instances":[{"id":"a","address":%q}]}`, strings.TrimPrefix(backend, "http://"))
 	if err := os.WriteFile(filepath.Join(dir, "routing.json"), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := parseFlags([]string{"--config-dir", dir, "--listen", freeAddr(t), "--metrics-listen", freeAddr(t), "--health-interval", "0", "--allow-loopback-backends"})
+	f, err := parseFlags(append([]string{"--config-dir", dir, "--listen", freeAddr(t), "--metrics-listen", freeAddr(t), "--health-interval", "0", "--allow-loopback-backends"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- run(ctx, f, logr.Discard()) }()
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, f, log) }()
 	readyz := func() (int, error) {
 		resp, err := http.Get("http://" + f.metricsListen + "/readyz")
 		if err != nil {
@@ -83,7 +80,28 @@ func TestGracefulShutdown(t *testing.T) {
 		return resp.StatusCode, nil
 	}
 	NewWithT(t).Eventually(readyz, 2*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK), "router ready")
-	result := make(chan int)
+	return f, cancel, done
+}
+
+// slowBackend answers chat completions after 300 ms, closing started when
+// the first one arrives.
+func slowBackend(started chan struct{}) *httptest.Server {
+	var once sync.Once
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			once.Do(func() { close(started) })
+			time.Sleep(300 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+}
+
+// shutdownDuringRequest sends one chat completion through the router,
+// starts the shutdown once the backend has it, and fails the test unless
+// it completes; it returns run's result.
+func shutdownDuringRequest(t *testing.T, f *flags, started <-chan struct{}, cancel context.CancelFunc, done <-chan error) error {
+	t.Helper()
+	result := make(chan int, 1)
 	go func() {
 		resp, err := http.Post("http://"+f.listen+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
@@ -99,11 +117,63 @@ func TestGracefulShutdown(t *testing.T) {
 	if code := <-result; code != 200 {
 		t.Fatalf("in-flight request got %d during shutdown", code)
 	}
-	if err := <-done; err != nil {
+	return <-done
+}
+
+// TestGracefulShutdown starts the router, sends a slow request, signals
+// shutdown while it is in flight, and expects the request to complete.
+// Without a drain delay the request is still in flight when the server
+// shuts down.
+func TestGracefulShutdown(t *testing.T) {
+	started := make(chan struct{})
+	backend := slowBackend(started)
+	defer backend.Close()
+	f, cancel, done := startRouter(t, backend.URL, logr.Discard(), "--drain-delay", "0s")
+	if err := shutdownDuringRequest(t, f, started, cancel, done); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := http.Get("http://" + f.listen + "/ping"); err == nil {
 		t.Fatal("still accepting after shutdown")
+	}
+}
+
+// TestShutdownClosesConnectionsThatSentNothing: a connection a client
+// opened and never used must not hold the shutdown. net/http's Shutdown
+// waits 5 s for one, so before the router closed them itself this
+// shutdown, given 3 s, timed out and run failed.
+func TestShutdownClosesConnectionsThatSentNothing(t *testing.T) {
+	started := make(chan struct{})
+	backend := slowBackend(started)
+	defer backend.Close()
+	var mu sync.Mutex
+	var logged []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{})
+	f, cancel, done := startRouter(t, backend.URL, log, "--drain-delay", "0s", "--shutdown-timeout", "3s")
+	var unused []net.Conn
+	for _, addr := range []string{f.listen, f.metricsListen} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		unused = append(unused, c)
+	}
+	if err := shutdownDuringRequest(t, f, started, cancel, done); err != nil {
+		t.Fatalf("shutdown with unused connections open: %v", err)
+	}
+	for _, c := range unused {
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("unused connection to %s read a byte, want it closed", c.RemoteAddr())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(logged, func(s string) bool { return strings.Contains(s, "closed connections that sent no request") }) {
+		t.Errorf("no log of the closed connections in %q", logged)
 	}
 }
 
