@@ -30,12 +30,16 @@ type routerBinary struct {
 	// saltKey: it knows --cache-salt-key-file (without one, each replica
 	// salts tenants with a key of its own and splits their cache hits).
 	saltKey bool
+	// forward: it knows --advertise-address (replicas forward requests to
+	// the replica that owns their instance).
+	forward bool
 }
 
 var (
 	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
 	peersFlag    = regexp.MustCompile(`(?m)^\s+-peers\b`)
 	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
+	forwardFlag  = regexp.MustCompile(`(?m)^\s+-advertise-address\b`)
 )
 
 // probeRouter reads what the router at path accepts from its usage.
@@ -45,7 +49,7 @@ func probeRouter(ctx context.Context, path, revision string) (routerBinary, erro
 	if len(out) == 0 && err != nil {
 		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
 	}
-	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out)}, nil
+	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out), forward: forwardFlag.Match(out)}, nil
 }
 
 func (b routerBinary) loopbackArgs() []string {

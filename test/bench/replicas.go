@@ -422,6 +422,9 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 				r.args = append(r.args, "--peer-interval", d.String())
 			}
 		}
+		if bin.forward {
+			r.args = append(r.args, "--advertise-address", r.addr)
+		}
 		if err := f.startReplica(r); err != nil {
 			return nil, err
 		}
@@ -562,9 +565,12 @@ type spreader struct {
 type peekSample struct {
 	at      time.Duration
 	answers []string
-	placed  []string
-	again   string
-	errs    int
+	// routed is where a request reaching each replica goes (answers
+	// through owners, see throughOwners): what agreement compares.
+	routed []string
+	placed []string
+	again  string
+	errs   int
 }
 
 func (f *replicaFleet) spreader(seed uint64, every int) *spreader {
@@ -612,9 +618,10 @@ func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
 func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 	at := time.Since(s.start)
 	ps := peekSample{at: at, answers: make([]string, len(s.replicas)), placed: make([]string, len(s.replicas))}
+	owners := make([]string, len(s.replicas))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	ask := func(r *replica, answer, placed *string) {
+	ask := func(r *replica, answer, placed, owner *string) {
 		wg.Go(func() {
 			d, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
 			mu.Lock()
@@ -625,7 +632,7 @@ func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 			}
 			*answer = d.Instance
 			if placed != nil {
-				*placed = d.Placed
+				*placed, *owner = d.Placed, d.Owner
 			}
 		})
 	}
@@ -634,16 +641,36 @@ func (s *spreader) sample(ctx context.Context, path string, body []byte) {
 		if !r.live.Load() {
 			continue
 		}
-		ask(r, &ps.answers[i], &ps.placed[i])
+		ask(r, &ps.answers[i], &ps.placed[i], &owners[i])
 		if !control {
-			ask(r, &ps.again, nil)
+			ask(r, &ps.again, nil, nil)
 			control = true
 		}
 	}
 	wg.Wait()
+	ps.routed = s.throughOwners(ps.answers, owners)
 	s.mu.Lock()
 	s.samples = append(s.samples, ps)
 	s.mu.Unlock()
+}
+
+// throughOwners turns each replica's answer into where a request reaching
+// it goes: a replica that names another as the owner of the instance it
+// placed the request on forwards it, and the owner's answer is where it
+// goes (when the owner did not answer, the replica would decide itself).
+func (s *spreader) throughOwners(answers, owners []string) []string {
+	out := slices.Clone(answers)
+	for i, o := range owners {
+		if o == "" || answers[i] == "" {
+			continue
+		}
+		for j, r := range s.replicas {
+			if r.name == o && answers[j] != "" {
+				out[i] = answers[j]
+			}
+		}
+	}
+	return out
 }
 
 // agreement counts the samples taken in [from, to). With focus < 0 a
@@ -662,10 +689,10 @@ func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow 
 			w.Errors++
 			continue
 		}
-		if focus >= 0 && x.answers[focus] == "" {
+		if focus >= 0 && x.routed[focus] == "" {
 			continue
 		}
-		answered, same := allSame(x.answers, focus)
+		answered, same := allSame(x.routed, focus)
 		if answered < 2 {
 			continue
 		}

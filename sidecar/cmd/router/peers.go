@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -21,9 +22,10 @@ import (
 // (sidecar/router/peers).
 type peerFlags struct {
 	static, service, portName, podIP, replica string
+	advertise                                 string
 	interval, staleAfter, bootstrapWait       time.Duration
 	peerPort                                  int
-	debugRoute                                bool
+	debugRoute, forward                       bool
 }
 
 func (p *peerFlags) register(fs *flag.FlagSet) {
@@ -36,6 +38,8 @@ func (p *peerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.interval, "peer-interval", peers.DefaultInterval, "how often each peer's load report is pulled")
 	fs.DurationVar(&p.staleAfter, "peer-stale-after", peers.DefaultStaleAfter, "a peer failing this long is left out of the load picture until it answers again")
 	fs.DurationVar(&p.bootstrapWait, "peer-bootstrap-wait", peers.DefaultBootstrapWait, "at start, how long to try to restore placements from a peer before serving without them")
+	fs.BoolVar(&p.forward, "forward-to-owner", true, "with peers: send each request on to the replica that owns the instance it is placed on, which decides it with that instance's exact load (see sidecar/README.md)")
+	fs.StringVar(&p.advertise, "advertise-address", "", "with --forward-to-owner: host:port where peers reach this replica's client port (default $POD_IP and the port of --listen; empty and no pod IP: this replica takes no forwarded requests)")
 	fs.BoolVar(&p.debugRoute, "enable-debug-route", false, "serve POST /debug/route on the metrics listener: where a body would be routed, without sending it")
 }
 
@@ -99,6 +103,13 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 	default:
 		return nil
 	}
+	if f.peers.forward {
+		if addr := advertiseAddress(f); addr != "" {
+			r.Policy().SetForward(f.peers.replica, addr)
+		} else {
+			log.Info("not taking forwarded requests: no --advertise-address and no pod IP; this replica decides every request it receives itself")
+		}
+	}
 	puller := peers.NewPuller(opts, st, r.Metrics().Registry, log)
 	wg.Go(func() {
 		if err := puller.Run(ctx, disc); err != nil {
@@ -109,4 +120,17 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 		log.Info("starting without a peer snapshot", "reason", err.Error())
 	}
 	return nil
+}
+
+// advertiseAddress is where peers forward requests to this replica:
+// --advertise-address, else the pod IP with the client port of --listen.
+func advertiseAddress(f *flags) string {
+	if f.peers.advertise != "" || f.peers.podIP == "" {
+		return f.peers.advertise
+	}
+	_, port, err := net.SplitHostPort(f.listen)
+	if err != nil || port == "" {
+		return ""
+	}
+	return net.JoinHostPort(f.peers.podIP, port)
 }

@@ -49,6 +49,7 @@ func (p *Policy) LocalReport(puller string, since uint64) Report {
 	})
 	r := p.log.since(since, idOf)
 	r.Loads = loads
+	r.Forward = p.forwardAddr()
 	if puller != "" {
 		p.pullers.sent(puller, r.Seq, sent, p.tuning.Now(), p.tuning.PullerGone)
 		p.updateKnown()
@@ -161,6 +162,7 @@ func (p *Policy) ApplyPeer(r Report) {
 	p.peers.byName[r.Replica] = r.Loads
 	p.peers.mu.Unlock()
 	p.recomputePeers()
+	p.notePeerForward(r.Replica, r.Forward)
 	p.pop.add(r.Seen, r.SeenRequests)
 	if len(r.Placements) == 0 {
 		return
@@ -186,6 +188,7 @@ func (p *Policy) ForgetPeer(replica string) {
 	if ok {
 		p.recomputePeers()
 	}
+	p.notePeerForward(replica, "")
 }
 
 // Peers is the number of peers whose reports are counted.

@@ -230,6 +230,9 @@ type Policy struct {
 	replicas atomic.Int64
 	// shared is set while peers' reports are counted (see globalShare).
 	shared atomic.Bool
+	// owners and owning: who decides for each instance (see owner.go).
+	owners owners
+	owning atomic.Bool
 	peers  peers
 	log    *placementLog
 	// pick makes a decision and its charge one step: without it, requests
@@ -470,6 +473,10 @@ type Peeked struct {
 	// the same as Instance unless Spill says why not.
 	Placed string `json:"placed"`
 	Spill  string `json:"spill,omitempty"`
+	// Owner is the replica that decides for Placed when it is not this
+	// one (see Owner): the request would be forwarded there, and go where
+	// that replica decides.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Peek returns what Pick would decide for req now, recording nothing: no
@@ -485,6 +492,7 @@ func (p *Policy) Peek(req Request) (Peeked, error) {
 	if c.placed >= 0 {
 		out.Placed = c.t.members[c.placed].ID
 	}
+	out.Owner, _ = p.Owner(out.Placed)
 	return out, nil
 }
 

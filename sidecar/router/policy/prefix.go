@@ -586,7 +586,7 @@ func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 // still cannot take an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the
 // reports say, until this replica's slice is full on every instance.
 func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
-	if p.replicas.Load() > 1 {
+	if p.deciders() > 1 {
 		slice := p.slice(t)
 		for i, m := range order {
 			if p.available(t, m) && t.members[m].stat.inFlight.Load() < slice {
@@ -607,7 +607,7 @@ func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
 
 // slice is this replica's fixed slice ⌈T/R⌉ of an instance's threshold.
 func (p *Policy) slice(t *table) int64 {
-	r := p.replicas.Load()
+	r := p.deciders()
 	return (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
 }
 

@@ -34,6 +34,10 @@ type Report struct {
 	// to the same anchors. Empty on a first pull (Seq 0).
 	Seen         []SeenHash `json:"seen,omitempty"`
 	SeenRequests int64      `json:"seenRequests,omitempty"`
+	// Forward is the address (host:port of its client port) where the
+	// replica takes requests forwarded to it as the owner of their
+	// instance (see owner.go); empty when it takes none.
+	Forward string `json:"forward,omitempty"`
 }
 
 // SeenHash is how many requests carried one block hash.

@@ -146,15 +146,24 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func newFixture(t testing.TB, n int, opts Options, adapters ...routingv1alpha1.Adapter) *fixture {
+// newBackends starts backends vllm-0 … vllm-(n-1) and returns them and
+// their addresses by id.
+func newBackends(t testing.TB, n int) (map[string]*backend, map[string]string) {
 	t.Helper()
-	f := &fixture{backends: map[string]*backend{}}
-	addrs := map[string]string{}
+	bs, addrs := map[string]*backend{}, map[string]string{}
 	for i := range n {
 		id := fmt.Sprintf("vllm-%d", i)
-		f.backends[id] = newBackend(t, id)
-		addrs[id] = f.backends[id].addr()
+		bs[id] = newBackend(t, id)
+		addrs[id] = bs[id].addr()
 	}
+	return bs, addrs
+}
+
+func newFixture(t testing.TB, n int, opts Options, adapters ...routingv1alpha1.Adapter) *fixture {
+	t.Helper()
+	f := &fixture{}
+	var addrs map[string]string
+	f.backends, addrs = newBackends(t, n)
 	if opts.EjectBase == 0 {
 		opts.EjectBase = time.Minute
 	}

@@ -93,6 +93,10 @@ type Router struct {
 	state    atomic.Pointer[state]
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
+	// owners relays requests to the replica that owns their instance
+	// (forward.go), over its own connection pool.
+	owners        *httputil.ReverseProxy
+	peerTransport http.RoundTripper
 	// upstreamAuth is the Authorization value sent to vLLM in place of
 	// the client's ("" to pass the client's through), see UpstreamAPIKey.
 	upstreamAuth string
@@ -149,6 +153,8 @@ func New(opts Options) *Router {
 		ErrorLog:       StdLogger(opts.Log.WithName("reverseproxy")),
 		BufferPool:     bufferPool{},
 	}
+	r.peerTransport = NewTransport()
+	r.owners = r.newOwnerProxy()
 	return r
 }
 
@@ -290,7 +296,10 @@ func (r *Router) Ready() bool { return r.state.Load() != nil && !r.draining.Load
 // the time the listener closes no client still holds a kept-alive
 // connection to reuse (closing idle connections at once instead races with
 // clients writing a request on them, which resets it).
-func (r *Router) Drain() { r.draining.Store(true) }
+func (r *Router) Drain() {
+	r.draining.Store(true)
+	r.policy.StopOwning()
+}
 
 // Handler serves the traffic port. Until the first document arrives every
 // path but /healthz answers 503.
@@ -409,6 +418,10 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	}
 	if bad != nil {
 		r.reject(w, st.strategy, bad)
+		return
+	}
+	if r.toOwner(w, req, body, x) {
+		x.Release()
 		return
 	}
 	choice, err := r.policy.Pick(policyRequest(x))

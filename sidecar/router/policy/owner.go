@@ -1,0 +1,125 @@
+package policy
+
+import (
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// One decider per instance. Router replicas that each decide from their
+// own counts plus their peers' reports, a report old, disagree at the
+// threshold and split its headroom into slices (see overThreshold); on
+// saturated traffic that cost several points of hit rate against one
+// router. So every instance has an owner, the replica first in rendezvous
+// (HRW) order of the instance's id over the replicas that take forwarded
+// requests, and a replica that places a request on an instance it does not
+// own forwards it, body unchanged, to the owner, which decides as a lone
+// router would: it sees every request placed on its instances live, and
+// peers' reports only for the spills other owners send there. HRW over the
+// replicas' names moves only a leaving replica's instances, and every
+// replica that sees the same peers computes the same owners.
+
+// owners is this replica's forwarding address and its peers', from their
+// reports.
+type owners struct {
+	mu     sync.Mutex
+	self   string
+	addr   string            // "" while this replica takes no forwarded requests
+	byName map[string]string // peer replica → its forwarding address
+}
+
+// SetForward names this replica and the address its peers forward
+// requests to ("" to take none, as while it drains); it goes out in every
+// report from now on.
+func (p *Policy) SetForward(self, addr string) {
+	p.owners.mu.Lock()
+	p.owners.self, p.owners.addr = self, addr
+	p.owners.mu.Unlock()
+	p.updateOwning()
+}
+
+// Owner returns the replica that decides for the instance with the given
+// id and the address to forward to, or "" and "" when this replica
+// decides: it owns the instance, takes no forwarded requests itself, or
+// knows no peer that does.
+func (p *Policy) Owner(instance string) (replica, addr string) {
+	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
+	o := &p.owners
+	if o.addr == "" || len(o.byName) == 0 {
+		return "", ""
+	}
+	best, bestScore := o.self, ownerScore(o.self, instance)
+	for name := range o.byName {
+		if s := ownerScore(name, instance); s > bestScore || s == bestScore && name < best {
+			best, bestScore = name, s
+		}
+	}
+	if best == o.self {
+		return "", ""
+	}
+	return best, o.byName[best]
+}
+
+// ownerScore is the replica's rendezvous score for the instance.
+func ownerScore(replica, instance string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(replica)
+	_, _ = d.WriteString("\x00")
+	_, _ = d.WriteString(instance)
+	return d.Sum64()
+}
+
+// forwardAddr is what this replica's reports carry.
+func (p *Policy) forwardAddr() string {
+	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
+	return p.owners.addr
+}
+
+// notePeerForward records a peer's forwarding address ("" removes it).
+func (p *Policy) notePeerForward(replica, addr string) {
+	p.owners.mu.Lock()
+	if p.owners.byName == nil {
+		p.owners.byName = make(map[string]string)
+	}
+	if addr == "" {
+		delete(p.owners.byName, replica)
+	} else {
+		p.owners.byName[replica] = addr
+	}
+	p.owners.mu.Unlock()
+	p.updateOwning()
+}
+
+// updateOwning sets owning: requests are forwarded to owners, so each
+// instance has one decider and the threshold needs no slices.
+func (p *Policy) updateOwning() {
+	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
+	p.owning.Store(p.owners.addr != "" && len(p.owners.byName) > 0)
+}
+
+// deciders is how many replicas decide for one instance: 1 while requests
+// go to owners, else every replica (see overThreshold).
+func (p *Policy) deciders() int64 {
+	if p.owning.Load() {
+		return 1
+	}
+	return p.replicas.Load()
+}
+
+// StopOwning takes this replica out of the owners, as it drains: its
+// reports from now on carry no address, so its peers stop forwarding to it
+// within a report interval, and it forwards nothing itself.
+func (p *Policy) StopOwning() {
+	p.owners.mu.Lock()
+	p.owners.addr = ""
+	p.owners.mu.Unlock()
+	p.updateOwning()
+}
+
+// Forwarding reports whether requests go to their instance's owner (this
+// replica takes forwarded requests and knows a peer that does).
+func (p *Policy) Forwarding() bool { return p.owning.Load() }
