@@ -68,15 +68,21 @@ func ingressPolicy(ep *v1alpha1.LLMEndpoint, name, role, app string, rules ...ne
 }
 
 // buildRouterNetworkPolicy opens the routers' client port to
-// spec.networkPolicy.routerFrom (anyone when empty) and their metrics port
-// to their peers, which share load reports over it, and to the monitoring
-// peers.
+// spec.networkPolicy.routerFrom (anyone when empty) and to the routers
+// themselves, which forward each request to the replica that owns its
+// instance, and their metrics port to their peers, which share load
+// reports over it, and to the monitoring peers.
 func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPolicy {
 	clients := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerHTTPPort)},
 		// No peers lets every source in, as a LoadBalancer or NodePort
 		// Service needs.
 		From: copyPeers(ep.Spec.NetworkPolicy.RouterFrom),
+	}
+	if len(clients.From) > 0 {
+		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{
+			PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
+		})
 	}
 	metrics := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerMetricsPort)},

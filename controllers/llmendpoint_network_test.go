@@ -156,6 +156,9 @@ func TestNetworkPolicies(t *testing.T) {
 			{neighbour, routerHTTPPort, false},
 			{prometheus, routerHTTPPort, false},
 			{routerPod, routerMetricsPort, true},
+			// Replicas forward requests to the owner of their instance.
+			{routerPod, routerHTTPPort, true},
+			{otherRouter, routerHTTPPort, false},
 		},
 	}} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -121,11 +121,22 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			}
 		}
 		Expect(failed).To(BeZero(), "support-bot requests failed through the router Service")
-		served := servedPerRouter(routers)
-		GinkgoWriter.Printf("support-bot: %d requests, served per router replica %v\n", len(results), served)
-		for i, n := range served {
-			Expect(n).To(BeNumerically(">=", len(results)/(4*len(routers))), "replica %d saw its part of the traffic: %v", i, served)
+		received := receivedPerRouter(routers)
+		GinkgoWriter.Printf("support-bot: %d requests, received per router replica %v\n", len(results), received)
+		for i, n := range received {
+			Expect(n).To(BeNumerically(">=", len(results)/(4*len(routers))), "replica %d saw its part of the traffic: %v", i, received)
 		}
+		// Each replica sent the requests it placed on an instance another
+		// replica owns to that owner, at the pod IP and client port it
+		// advertises; every one arrived.
+		var forwarded, arrived float64
+		for _, r := range routers {
+			forwarded += mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "forwarded"})
+			arrived += mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "received"})
+		}
+		GinkgoWriter.Printf("support-bot: %v requests forwarded to the owner of their instance, %v arrived\n", forwarded, arrived)
+		Expect(forwarded).To(BeNumerically(">", 0), "no request was forwarded to its instance's owner")
+		Expect(arrived).To(Equal(forwarded))
 
 		// Ask every replica where a sample of the same requests would go
 		// now; reports are pulled every 100 ms, so the picture settles
@@ -255,12 +266,16 @@ func debugRoute(ctx context.Context, r *harness.Router, body []byte) (string, er
 	return out.Instance, nil
 }
 
-// servedPerRouter is how many requests each router has routed, from its
-// own counter.
-func servedPerRouter(routers []*harness.Router) []int {
+// receivedPerRouter is how many requests each router received from the
+// Service, from its own counters: those it decided, less those a peer
+// forwarded to it, plus those it forwarded to their instance's owner.
+func receivedPerRouter(routers []*harness.Router) []int {
 	out := make([]int, len(routers))
 	for i, r := range routers {
-		out[i] = int(mustMetric(r, "warmroute_router_requests_total", nil))
+		decided := mustMetric(r, "warmroute_router_requests_total", nil)
+		in := mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "received"})
+		sent := mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "forwarded"})
+		out[i] = int(decided - in + sent)
 	}
 	return out
 }
