@@ -68,6 +68,7 @@ func (r *Router) newOwnerProxy() *httputil.ReverseProxy {
 			o := pr.In.Context().Value(ownerKey{}).(*ownerRoute)
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = o.addr
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
 			pr.Out.Header.Set(ForwardedHeader, "1")
 			pr.Out.Body = io.NopCloser(bytes.NewReader(o.body))

@@ -91,6 +91,25 @@ func TestForwardsToTheOwner(t *testing.T) {
 	if decidedA+fwd != n || decidedB != fwd {
 		t.Fatalf("a decided %v and forwarded %v, b decided %v, of %d", decidedA, fwd, decidedB, n)
 	}
+	// vLLM never sees the mark, and a forwarded request still names the
+	// client first in X-Forwarded-For, then the replica it reached.
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("100 more prompts, none forwarded")
+		}
+		resp, _ := postURL(t, pr.aURL+"/v1/chat/completions", chatBody("m", fmt.Sprintf("one more %d", i), ""))
+		if forwards(pr.a, "forwarded") == fwd {
+			continue // decided by a: try another prompt
+		}
+		b := pr.backends[resp.Header.Get("X-Backend")]
+		b.mu.Lock()
+		h := b.headers
+		b.mu.Unlock()
+		if h.Get(ForwardedHeader) != "" || strings.Count(h.Get("X-Forwarded-For"), ",") != 1 {
+			t.Errorf("forwarded request reached vLLM with %s %q, X-Forwarded-For %q", ForwardedHeader, h.Get(ForwardedHeader), h.Get("X-Forwarded-For"))
+		}
+		break
+	}
 	// Sent to b already marked as forwarded: b decides, whatever it owns.
 	for i := range 20 {
 		resp, _ := postURL(t, pr.bURL+"/v1/chat/completions", chatBody("m", fmt.Sprintf("marked %d", i), ""), ForwardedHeader, "1")

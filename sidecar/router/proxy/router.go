@@ -526,6 +526,11 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = rt.choice.Instance().Address
 	pr.Out.Host = ""
+	if pr.In.Header.Get(ForwardedHeader) != "" {
+		// From a peer: keep the client's address ahead of the peer's.
+		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+		pr.Out.Header.Del(ForwardedHeader)
+	}
 	pr.SetXForwarded()
 	r.opts.Auth.Strip(pr.Out.Header)
 	if r.upstreamAuth != "" {
