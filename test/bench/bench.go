@@ -126,7 +126,11 @@ type Report struct {
 	Remap    []Remap
 	Decision []DecisionLatency
 	Proxy    ProxyOverhead
-	Uploads  UploadMemory
+	// Forward is what forwarding to the owner adds (Direct: the owner
+	// decides; Routed: another replica forwards to it); zero when the
+	// router does not forward.
+	Forward ProxyOverhead
+	Uploads UploadMemory
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
@@ -242,6 +246,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.log("proxy overhead")
 	if rep.Proxy, err = cfg.measureProxy(ctx, cfg.router); err != nil {
 		return nil, fmt.Errorf("proxy overhead: %w", err)
+	}
+	cfg.log("forwarding to the owner")
+	if rep.Forward, err = cfg.measureForwardHop(ctx); err != nil {
+		return nil, fmt.Errorf("forwarding hop: %w", err)
 	}
 	if b := cfg.baseline; b != nil {
 		cfg.log("proxy overhead and decision benchmark at %s and now", b.revision)

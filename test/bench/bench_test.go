@@ -20,7 +20,8 @@ import (
 //   - the hit rates come from the simulators' counters and are sane: the
 //     pooled oracle beats RANDOM, and PREFIX_AWARE beats RANDOM on the
 //     long-context workload by a clear margin (at least 20 points);
-//   - remap, decision latency and proxy overhead were measured;
+//   - remap, decision latency, proxy overhead and the forwarding hop
+//     were measured;
 //   - every replica run and the restart served every request, the
 //     replicas were peeked and answered, and the simulators' high-water
 //     mark saw the requests in flight;
@@ -60,8 +61,8 @@ func TestShortBenchmark(t *testing.T) {
 	if oracle.HitRate <= random.HitRate {
 		t.Errorf("long-context: pooled oracle %.3f does not beat RANDOM %.3f", oracle.HitRate, random.HitRate)
 	}
-	if len(rep.Remap) == 0 || len(rep.Decision) == 0 || rep.Proxy.Samples == 0 {
-		t.Errorf("missing measurements: %d remaps, %d decision sizes, %d proxy samples", len(rep.Remap), len(rep.Decision), rep.Proxy.Samples)
+	if len(rep.Remap) == 0 || len(rep.Decision) == 0 || rep.Proxy.Samples == 0 || rep.Forward.Samples == 0 {
+		t.Errorf("missing measurements: %d remaps, %d decision sizes, %d proxy samples, %d forwarded samples", len(rep.Remap), len(rep.Decision), rep.Proxy.Samples, rep.Forward.Samples)
 	}
 	for _, m := range rep.Remap {
 		if m.Moved <= 0 || m.Moved > 1 || m.Ideal <= 0 {
@@ -79,7 +80,7 @@ func TestShortBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", cfg.Command} {
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", "added by the hop", cfg.Command} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}

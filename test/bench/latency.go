@@ -187,6 +187,27 @@ func (c *Config) measureProxy(ctx context.Context, bin routerBinary) (ProxyOverh
 	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
 		return ProxyOverhead{}, err
 	}
+	bodies := c.proxyBodies()
+	client := workload.NewClient()
+	defer client.CloseIdleConnections() // before the router stops
+	direct, routed, err := alternate(ctx, client, c.ProxySamples, bodies, sims[0].URL(), f.routerURL)
+	if err != nil {
+		return ProxyOverhead{}, err
+	}
+	return overhead(len(bodies[0]), direct, routed), nil
+}
+
+// overhead compares two paths' latencies: b's over a's.
+func overhead(size int, a, b []time.Duration) ProxyOverhead {
+	o := ProxyOverhead{BodyBytes: size, Samples: len(a),
+		DirectP50: quantile(a, 0.5), DirectP99: quantile(a, 0.99),
+		RoutedP50: quantile(b, 0.5), RoutedP99: quantile(b, 0.99)}
+	o.AddedP50, o.AddedP99 = o.RoutedP50-o.DirectP50, o.RoutedP99-o.DirectP99
+	return o
+}
+
+// proxyBodies are 64 distinct 4 KiB chat bodies asking for one token.
+func (c *Config) proxyBodies() [][]byte {
 	const size = 4 << 10
 	rng := rand.New(rand.NewPCG(c.Seed, 4))
 	bodies := make([][]byte, 64)
@@ -195,8 +216,12 @@ func (c *Config) measureProxy(ctx context.Context, bin routerBinary) (ProxyOverh
 			{Role: "user", Content: randomText(rng, size-120)},
 		}}, workload.Options{Model: c.Model})
 	}
-	client := workload.NewClient()
-	defer client.CloseIdleConnections() // before the router stops
+	return bodies
+}
+
+// alternate sends n bodies (after n/10 to warm up) one at a time,
+// alternately to base a and base b, and returns each path's latencies.
+func alternate(ctx context.Context, client *http.Client, n int, bodies [][]byte, a, b string) ([]time.Duration, []time.Duration, error) {
 	send := func(base string, body []byte) (time.Duration, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
 		if err != nil {
@@ -216,28 +241,68 @@ func (c *Config) measureProxy(ctx context.Context, bin routerBinary) (ProxyOverh
 		}
 		return d, err
 	}
-	n := c.ProxySamples
-	direct := make([]time.Duration, 0, n)
-	routed := make([]time.Duration, 0, n)
+	as := make([]time.Duration, 0, n)
+	bs := make([]time.Duration, 0, n)
 	for i := range n + n/10 {
 		body := bodies[i%len(bodies)]
-		d, err := send(sims[0].URL(), body)
+		da, err := send(a, body)
 		if err != nil {
-			return ProxyOverhead{}, fmt.Errorf("direct: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", a, err)
 		}
-		r, err := send(f.routerURL, body)
+		db, err := send(b, body)
 		if err != nil {
-			return ProxyOverhead{}, fmt.Errorf("routed: %w", err)
+			return nil, nil, fmt.Errorf("%s: %w", b, err)
 		}
 		if i >= n/10 {
-			direct, routed = append(direct, d), append(routed, r)
+			as, bs = append(as, da), append(bs, db)
 		}
 	}
-	o := ProxyOverhead{BodyBytes: len(bodies[0]), Samples: n,
-		DirectP50: quantile(direct, 0.5), DirectP99: quantile(direct, 0.99),
-		RoutedP50: quantile(routed, 0.5), RoutedP99: quantile(routed, 0.99)}
-	o.AddedP50, o.AddedP99 = o.RoutedP50-o.DirectP50, o.RoutedP99-o.DirectP99
-	return o, nil
+	return as, bs, nil
+}
+
+// measureForwardHop times what forwarding to the owner adds: 4 KiB
+// requests that two replicas place on an instance replica 1 owns, sent one
+// at a time, alternately to replica 1 (which decides them itself, as one
+// router) and to replica 0 (which forwards them to replica 1). Zero when
+// the router does not forward.
+func (c *Config) measureForwardHop(ctx context.Context) (ProxyOverhead, error) {
+	if !c.router.forward {
+		return ProxyOverhead{}, nil
+	}
+	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, "forward"), 2, proxyTimeScale, c.router)
+	if err != nil {
+		return ProxyOverhead{}, err
+	}
+	defer f.stop()
+	peek := &http.Client{Timeout: 10 * time.Second}
+	owner := f.replicas[1]
+	// The replicas learn each other's addresses from their first reports.
+	var forwarded [][]byte
+	deadline := time.Now().Add(10 * time.Second)
+	for len(forwarded) == 0 && time.Now().Before(deadline) {
+		for _, body := range c.proxyBodies() {
+			d, err := debugRoute(ctx, peek, f.replicas[0].metricsURL(), "/v1/chat/completions", body)
+			if err != nil {
+				return ProxyOverhead{}, err
+			}
+			if d.Owner == owner.name {
+				forwarded = append(forwarded, body)
+			}
+		}
+		if len(forwarded) == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if len(forwarded) == 0 {
+		return ProxyOverhead{}, fmt.Errorf("no request of 64 forwarded from %s to %s", f.replicas[0].name, owner.name)
+	}
+	client := workload.NewClient()
+	defer client.CloseIdleConnections()
+	decided, relayed, err := alternate(ctx, client, c.ProxySamples, forwarded, "http://"+owner.addr, "http://"+f.replicas[0].addr)
+	if err != nil {
+		return ProxyOverhead{}, err
+	}
+	return overhead(len(forwarded[0]), decided, relayed), nil
 }
 
 // UploadMemory is the router's memory under a burst of large uploads, with
