@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
@@ -33,10 +34,10 @@ func (r *Router) toOwner(w http.ResponseWriter, req *http.Request, body []byte, 
 		return false
 	}
 	peeked, err := r.policy.Peek(policyRequest(x))
-	if err != nil || peeked.Owner == "" {
+	if err != nil {
 		return false
 	}
-	_, addr := r.policy.Owner(peeked.Placed)
+	owner, addr := r.policy.Owner(peeked.Placed)
 	if addr == "" {
 		return false
 	}
@@ -44,7 +45,7 @@ func (r *Router) toOwner(w http.ResponseWriter, req *http.Request, body []byte, 
 	r.owners.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), ownerKey{}, o)))
 	if o.unreachable {
 		r.opts.Metrics.Forwards.WithLabelValues("fallback").Inc()
-		r.opts.Log.V(1).Info("owner unreachable; deciding here", "owner", peeked.Owner, "address", addr)
+		r.opts.Log.V(1).Info("owner unreachable; deciding here", "owner", owner, "address", addr)
 		return false
 	}
 	r.opts.Metrics.Forwards.WithLabelValues("forwarded").Inc()
@@ -53,9 +54,17 @@ func (r *Router) toOwner(w http.ResponseWriter, req *http.Request, body []byte, 
 
 // ownerRoute is a forward's state, carried in the request context.
 type ownerRoute struct {
-	addr        string
-	body        []byte
-	unreachable bool // the connection failed: nothing was sent
+	addr string
+	body []byte
+	// reused: the forward went out on a pooled connection.
+	reused bool
+	// unreachable: the forward failed before any answer, on a new
+	// connection that could not be made (nothing was sent) or on a pooled
+	// one the owner had closed (restarted, or closed it idle as the
+	// request went out); the request is then decided here. In the second
+	// case the owner may, rarely, have read it before it died: a
+	// generation computed twice costs less than a request failed.
+	unreachable bool
 }
 
 type ownerKey struct{}
@@ -74,6 +83,9 @@ func (r *Router) newOwnerProxy() *httputil.ReverseProxy {
 			pr.Out.Body = io.NopCloser(bytes.NewReader(o.body))
 			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(o.body)), nil }
 			pr.Out.ContentLength = int64(len(o.body))
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), &httptrace.ClientTrace{
+				GotConn: func(c httptrace.GotConnInfo) { o.reused = c.Reused },
+			}))
 		},
 		Transport:     r.peerTransport,
 		FlushInterval: -1,
@@ -82,7 +94,7 @@ func (r *Router) newOwnerProxy() *httputil.ReverseProxy {
 				return
 			}
 			o := req.Context().Value(ownerKey{}).(*ownerRoute)
-			if isConnectError(err) {
+			if isConnectError(err) || o.reused {
 				o.unreachable = true
 				return
 			}

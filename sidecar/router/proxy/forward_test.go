@@ -3,8 +3,11 @@ package proxy
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +137,37 @@ func TestUnreachableOwnerFallsBack(t *testing.T) {
 	}
 	if fb := forwards(pr.a, "fallback"); fb == 0 || forwards(pr.a, "forwarded") != 0 {
 		t.Fatalf("fallbacks %v, forwarded %v: want every request for b's instances decided here", fb, forwards(pr.a, "forwarded"))
+	}
+}
+
+// TestOwnerClosingAPooledConnectionFallsBack: an owner that closes a
+// kept-alive connection as the next forward goes out on it (it restarted,
+// or closed it idle) costs no request: the replica decides it itself.
+func TestOwnerClosingAPooledConnectionFallsBack(t *testing.T) {
+	var answered atomic.Int64
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if answered.Add(1) == 1 {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_, _ = io.WriteString(w, `{"ok":true}`) // kept alive, pooled
+			return
+		}
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close() // the next request on it finds it closed
+		}
+	}))
+	defer owner.Close()
+	pr := newReplicaPair(t, 6, func(string) string { return strings.TrimPrefix(owner.URL, "http://") })
+	statuses := map[int]int{}
+	for i := 0; forwards(pr.a, "forwarded")+forwards(pr.a, "fallback") < 2; i++ {
+		if i == 200 {
+			t.Fatal("200 prompts, fewer than two for b's instances")
+		}
+		resp, _ := postURL(t, pr.aURL+"/v1/chat/completions", chatBody("m", fmt.Sprintf("prompt %d", i), ""))
+		statuses[resp.StatusCode]++
+	}
+	if len(statuses) != 1 || statuses[200] == 0 || forwards(pr.a, "fallback") != 1 {
+		t.Fatalf("statuses %v, forwarded %v, fallbacks %v: want every request answered, the second forward decided here",
+			statuses, forwards(pr.a, "forwarded"), forwards(pr.a, "fallback"))
 	}
 }
