@@ -248,20 +248,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.log("decision latency")
 	rep.Decision = cfg.measureDecisions()
 	cfg.log("proxy overhead")
-	if rep.Proxy, err = cfg.measureProxy(ctx, cfg.router); err != nil {
+	bins := []routerBinary{cfg.router}
+	if b := cfg.baseline; b != nil {
+		bins = append(bins, *b)
+	}
+	proxies, err := cfg.measureProxy(ctx, bins...)
+	if err != nil {
 		return nil, fmt.Errorf("proxy overhead: %w", err)
+	}
+	rep.Proxy = proxies[0]
+	if len(proxies) > 1 {
+		rep.BeforeProxy = &proxies[1]
 	}
 	cfg.log("forwarding to the owner")
 	if rep.Forward, err = cfg.measureForwardHop(ctx); err != nil {
 		return nil, fmt.Errorf("forwarding hop: %w", err)
 	}
 	if b := cfg.baseline; b != nil {
-		cfg.log("proxy overhead and decision benchmark at %s and now", b.revision)
-		p, err := cfg.measureProxy(ctx, *b)
-		if err != nil {
-			return nil, fmt.Errorf("proxy overhead at %s: %w", b.revision, err)
-		}
-		rep.BeforeProxy = &p
+		cfg.log("decision benchmark at %s and now", b.revision)
 		if rep.DecisionBench, err = cfg.compareDecisionBench(ctx, *b); err != nil {
 			return nil, err
 		}

@@ -171,30 +171,41 @@ type ProxyOverhead struct {
 // comparison is dominated by HTTP and the router.
 const proxyTimeScale = 1e-6
 
-// measureProxy times 4 KiB non-streaming requests, one at a time, sent
-// alternately direct and through the router on loopback.
-func (c *Config) measureProxy(ctx context.Context, bin routerBinary) (ProxyOverhead, error) {
-	dir := filepath.Join(c.WorkDir, "proxy"+bin.suffix())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return ProxyOverhead{}, err
-	}
-	sims, err := c.startSims(1, proxyTimeScale)
-	if err != nil {
-		return ProxyOverhead{}, err
-	}
-	f := &fleet{sims: sims, bin: bin}
-	defer f.stop()
-	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
-		return ProxyOverhead{}, err
+// measureProxy times 4 KiB non-streaming requests, one at a time, sent in
+// turn straight to a simulator and through each router binary in front of
+// it (its own simulator each), on loopback: one overhead per binary. Taking
+// the binaries in turn request by request, not one after the other, keeps
+// a change in the shared machine's load out of their comparison.
+func (c *Config) measureProxy(ctx context.Context, bins ...routerBinary) ([]ProxyOverhead, error) {
+	bases := make([]string, 0, 2*len(bins))
+	for _, bin := range bins {
+		dir := filepath.Join(c.WorkDir, "proxy"+bin.suffix())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		sims, err := c.startSims(1, proxyTimeScale)
+		if err != nil {
+			return nil, err
+		}
+		f := &fleet{sims: sims, bin: bin}
+		defer f.stop()
+		if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
+			return nil, err
+		}
+		bases = append(bases, sims[0].URL(), f.routerURL)
 	}
 	bodies := c.proxyBodies()
 	client := workload.NewClient()
-	defer client.CloseIdleConnections() // before the router stops
-	direct, routed, err := alternate(ctx, client, c.ProxySamples, bodies, sims[0].URL(), f.routerURL)
+	defer client.CloseIdleConnections() // before the routers stop
+	lat, err := alternate(ctx, client, c.ProxySamples, bodies, bases...)
 	if err != nil {
-		return ProxyOverhead{}, err
+		return nil, err
 	}
-	return overhead(len(bodies[0]), direct, routed), nil
+	out := make([]ProxyOverhead, len(bins))
+	for i := range bins {
+		out[i] = overhead(len(bodies[0]), lat[2*i], lat[2*i+1])
+	}
+	return out, nil
 }
 
 // overhead compares two paths' latencies: b's over a's.
@@ -219,9 +230,9 @@ func (c *Config) proxyBodies() [][]byte {
 	return bodies
 }
 
-// alternate sends n bodies (after n/10 to warm up) one at a time,
-// alternately to base a and base b, and returns each path's latencies.
-func alternate(ctx context.Context, client *http.Client, n int, bodies [][]byte, a, b string) ([]time.Duration, []time.Duration, error) {
+// alternate sends n bodies (after n/10 to warm up) one at a time, each
+// to every base in turn, and returns each base's latencies.
+func alternate(ctx context.Context, client *http.Client, n int, bodies [][]byte, bases ...string) ([][]time.Duration, error) {
 	send := func(base string, body []byte) (time.Duration, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
 		if err != nil {
@@ -241,23 +252,20 @@ func alternate(ctx context.Context, client *http.Client, n int, bodies [][]byte,
 		}
 		return d, err
 	}
-	as := make([]time.Duration, 0, n)
-	bs := make([]time.Duration, 0, n)
+	out := make([][]time.Duration, len(bases))
 	for i := range n + n/10 {
 		body := bodies[i%len(bodies)]
-		da, err := send(a, body)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", a, err)
-		}
-		db, err := send(b, body)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", b, err)
-		}
-		if i >= n/10 {
-			as, bs = append(as, da), append(bs, db)
+		for j, base := range bases {
+			d, err := send(base, body)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", base, err)
+			}
+			if i >= n/10 {
+				out[j] = append(out[j], d)
+			}
 		}
 	}
-	return as, bs, nil
+	return out, nil
 }
 
 // measureForwardHop times what forwarding to the owner adds: 4 KiB
@@ -298,11 +306,11 @@ func (c *Config) measureForwardHop(ctx context.Context) (ProxyOverhead, error) {
 	}
 	client := workload.NewClient()
 	defer client.CloseIdleConnections()
-	decided, relayed, err := alternate(ctx, client, c.ProxySamples, forwarded, "http://"+owner.addr, "http://"+f.replicas[0].addr)
+	lat, err := alternate(ctx, client, c.ProxySamples, forwarded, "http://"+owner.addr, "http://"+f.replicas[0].addr)
 	if err != nil {
 		return ProxyOverhead{}, err
 	}
-	return overhead(len(forwarded[0]), decided, relayed), nil
+	return overhead(len(forwarded[0]), lat[0], lat[1]), nil
 }
 
 // UploadMemory is the router's memory under a burst of large uploads, with

@@ -253,7 +253,7 @@ func (r *Report) Markdown() string {
 		p("| %s | %s | %s | %s | %s |\n", body, micros(d.P50), micros(d.P99), micros(d.PickP50), micros(d.PickP99))
 	}
 	pr := r.Proxy
-	p("\n**Added proxy latency** (%d B non-streaming chat requests, one at a time, alternately straight to one simulator answering in microseconds and through the router binary in front of it, on loopback; %d samples each):\n\n", pr.BodyBytes, pr.Samples)
+	p("\n**Added proxy latency** (%d B non-streaming chat requests, one at a time, alternately straight to one simulator answering in microseconds and through the router binary in front of it (and, with a baseline, to its own simulator and through the baseline's router, in the same turn), on loopback; %d samples each):\n\n", pr.BodyBytes, pr.Samples)
 	p("| path | p50 | p99 |\n|---|---:|---:|\n| direct | %s | %s |\n| through the router | %s | %s |\n| **added by the router** | **%s** | %s |\n",
 		micros(pr.DirectP50), micros(pr.DirectP99), micros(pr.RoutedP50), micros(pr.RoutedP99), micros(pr.AddedP50), micros(pr.AddedP99))
 	if fw := r.Forward; fw.Samples > 0 {

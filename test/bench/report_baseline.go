@@ -52,7 +52,7 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 	}
 	if bp := r.BeforeProxy; bp != nil {
 		ap := r.Proxy
-		p("\n**Added proxy latency** (as in *Router costs*, each binary in turn): `%s` p50 %s, p99 %s; this revision p50 %s, p99 %s.\n",
+		p("\n**Added proxy latency** (as in *Router costs*, the two binaries in turn, request by request): `%s` p50 %s, p99 %s; this revision p50 %s, p99 %s.\n",
 			rev, micros(bp.AddedP50), micros(bp.AddedP99), micros(ap.AddedP50), micros(ap.AddedP99))
 	}
 	if len(r.DecisionBench) == 2 {
