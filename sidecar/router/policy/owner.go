@@ -33,8 +33,8 @@ type owners struct {
 // report from now on.
 func (p *Policy) SetForward(self, addr string) {
 	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
 	p.owners.self, p.owners.addr = self, addr
-	p.owners.mu.Unlock()
 	p.updateOwning()
 }
 
@@ -81,6 +81,7 @@ func (p *Policy) forwardAddr() string {
 // notePeerForward records a peer's forwarding address ("" removes it).
 func (p *Policy) notePeerForward(replica, addr string) {
 	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
 	if p.owners.byName == nil {
 		p.owners.byName = make(map[string]string)
 	}
@@ -89,15 +90,13 @@ func (p *Policy) notePeerForward(replica, addr string) {
 	} else {
 		p.owners.byName[replica] = addr
 	}
-	p.owners.mu.Unlock()
 	p.updateOwning()
 }
 
 // updateOwning sets owning: requests are forwarded to owners, so each
-// instance has one decider and the threshold needs no slices.
+// instance has one decider and the threshold needs no slices. The caller
+// holds p.owners.mu, under which it changed what owning derives from.
 func (p *Policy) updateOwning() {
-	p.owners.mu.Lock()
-	defer p.owners.mu.Unlock()
 	p.owning.Store(p.owners.addr != "" && len(p.owners.byName) > 0)
 }
 
@@ -115,11 +114,23 @@ func (p *Policy) deciders() int64 {
 // within a report interval, and it forwards nothing itself.
 func (p *Policy) StopOwning() {
 	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
 	p.owners.addr = ""
-	p.owners.mu.Unlock()
 	p.updateOwning()
 }
 
 // Forwarding reports whether requests go to their instance's owner (this
 // replica takes forwarded requests and knows a peer that does).
 func (p *Policy) Forwarding() bool { return p.owning.Load() }
+
+// ForwardAddr is where the peer named replica takes forwarded requests
+// ("" when it takes none, or is this replica): the address of the owner
+// that Peek names, without ranking the replicas again.
+func (p *Policy) ForwardAddr(replica string) string {
+	p.owners.mu.Lock()
+	defer p.owners.mu.Unlock()
+	if replica == p.owners.self || p.owners.addr == "" {
+		return ""
+	}
+	return p.owners.byName[replica]
+}

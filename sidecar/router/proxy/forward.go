@@ -37,7 +37,9 @@ func (r *Router) toOwner(w http.ResponseWriter, req *http.Request, body []byte, 
 	if err != nil {
 		return false
 	}
-	owner, addr := r.policy.Owner(peeked.Placed)
+	// Peek named the owner already; only its address is left to look up.
+	owner := peeked.Owner
+	addr := r.policy.ForwardAddr(owner)
 	if addr == "" {
 		return false
 	}
