@@ -262,14 +262,15 @@ func recordDepths(leaf, n int) []int {
 // routing text has.
 const maxRecordDepths = 16
 
-// stickySlack is the absolute slack (in decisions) of the stickiness bound:
-// it keeps the first few hundred decisions, when shares are small numbers,
-// from moving keys on noise. Over a short run it lets a busy instance's
-// share reach MoveSlack × average + 16 (rag in the benchmark: 1.18 × the
-// average after 1,500 decisions); at 2 that fell to 1.09, but scale-out
-// then moved up to 6 points more keys (long-context warm 7→8: 14.6 →
-// 20.7 %) and long-context lost a point of hit rate, so it stays at 16.
-const stickySlack = 16
+// stickySlack is the absolute slack (in decisions) of the stickiness bound,
+// max(MoveSlack × average, average + stickySlack): it keeps the first few
+// hundred decisions, when shares are small numbers, from moving keys on
+// noise, and gives way to MoveSlack once the average passes stickySlack /
+// (MoveSlack − 1) = 100 decisions per instance. Added to MoveSlack ×
+// average, as it was, 16 let a busy instance's share reach 1.18 × the
+// average in a 1,500-request run (rag); scale-out needed it because a new
+// instance started at a zero share, which no longer holds (seedShares).
+const stickySlack = 8
 
 // sticky returns the member of set that the index says holds the prefix
 // (-1 if none does), and whether that is a move. Request share is kept
@@ -308,8 +309,15 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
 			return -1, false
 		}
 	}
+	if p.tuning.ShareSlack < 0 {
+		return home, moved
+	}
 	avg := p.averageShare(t, set)
-	if p.tuning.ShareSlack < 0 || float64(p.globalShare(t.members[home].stat)) <= p.tuning.MoveSlack*avg+stickySlack {
+	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(p.globalShare(first)) <= p.tuning.ShareSlack*avg {
+		// The key's first choice joined the fleet after it was placed.
+		return set[0], true
+	}
+	if float64(p.globalShare(t.members[home].stat)) <= max(p.tuning.MoveSlack*avg, avg+stickySlack) {
 		return home, moved
 	}
 	m := p.relieve(t, set, home, avg)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // A snapshot carries what a replica has learnt — the popularity sketch, the
@@ -101,6 +102,17 @@ func (p *Policy) Restore(data []byte) error {
 	replicas := max(p.replicas.Load(), 1)
 	for i, st := range stats {
 		st.share.Store(int64(s.shares[i]) / replicas)
+	}
+	if t := p.table.Load(); t != nil {
+		// Instances the peer did not know yet joined while this replica
+		// was away: seeded as Update seeds instances that join.
+		var joined []*stat
+		for _, m := range t.members {
+			if !slices.Contains(stats, m.stat) {
+				joined = append(joined, m.stat)
+			}
+		}
+		p.seedShares(t, joined)
 	}
 	for i, c := range s.counts {
 		p.pop.counts[i].Store(c)

@@ -30,6 +30,9 @@ type stat struct {
 	// is sure to have in its picture (see pullers): what overThreshold
 	// counts this replica's sends beyond.
 	knownRequests atomic.Int64
+	// joined is 1 + the share epoch in which the instance joined a running
+	// fleet (0: it was there from the start); see joining.
+	joined atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
@@ -45,6 +48,12 @@ type statRegistry struct {
 }
 
 func (r *statRegistry) get(id string) *stat {
+	s, _ := r.lookup(id)
+	return s
+}
+
+// lookup is get that also reports whether the stat was created by the call.
+func (r *statRegistry) lookup(id string) (*stat, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID == nil {
@@ -56,7 +65,7 @@ func (r *statRegistry) get(id string) *stat {
 		s = &stat{token: r.token}
 		r.byID[id] = s
 	}
-	return s
+	return s, !ok
 }
 
 // each calls f for every instance the registry holds, under its lock.
