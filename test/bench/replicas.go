@@ -58,6 +58,12 @@ type ReplicaConfig struct {
 	// scale 0.15 would see reports 6.7 times staler than production does.
 	// Negative leaves the router's default wall interval.
 	PeerInterval time.Duration
+	// ReferenceRuns is how many times each workload runs through one
+	// replica [1]. The replica rows are compared with the median of these
+	// runs: one run's p90 can be far off (mixed-length's, where the 90th
+	// percentile falls between the short chats and the long documents,
+	// ranged 118–278 ms over runs of the same code).
+	ReferenceRuns int
 }
 
 // MinPeerInterval bounds how often replicas pull each other's reports in
@@ -83,6 +89,7 @@ func (r *ReplicaConfig) defaults() {
 	r.RestartAt = cmp.Or(r.RestartAt, 0.3)
 	r.RestartSampleEvery = cmp.Or(r.RestartSampleEvery, 2)
 	r.PeerInterval = cmp.Or(r.PeerInterval, 100*time.Millisecond)
+	r.ReferenceRuns = max(r.ReferenceRuns, 1)
 }
 
 func (r *ReplicaConfig) covers(name string) bool {
@@ -93,6 +100,9 @@ func (r *ReplicaConfig) covers(name string) bool {
 type ReplicaRun struct {
 	RunResult // PREFIX_AWARE; spills summed over the replicas
 	Replicas  int
+	// Repeat numbers the runs of one workload through one replica from 0
+	// (see ReplicaConfig.ReferenceRuns); 0 for every other count.
+	Repeat int
 	// Samples requests were first peeked on every replica (none with one
 	// replica); Agreed got the same instance from all of them, PlacedAgreed
 	// the same placement before the overload guard (the rest of the
@@ -157,7 +167,7 @@ type RestartResult struct {
 // again while one replica restarts when w is the restart workload.
 func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
 	if c.Replicas.covers(spec.Name) {
-		if err := c.replicaCounts(ctx, rep, spec, w); err != nil {
+		if err := c.replicaCounts(ctx, rep, spec, w, c.Replicas.ReferenceRuns); err != nil {
 			return err
 		}
 	}
@@ -174,15 +184,27 @@ func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec Workload
 	return nil
 }
 
-// replicaCounts replays w through each count of router replicas.
-func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
+// replicaCounts replays w through each count of router replicas, through
+// one replica references times.
+func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload, references int) error {
 	for _, n := range c.Replicas.Counts {
-		r, err := c.runReplicas(ctx, spec, w, n, c.router)
-		if err != nil {
-			return fmt.Errorf("%s × %d router replicas: %w", spec.Name, n, err)
+		runs := 1
+		if n == 1 {
+			runs = references
 		}
-		c.logReplicas("", r)
-		rep.Replicas = append(rep.Replicas, r)
+		for i := range runs {
+			r, err := c.runReplicas(ctx, spec, w, n, c.router)
+			if err != nil {
+				return fmt.Errorf("%s × %d router replicas: %w", spec.Name, n, err)
+			}
+			r.Repeat = i
+			label := ""
+			if i > 0 {
+				label = fmt.Sprintf(" (repeat %d)", i+1)
+			}
+			c.logReplicas(label, r)
+			rep.Replicas = append(rep.Replicas, r)
+		}
 		// The baseline with two replicas, the default router Deployment
 		// (its one-replica figures are its PREFIX_AWARE run).
 		if b := c.baseline; b != nil && n == 2 {
@@ -214,7 +236,8 @@ func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
 	}
 	rep.Workload[spec.Name] = describe(*spec, w)
 	c.log("%s: %d requests, threshold across router replicas", spec.Name, len(w.Requests))
-	return c.replicaCounts(ctx, rep, *spec, w)
+	// Only the counts above one have targets here.
+	return c.replicaCounts(ctx, rep, *spec, w, 1)
 }
 
 // runReplicas replays w through n router replicas behind a spreader.

@@ -40,8 +40,9 @@ func Full(tracePath string, seed uint64) Config {
 				Build:       func() (workload.Workload, error) { return workload.MixedLength(ml), nil }},
 		},
 		Replicas: ReplicaConfig{
-			Counts:  []int{1, 2, 3},
-			Restart: workload.NameSupportBot,
+			Counts:        []int{1, 2, 3},
+			ReferenceRuns: 3,
+			Restart:       workload.NameSupportBot,
 			HotPrefix: &WorkloadSpec{Name: workload.NameHotPrefix, TimeScale: 0.15,
 				Description: "12 bursts, 5 s apart, of 40 requests arriving within 100 ms: one shared 2,000-token system prompt, a ~30-token question, 100 output tokens",
 				Build:       func() (workload.Workload, error) { return workload.HotPrefix(hot), nil }},
