@@ -3,7 +3,7 @@ package policy
 import (
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/warmroute/warmroute/api/hrw"
 )
 
 // One decider per instance. Router replicas that each decide from their
@@ -61,14 +61,10 @@ func (p *Policy) Owner(instance string) (replica, addr string) {
 	return best, o.byName[best]
 }
 
-// ownerScore is the replica's rendezvous score for the instance.
+// ownerScore is the replica's rendezvous score for the instance: the
+// project's rendezvous mixing (api/hrw) of the two names' hashes.
 func ownerScore(replica, instance string) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.WriteString(replica)
-	_, _ = d.WriteString("\x00")
-	_, _ = d.WriteString(instance)
-	return d.Sum64()
+	return hrw.Mix64(hashString(0, replica) ^ hashString(0, instance))
 }
 
 // forwardAddr is what this replica's reports carry.

@@ -111,4 +111,3 @@ func TestRestoredReplicaSeesTheNewcomerAsItsPeer(t *testing.T) {
 		t.Fatalf("the restored replica placed %d of %d requests elsewhere than its peer", differ, len(reqs))
 	}
 }
-
