@@ -111,7 +111,7 @@ BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
 # 487fc40, before forwarding to owners; empty skips it).
-BENCH_BASELINE ?= 487fc40
+BENCH_BASELINE ?= 5d927c8
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 40 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
