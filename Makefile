@@ -110,7 +110,8 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# 487fc40, before forwarding to owners; empty skips it).
+# 5d927c8, before the tighter share bound and the seeding of instances that
+# join; empty skips it).
 BENCH_BASELINE ?= 5d927c8
 
 .PHONY: bench
