@@ -314,7 +314,11 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
 	}
 	avg := p.averageShare(t, set)
 	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(p.globalShare(first)) <= p.tuning.ShareSlack*avg {
-		// The key's first choice joined the fleet after it was placed.
+		// The key's first choice joined the fleet lately: the key goes
+		// where rendezvous hashing puts it, while that has room. (A key
+		// placed since, on its second choice because the newcomer was
+		// over the bound then, comes back too: a move the joining period
+		// bounds.)
 		return set[0], true
 	}
 	if float64(p.globalShare(t.members[home].stat)) <= max(p.tuning.MoveSlack*avg, avg+stickySlack) {
