@@ -103,7 +103,7 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 	if p.requests(s) >= threshold {
 		return true
 	}
-	r := p.deciders()
+	r := p.decidersOf(s)
 	if r <= 1 {
 		return false
 	}

@@ -45,9 +45,19 @@ func (p *Policy) SetForward(self, addr string) {
 func (p *Policy) Owner(instance string) (replica, addr string) {
 	p.owners.mu.Lock()
 	defer p.owners.mu.Unlock()
+	best := p.ownerLocked(instance)
+	if best == "" || best == p.owners.self {
+		return "", ""
+	}
+	return best, p.owners.byName[best]
+}
+
+// ownerLocked is the instance's owner, "" when requests are not forwarded
+// (see Owner); the caller holds p.owners.mu.
+func (p *Policy) ownerLocked(instance string) string {
 	o := &p.owners
 	if o.addr == "" || len(o.byName) == 0 {
-		return "", ""
+		return ""
 	}
 	best, bestScore := o.self, ownerScore(o.self, instance)
 	for name := range o.byName {
@@ -55,10 +65,7 @@ func (p *Policy) Owner(instance string) (replica, addr string) {
 			best, bestScore = name, s
 		}
 	}
-	if best == o.self {
-		return "", ""
-	}
-	return best, o.byName[best]
+	return best
 }
 
 // ownerScore is the replica's rendezvous score for the instance: the
@@ -81,6 +88,9 @@ func (p *Policy) notePeerForward(replica, addr string) {
 	if p.owners.byName == nil {
 		p.owners.byName = make(map[string]string)
 	}
+	if p.owners.byName[replica] == addr {
+		return // every report carries it: nothing changed
+	}
 	if addr == "" {
 		delete(p.owners.byName, replica)
 	} else {
@@ -89,17 +99,28 @@ func (p *Policy) notePeerForward(replica, addr string) {
 	p.updateOwning()
 }
 
-// updateOwning sets owning: requests are forwarded to owners, so each
-// instance has one decider and the threshold needs no slices. The caller
-// holds p.owners.mu, under which it changed what owning derives from.
+// updateOwning sets owning (requests are forwarded to owners) and which
+// instances this replica owns. The caller holds p.owners.mu, under which
+// it changed what these derive from.
 func (p *Policy) updateOwning() {
 	p.owning.Store(p.owners.addr != "" && len(p.owners.byName) > 0)
+	p.stats.each(func(id string, s *stat) {
+		s.owned.Store(p.ownerLocked(id) == p.owners.self && p.owning.Load())
+	})
 }
 
-// deciders is how many replicas decide for one instance: 1 while requests
-// go to owners, else every replica (see overThreshold).
-func (p *Policy) deciders() int64 {
-	if p.owning.Load() {
+// decidersOf is how many replicas decide for the instance: 1 when this
+// replica owns it (every request placed there is forwarded here), else
+// every replica. An instance this replica does not own still receives its
+// decisions when it spills a request there from one of its own (or
+// decides a request its owner could not be reached for), and so do the
+// other owners': counting itself the only decider there, as every owner
+// did at first, let three owners spilling a hot prefix onto the same next
+// instance take it to 15 with a threshold of 10 (benchmark, hot-prefix, 3
+// replicas), so there it keeps to its part of the headroom, as replicas
+// that do not forward do (see overThreshold).
+func (p *Policy) decidersOf(s *stat) int64 {
+	if s.owned.Load() {
 		return 1
 	}
 	return p.replicas.Load()

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -83,5 +84,56 @@ func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 	ps[0].ApplyPeer(r)
 	if ps[0].Forwarding() {
 		t.Fatal("router-a forwards to router-b, which drains")
+	}
+}
+
+// TestOwnerKeepsToItsSliceElsewhere: an owner decides alone for its own
+// instances, so it may fill one to the threshold; on an instance another
+// replica owns (where it sends spills) it is one of R deciders and keeps to
+// its part of the headroom, beyond what its peers know of.
+func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
+	names := []string{"router-a", "router-b", "router-c"}
+	ps := make([]*Policy, len(names))
+	for i, n := range names {
+		ps[i] = newPolicy(t, PrefixAware, 7, Tuning{})
+		ps[i].SetReplicas(len(names))
+		ps[i].SetForward(n, fmt.Sprintf("10.0.0.%d:8080", i+1))
+	}
+	for i, p := range ps {
+		for j, q := range ps {
+			if i != j {
+				r := q.LocalReport("", 0)
+				r.Replica = names[j]
+				p.ApplyPeer(r)
+			}
+		}
+	}
+	// a is the owner of the first instance; other, one it does not own.
+	tb := ps[0].table.Load()
+	owner := ownerOf(ps[0], names[0], tb.members[0].ID)
+	a := ps[slices.Index(names, owner)]
+	tb = a.table.Load()
+	own, other := 0, -1
+	for m, mem := range tb.members {
+		if ownerOf(a, owner, mem.ID) != owner {
+			other = m
+		}
+	}
+	if other < 0 {
+		t.Fatalf("%s owns all 7 instances", owner)
+	}
+	fill := func(m int) int {
+		s := tb.members[m].stat
+		n := 0
+		for ; !a.overThreshold(tb, m) && n < 20; n++ {
+			s.inFlight.Add(1)
+		}
+		return n
+	}
+	if n := fill(own); n != 10 {
+		t.Errorf("%s took %d requests on an instance it owns, want the threshold, 10", owner, n)
+	}
+	if n := fill(other); n != 4 {
+		t.Errorf("%s took %d requests on an instance another replica owns, want its part ⌈10/3⌉ = 4", owner, n)
 	}
 }

@@ -297,6 +297,10 @@ func (p *Policy) Update(cfg Config) error {
 	t.blockSize = above(p.tuning.BlockSize, 0, max(64, cfg.PrefixLength/32))
 	p.table.Store(t)
 	p.stats.prune(pos)
+	// Instances new to the registry get their owner.
+	p.owners.mu.Lock()
+	p.updateOwning()
+	p.owners.mu.Unlock()
 	// Instances new to the registry start with the peers' current loads.
 	p.recomputePeers()
 	return nil

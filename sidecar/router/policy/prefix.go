@@ -583,7 +583,7 @@ func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 		return p.requests(s) <= least+overflowStay
 	}
 	// The cheap checks first: fleetFull reads every instance.
-	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t) || !p.fleetFull(t, order) {
+	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t, s) || !p.fleetFull(t, order) {
 		return false
 	}
 	least = p.requests(t.members[order[p.leastLoaded(t, order)]].stat)
@@ -591,23 +591,22 @@ func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 }
 
 // overflowPool appends to out the positions in order of the available
-// instances where this replica holds less than its fixed slice ⌈T/R⌉ of the
-// threshold, or, when none is, of every available instance. When every
+// instances where this replica may add a request: those it owns, and
+// those where it holds less than its fixed slice ⌈T/R⌉ of the threshold;
+// or, when there are none, of every available instance. When every
 // instance looks busy, the shared picture may be stale (another replica's
 // sends are not in it yet); overflow that keeps within the fixed slice
 // still cannot take an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the
 // reports say, until this replica's slice is full on every instance.
 func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
-	if p.deciders() > 1 {
-		slice := p.slice(t)
-		for i, m := range order {
-			if p.available(t, m) && t.members[m].stat.inFlight.Load() < slice {
-				out = append(out, i)
-			}
+	for i, m := range order {
+		s := t.members[m].stat
+		if p.available(t, m) && (p.decidersOf(s) == 1 || s.inFlight.Load() < p.slice(t, s)) {
+			out = append(out, i)
 		}
-		if len(out) > 0 {
-			return out
-		}
+	}
+	if len(out) > 0 {
+		return out
 	}
 	for i, m := range order {
 		if p.available(t, m) {
@@ -617,9 +616,10 @@ func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
 	return out
 }
 
-// slice is this replica's fixed slice ⌈T/R⌉ of an instance's threshold.
-func (p *Policy) slice(t *table) int64 {
-	r := p.deciders()
+// slice is this replica's fixed slice ⌈T/R⌉ of the instance's threshold
+// (all of it, R = 1, on an instance it owns).
+func (p *Policy) slice(t *table, s *stat) int64 {
+	r := p.decidersOf(s)
 	return (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
 }
 

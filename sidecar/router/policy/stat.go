@@ -30,6 +30,8 @@ type stat struct {
 	// is sure to have in its picture (see pullers): what overThreshold
 	// counts this replica's sends beyond.
 	knownRequests atomic.Int64
+	// owned is set while this replica owns the instance (see decidersOf).
+	owned atomic.Bool
 	// joined is 1 + the share epoch in which the instance joined a running
 	// fleet (0: it was there from the start); see joining.
 	joined atomic.Int64
