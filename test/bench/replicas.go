@@ -200,7 +200,7 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 			r.Repeat = i
 			label := ""
 			if i > 0 {
-				label = fmt.Sprintf(" (repeat %d)", i+1)
+				label = fmt.Sprintf(" (run %d)", i+1)
 			}
 			c.logReplicas(label, r)
 			rep.Replicas = append(rep.Replicas, r)

@@ -103,9 +103,10 @@ func (p *Policy) notePeerForward(replica, addr string) {
 // instances this replica owns. The caller holds p.owners.mu, under which
 // it changed what these derive from.
 func (p *Policy) updateOwning() {
-	p.owning.Store(p.owners.addr != "" && len(p.owners.byName) > 0)
+	owning := p.owners.addr != "" && len(p.owners.byName) > 0
+	p.owning.Store(owning)
 	p.stats.each(func(id string, s *stat) {
-		s.owned.Store(p.ownerLocked(id) == p.owners.self && p.owning.Load())
+		s.owned.Store(owning && p.ownerLocked(id) == p.owners.self)
 	})
 }
 
