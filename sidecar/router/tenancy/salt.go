@@ -114,13 +114,18 @@ func (s *Salter) Salt(tenant string) string {
 
 // ReadKeyFile reads a salt key file: the key is its bytes as they are
 // (the operator writes 32 random bytes; any bytes will do), with one
-// trailing newline dropped for keys written by hand.
+// trailing newline dropped for keys written by hand, but only when a full
+// key remains: the operator's random key ends in a newline byte one time
+// in 256, and dropping it then made every router of the endpoint refuse
+// to start.
 func ReadKeyFile(path string) ([]byte, error) {
 	key, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read cache salt key: %w", err)
 	}
-	key = bytes.TrimSuffix(key, []byte("\n"))
+	if trimmed := bytes.TrimSuffix(key, []byte("\n")); len(trimmed) >= MinKeyBytes {
+		key = trimmed
+	}
 	if len(key) < MinKeyBytes {
 		return nil, fmt.Errorf("cache salt key %s: %w", path, errShortKey)
 	}

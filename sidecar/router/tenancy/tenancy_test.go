@@ -140,6 +140,39 @@ func TestSalt(t *testing.T) {
 	}
 }
 
+// TestReadKeyFile: a random key keeps all its bytes, even one that ends in
+// a newline byte (as the operator's 32 random bytes do one time in 256);
+// a key written by hand loses its trailing newline.
+func TestReadKeyFile(t *testing.T) {
+	random := "0123456789abcdef0123456789abcde\n"
+	for _, tt := range []struct {
+		name, file, want string
+		err              bool
+	}{
+		{name: "random bytes ending in a newline", file: random, want: random},
+		{name: "hand-written with a newline", file: "0123456789abcdef0123456789abcdef\n", want: "0123456789abcdef0123456789abcdef"},
+		{name: "as is", file: "0123456789abcdef0123456789abcdef", want: "0123456789abcdef0123456789abcdef"},
+		{name: "short", file: "short\n", err: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "key")
+			if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			key, err := ReadKeyFile(path)
+			if tt.err {
+				if err == nil {
+					t.Fatalf("read %q as a key", key)
+				}
+				return
+			}
+			if err != nil || string(key) != tt.want {
+				t.Fatalf("ReadKeyFile = %q, %v; want %q", key, err, tt.want)
+			}
+		})
+	}
+}
+
 // BenchmarkSalt is the per-request cost of deriving a tenant's salt.
 func BenchmarkSalt(b *testing.B) {
 	s := RandomSalter()
