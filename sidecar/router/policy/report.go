@@ -26,8 +26,9 @@ type Report struct {
 	// Truncated says Placements does not reach back to the Seq asked for.
 	Truncated bool `json:"truncated,omitempty"`
 	// Seen counts the block hashes carried by the requests the replica
-	// decided after the Seq asked for, up to each one's anchor (what the
-	// replica-set walk reads), and SeenRequests is how many requests they
+	// decided after the Seq asked for, every block it hashed (the ones
+	// past the anchor too: its own sketch counts them, and they decide how
+	// far a later walk goes), and SeenRequests is how many requests they
 	// came from. Every replica adds its peers' to its own popularity
 	// sketch, so that all learn which prefixes are popular from the whole
 	// traffic, not from the part a Service happened to send them, and walk
