@@ -110,9 +110,9 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# 5d927c8, before the tighter share bound and the seeding of instances that
-# join; empty skips it).
-BENCH_BASELINE ?= 5d927c8
+# b2bbd14, before peers were sent the block hashes past each request's
+# anchor; empty skips it).
+BENCH_BASELINE ?= b2bbd14
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 40 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
