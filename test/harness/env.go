@@ -1,9 +1,11 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -154,8 +156,8 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	if e.Operator, err = process.Start("operator", e.Bin.Operator, args, e.Cluster.WorkDir); err != nil {
 		return nil, err
 	}
-	if err := waitHTTP(ctx, "http://"+probe+"/readyz", 60*time.Second); err != nil {
-		return nil, fmt.Errorf("operator not ready (see %s): %w", filepath.Join(e.Cluster.WorkDir, "operator.log"), err)
+	if err := waitStarted(ctx, e.Operator, filepath.Join(e.Cluster.WorkDir, "operator.log"), "http://"+probe+"/readyz", 60*time.Second); err != nil {
+		return nil, fmt.Errorf("operator not ready: %w", err)
 	}
 	if metricsAPI != nil {
 		progress("registering the operator's custom metrics API")
@@ -201,14 +203,66 @@ func freeAddr() (string, error) {
 
 // waitHTTP polls url until it answers 200.
 func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	return waitHTTPUnless(ctx, url, timeout, func() error { return nil })
+}
+
+// waitHTTPUnless polls url until it answers 200, or stop returns an error.
+func waitHTTPUnless(ctx context.Context, url string, timeout time.Duration, stop func() error) error {
 	var last error = errors.New("no answer")
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		last = httpOK(ctx, url)
-		return last == nil, nil
+		if last == nil {
+			return true, nil
+		}
+		return false, stop()
 	}); err != nil {
 		return fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return nil
+}
+
+// waitStarted polls url until it answers 200, as waitHTTP does, but gives
+// up as soon as the process exits, and quotes the end of its log either way:
+// a router that refuses its flags or a key file exits at once, and the CI
+// summary then says why instead of naming a log file on another machine
+// after a 30 s wait.
+func waitStarted(ctx context.Context, p *process.Process, logPath, url string, timeout time.Duration) error {
+	exited := errors.New("the process exited")
+	err := waitHTTPUnless(ctx, url, timeout, func() error {
+		if done, _ := p.Exited(); done {
+			return exited
+		}
+		return nil
+	})
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; %s ends:\n%s", err, logPath, logTail(logPath, 2048))
+}
+
+// logTail is the last n bytes of the file at path (from a line start), or
+// why it could not be read.
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return err.Error()
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
 }
 
 // httpOK asks url once and says why it did not answer 200.

@@ -119,8 +119,8 @@ func (r *Router) start(ctx context.Context) error {
 	if err := r.launch(); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, r.MetricsURL+"/healthz", 30*time.Second); err != nil {
-		return fmt.Errorf("router not healthy (see %s): %w", filepath.Join(r.logDir, r.name+".log"), err)
+	if err := waitStarted(ctx, r.Proc, filepath.Join(r.logDir, r.name+".log"), r.MetricsURL+"/healthz", 30*time.Second); err != nil {
+		return fmt.Errorf("router not healthy: %w", err)
 	}
 	return nil
 }
