@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestWaitStartedGivesUpWhenTheProcessExits(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	err = waitStarted(context.Background(), p, dir+"/quitter.log", "http://"+addr+"/healthz", time.Hour)
+	err = waitStarted(context.Background(), p, filepath.Join(dir, "quitter.log"), "http://"+addr+"/healthz", time.Hour)
 	if err == nil {
 		t.Fatal("waited successfully on a process that exited")
 	}

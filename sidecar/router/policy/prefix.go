@@ -69,7 +69,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		// document's instance, which decides all its requests, counted its
 		// deeper blocks alone, walked past the window on them and placed
 		// requests where its peers' walks did not (rag, 3 replicas: 363 of
-		// 375 agreed; now all do).
+		// 375 agreed; now 374–375).
 		p.pop.record(w.hashes)
 		p.log.addSeen(w.hashes)
 	}
