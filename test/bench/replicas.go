@@ -64,7 +64,20 @@ type ReplicaConfig struct {
 	// percentile falls between the short chats and the long documents,
 	// ranged 118–278 ms over runs of the same code).
 	ReferenceRuns int
+	// RepeatSpread is how far apart (highest ÷ lowest − 1) the reference
+	// runs' p90s may be before every other count of the workload runs
+	// ReferenceRuns times as well, and the targets compare medians with
+	// medians: when runs of the same code differ by more than the 5 % the
+	// p90 target allows, one run of R replicas says more about its draw
+	// than about R (mixed-length, where the 90th percentile falls between
+	// the short chats and the long documents: fifteen one-replica runs of
+	// the same code drew 131–324 ms). 0 uses defaultRepeatSpread.
+	RepeatSpread float64
 }
+
+// defaultRepeatSpread is RepeatSpread's default: the p90 target's
+// tolerance.
+const defaultRepeatSpread = 0.05
 
 // MinPeerInterval bounds how often replicas pull each other's reports in
 // a time-scaled run, so that the exchange does not crowd out the
@@ -90,6 +103,15 @@ func (r *ReplicaConfig) defaults() {
 	r.RestartSampleEvery = cmp.Or(r.RestartSampleEvery, 2)
 	r.PeerInterval = cmp.Or(r.PeerInterval, 100*time.Millisecond)
 	r.ReferenceRuns = max(r.ReferenceRuns, 1)
+	r.RepeatSpread = cmp.Or(r.RepeatSpread, defaultRepeatSpread)
+}
+
+// spread is how far apart xs are: the highest ÷ the lowest − 1.
+func spread(xs []float64) float64 {
+	if len(xs) == 0 || slices.Min(xs) <= 0 {
+		return 0
+	}
+	return slices.Max(xs)/slices.Min(xs) - 1
 }
 
 func (r *ReplicaConfig) covers(name string) bool {
@@ -100,8 +122,8 @@ func (r *ReplicaConfig) covers(name string) bool {
 type ReplicaRun struct {
 	RunResult // PREFIX_AWARE; spills summed over the replicas
 	Replicas  int
-	// Repeat numbers the runs of one workload through one replica from 0
-	// (see ReplicaConfig.ReferenceRuns); 0 for every other count.
+	// Repeat numbers the runs of one workload through one count of
+	// replicas from 0 (see ReplicaConfig.ReferenceRuns and RepeatSpread).
 	Repeat int
 	// Samples requests were first peeked on every replica (none with one
 	// replica); Agreed got the same instance from all of them, PlacedAgreed
@@ -185,13 +207,16 @@ func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec Workload
 }
 
 // replicaCounts replays w through each count of router replicas, through
-// one replica references times.
+// one replica references times, and through every other count as many
+// times when the one-replica runs' p90s spread past RepeatSpread.
 func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload, references int) error {
+	repeat := 1
 	for _, n := range c.Replicas.Counts {
-		runs := 1
+		runs := repeat
 		if n == 1 {
 			runs = references
 		}
+		var p90s []float64
 		for i := range runs {
 			r, err := c.runReplicas(ctx, spec, w, n, c.router)
 			if err != nil {
@@ -204,6 +229,11 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 			}
 			c.logReplicas(label, r)
 			rep.Replicas = append(rep.Replicas, r)
+			p90s = append(p90s, r.Summary.EngineTTFT.P90)
+		}
+		if n == 1 && runs > 1 && spread(p90s) > c.Replicas.RepeatSpread {
+			repeat = runs
+			c.log("  one-replica p90s %.0f %% apart: every count runs %d times", 100*spread(p90s), runs)
 		}
 		// The baseline with two replicas, the default router Deployment
 		// (its one-replica figures are its PREFIX_AWARE run).
