@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"cmp"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/warmroute/warmroute/api/hrw"
@@ -10,14 +13,14 @@ import (
 // own counts plus their peers' reports, a report old, disagree at the
 // threshold and split its headroom into slices (see overThreshold); on
 // saturated traffic that cost several points of hit rate against one
-// router. So every instance has an owner, the replica first in rendezvous
-// (HRW) order of the instance's id over the replicas that take forwarded
-// requests, and a replica that places a request on an instance it does not
-// own forwards it, body unchanged, to the owner, which decides as a lone
-// router would: it sees every request placed on its instances live, and
-// peers' reports only for the spills other owners send there. HRW over the
-// replicas' names moves only a leaving replica's instances, and every
-// replica that sees the same peers computes the same owners.
+// router. So every instance has an owner among the replicas that take
+// forwarded requests (see assignOwners), and a replica that places a
+// request on an instance it does not own forwards it, body unchanged, to
+// the owner, which decides as a lone router would: it sees every request
+// placed on its instances live, and peers' reports only for the spills
+// other owners send there. Owners derive from the instances' ids and the
+// replicas' names only, so every replica that sees the same peers
+// computes the same owners.
 
 // owners is this replica's forwarding address and its peers', from their
 // reports.
@@ -26,6 +29,7 @@ type owners struct {
 	self   string
 	addr   string            // "" while this replica takes no forwarded requests
 	byName map[string]string // peer replica → its forwarding address
+	of     map[string]string // instance id → its owner, while forwarding
 }
 
 // SetForward names this replica and the address its peers forward
@@ -53,19 +57,62 @@ func (p *Policy) Owner(instance string) (replica, addr string) {
 }
 
 // ownerLocked is the instance's owner, "" when requests are not forwarded
-// (see Owner); the caller holds p.owners.mu.
-func (p *Policy) ownerLocked(instance string) string {
-	o := &p.owners
-	if o.addr == "" || len(o.byName) == 0 {
-		return ""
+// or the instance is not in the routing document yet (see Owner); the
+// caller holds p.owners.mu.
+func (p *Policy) ownerLocked(instance string) string { return p.owners.of[instance] }
+
+// assignOwners gives every instance one owner among replicas, as evenly
+// as the numbers allow: each replica owns ⌊N/R⌋ or ⌈N/R⌉ of the N
+// instances. The (instance, replica) pairs are taken in descending
+// rendezvous score, each instance going to the first replica of its order
+// that still has room, where room is ⌊N/R⌋ instances, and one more for the
+// first N mod R replicas to reach ⌊N/R⌋. Plain rendezvous hashing (every
+// instance to the top of its order) moves the fewest instances when a
+// replica comes or goes, but with few instances it is uneven: with 7
+// instances and 2 replicas one replica owns 5 or more 45 % of the time,
+// and with 4 and 2 all four one time in eight, and that replica then
+// decides and proxies most of the traffic while the other only relays.
+// Capped, a change of replicas also moves some instances between replicas
+// that stayed, which costs nothing in cache (placement does not depend on
+// owners) and only moves which replica decides. The order is total
+// (ties by names), so the result depends on the sets alone.
+func assignOwners(ids, replicas []string) map[string]string {
+	replicas = slices.Compact(slices.Sorted(slices.Values(replicas)))
+	if len(ids) == 0 || len(replicas) == 0 {
+		return nil
 	}
-	best, bestScore := o.self, ownerScore(o.self, instance)
-	for name := range o.byName {
-		if s := ownerScore(name, instance); s > bestScore || s == bestScore && name < best {
-			best, bestScore = name, s
+	type pair struct {
+		score     uint64
+		inst, rep int
+	}
+	pairs := make([]pair, 0, len(ids)*len(replicas))
+	for i, id := range ids {
+		for j, r := range replicas {
+			pairs = append(pairs, pair{ownerScore(r, id), i, j})
 		}
 	}
-	return best
+	slices.SortFunc(pairs, func(a, b pair) int {
+		return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(ids[a.inst], ids[b.inst]), cmp.Compare(a.rep, b.rep))
+	})
+	floor, extra := len(ids)/len(replicas), len(ids)%len(replicas)
+	owned := make([]int, len(replicas))
+	out := make(map[string]string, len(ids))
+	for _, pr := range pairs {
+		id := ids[pr.inst]
+		if _, done := out[id]; done {
+			continue
+		}
+		switch n := owned[pr.rep]; {
+		case n < floor:
+		case n == floor && extra > 0:
+			extra--
+		default:
+			continue // full
+		}
+		owned[pr.rep]++
+		out[id] = replicas[pr.rep]
+	}
+	return out
 }
 
 // ownerScore is the replica's rendezvous score for the instance: the
@@ -103,10 +150,22 @@ func (p *Policy) notePeerForward(replica, addr string) {
 // instances this replica owns. The caller holds p.owners.mu, under which
 // it changed what these derive from.
 func (p *Policy) updateOwning() {
-	owning := p.owners.addr != "" && len(p.owners.byName) > 0
+	o := &p.owners
+	owning := o.addr != "" && len(o.byName) > 0
+	o.of = nil
+	if t := p.table.Load(); owning && t != nil {
+		// The routing document's instances, not the registry's: it may
+		// still hold a removed instance with requests in flight, which
+		// replicas that never had it would not count.
+		ids := make([]string, len(t.members))
+		for i, m := range t.members {
+			ids[i] = m.ID
+		}
+		o.of = assignOwners(ids, append(slices.Collect(maps.Keys(o.byName)), o.self))
+	}
 	p.owning.Store(owning)
 	p.stats.each(func(id string, s *stat) {
-		s.owned.Store(owning && p.ownerLocked(id) == p.owners.self)
+		s.owned.Store(owning && o.of[id] == o.self)
 	})
 }
 

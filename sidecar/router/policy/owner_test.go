@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -15,13 +17,13 @@ func ownerOf(p *Policy, self, id string) string {
 }
 
 // TestOwnersAgreeAndMoveLittle: replicas that hear each other's reports
-// name the same owner for every instance, and a replica that leaves takes
-// only its own instances along.
+// name the same owner for every instance, each owns a third of them, and
+// a replica that leaves takes its own instances along and moves few others.
 func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 	names := []string{"router-a", "router-b", "router-c"}
 	ps := make([]*Policy, len(names))
 	for i, n := range names {
-		ps[i] = New(Tuning{})
+		ps[i] = newPolicy(t, PrefixAware, 300, Tuning{})
 		if ps[i].Forwarding() {
 			t.Fatal("forwarding before any peer is known")
 		}
@@ -41,8 +43,8 @@ func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 	}
 	before := map[string]string{}
 	count := map[string]int{}
-	for k := range 300 {
-		id := fmt.Sprintf("vllm-%d", k)
+	for _, in := range fleet(300) {
+		id := in.ID
 		o := ownerOf(ps[0], names[0], id)
 		for i, p := range ps[1:] {
 			if got := ownerOf(p, names[i+1], id); got != o {
@@ -58,21 +60,31 @@ func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 		count[o]++
 	}
 	for _, n := range names {
-		if count[n] < 60 {
-			t.Errorf("%s owns %d of 300 instances: %v", n, count[n], count)
+		if count[n] != 100 {
+			t.Errorf("%s owns %d of 300 instances, want 100: %v", n, count[n], count)
 		}
+	}
+	if _, addr := ps[0].Owner("vllm-unknown"); addr != "" {
+		t.Error("an instance outside the routing document has an owner")
 	}
 	// router-c leaves (its reports stop, or it drains).
 	ps[0].ForgetPeer("router-c")
 	ps[1].ForgetPeer("router-c")
+	moved := 0
 	for id, o := range before {
 		got := ownerOf(ps[0], names[0], id)
+		if got != ownerOf(ps[1], names[1], id) {
+			t.Errorf("%s: the two replicas left disagree", id)
+		}
 		if o != "router-c" && got != o {
-			t.Errorf("%s moved from %s to %s though %s stayed", id, o, got, o)
+			moved++
 		}
 		if got == "router-c" {
 			t.Errorf("%s still owned by the replica that left", id)
 		}
+	}
+	if moved > 10 {
+		t.Errorf("%d of the 200 instances of the replicas that stayed moved between them, want few", moved)
 	}
 	// A draining replica advertises no address and forwards nothing.
 	ps[1].StopOwning()
@@ -87,17 +99,53 @@ func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 	}
 }
 
-// TestOwnerKeepsToItsSliceElsewhere: an owner decides alone for its own
-// instances, so it may fill one to the threshold; on an instance another
-// replica owns (where it sends spills) it is one of R deciders and keeps to
-// its part of the headroom, beyond what its peers know of.
-func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
-	names := []string{"router-a", "router-b", "router-c"}
+// TestOwnersAreEvenInSmallFleets: whatever the pod names, each of R
+// replicas owns ⌊N/R⌋ or ⌈N/R⌉ of N instances (plain rendezvous hashing
+// gave one of two replicas 5 or more of 7 instances 45 % of the time), and
+// the owners do not depend on the order the replicas are listed in.
+func TestOwnersAreEvenInSmallFleets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, n := range []int{1, 2, 4, 7, 16} {
+		for _, r := range []int{2, 3, 4} {
+			for range 100 {
+				ids := make([]string, n)
+				for i := range ids {
+					ids[i] = fmt.Sprintf("vllm-%x", rng.Uint64())
+				}
+				reps := make([]string, r)
+				for i := range reps {
+					reps[i] = fmt.Sprintf("router-%x", rng.Uint64())
+				}
+				got := assignOwners(ids, reps)
+				count := map[string]int{}
+				for _, id := range ids {
+					if !slices.Contains(reps, got[id]) {
+						t.Fatalf("%s owned by %q, not one of %v", id, got[id], reps)
+					}
+					count[got[id]]++
+				}
+				for _, rep := range reps {
+					if c := count[rep]; c < n/r || c > (n+r-1)/r {
+						t.Fatalf("%d instances, %d replicas: %s owns %d (%v)", n, r, rep, c, count)
+					}
+				}
+				rng.Shuffle(len(reps), func(i, j int) { reps[i], reps[j] = reps[j], reps[i] })
+				if again := assignOwners(ids, reps); !maps.Equal(again, got) {
+					t.Fatalf("owners depend on the replicas' order: %v, then %v", got, again)
+				}
+			}
+		}
+	}
+}
+
+// owningReplicas is one policy per name over n instances, each taking
+// forwarded requests and holding every other's report.
+func owningReplicas(t *testing.T, names []string, n int) []*Policy {
 	ps := make([]*Policy, len(names))
-	for i, n := range names {
-		ps[i] = newPolicy(t, PrefixAware, 7, Tuning{})
+	for i, name := range names {
+		ps[i] = newPolicy(t, PrefixAware, n, Tuning{})
 		ps[i].SetReplicas(len(names))
-		ps[i].SetForward(n, fmt.Sprintf("10.0.0.%d:8080", i+1))
+		ps[i].SetForward(name, fmt.Sprintf("10.0.0.%d:8080", i+1))
 	}
 	for i, p := range ps {
 		for j, q := range ps {
@@ -108,6 +156,16 @@ func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
 			}
 		}
 	}
+	return ps
+}
+
+// TestOwnerKeepsToItsSliceElsewhere: an owner decides alone for its own
+// instances, so it may fill one to the threshold; on an instance another
+// replica owns (where it sends spills) it is one of R deciders and keeps to
+// its part of the headroom, beyond what its peers know of.
+func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
+	names := []string{"router-a", "router-b", "router-c"}
+	ps := owningReplicas(t, names, 7)
 	// a is the owner of the first instance; other, one it does not own.
 	tb := ps[0].table.Load()
 	owner := ownerOf(ps[0], names[0], tb.members[0].ID)
@@ -135,5 +193,66 @@ func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
 	}
 	if n := fill(other); n != 4 {
 		t.Errorf("%s took %d requests on an instance another replica owns, want its part ⌈10/3⌉ = 4", owner, n)
+	}
+}
+
+// TestOwnerOverflowsWhileTheReportsShowRoom: an owner that sees every
+// instance busy only because its part of the others' headroom is spent,
+// while the peer's reports still show room there, sends the request to
+// the least loaded instance once its own is at T + R − 1, rather than
+// further past the threshold (it stayed home within overflowStay of the
+// least: 8 in flight against a bound of 6 in the e2e suite); once the
+// reports say every instance is full it stays home again, as a lone
+// router does.
+func TestOwnerOverflowsWhileTheReportsShowRoom(t *testing.T) {
+	names := []string{"router-a", "router-b"}
+	ps := owningReplicas(t, names, 4)
+	a := ps[0]
+	tb := a.table.Load()
+	home := -1
+	var req Request
+	for i := 0; home < 0; i++ {
+		if i == 1000 {
+			t.Fatal("no request placed on an instance router-a owns")
+		}
+		req = textReq(fmt.Sprintf("Question %d about the delivery of parcels abroad.", i))
+		pk, err := a.Peek(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pk.Owner == "" {
+			home = slices.IndexFunc(tb.members, func(m member) bool { return m.ID == pk.Placed })
+		}
+	}
+	// Every instance router-a owns is at T + R − 1 = 11 (it stayed home
+	// once past the threshold of 10); on the others router-b reported 5
+	// and router-a sent 3 its peer does not know of yet, its part
+	// ⌈(10 − 5) / 2⌉ of their headroom. Home is within overflowStay of
+	// the least loaded (8), where it used to stay.
+	for _, m := range tb.members {
+		s := m.stat
+		if s.owned.Load() {
+			s.inFlight.Store(11)
+		} else {
+			s.inFlight.Store(3)
+			s.peerRequests.Store(5)
+		}
+	}
+	pk, err := a.Peek(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pk.Instance == tb.members[home].ID || pk.Spill != SpillAllBusy {
+		t.Fatalf("with room in the reports, the request went to %s (%s), want the least loaded, not home %s past the threshold", pk.Instance, pk.Spill, tb.members[home].ID)
+	}
+	// The reports now say every instance is full.
+	for _, m := range tb.members {
+		m.stat.pubRequests.Store(m.stat.inFlight.Load())
+		if !m.stat.owned.Load() {
+			m.stat.peerRequests.Store(7)
+		}
+	}
+	if pk, _ := a.Peek(req); pk.Instance != tb.members[home].ID {
+		t.Errorf("with every instance full in the reports, the request went to %s, want home %s", pk.Instance, tb.members[home].ID)
 	}
 }

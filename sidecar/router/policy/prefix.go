@@ -572,7 +572,12 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // sees every instance busy, its own sends since its last report filling
 // its part of their headroom, would otherwise take the instance past T + R
 // (in the e2e suite, 7 in flight against 6 with threshold 4 and two
-// replicas). Once every instance has reached the threshold in the reports
+// replicas). That holds for an instance this replica owns, too: staying
+// there within overflowStay of the least took one to 8 in the same test
+// (each of two replicas owning two of four instances); until the reports
+// say the fleet is full, an owner stays home only while that keeps the
+// instance under T + R − 1 by its count, and otherwise the request goes
+// where the least loaded of pool is. Once every instance has reached the threshold in the reports
 // (fleetFull), there is no bound left to keep, as with one router: the
 // request stays home within overflowStay of the least loaded of all
 // instances, as every replica would decide, but adding at most its slice
@@ -586,6 +591,13 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 	s := t.members[order[0]].stat
 	if pool[0] == 0 {
+		// On an instance this replica owns (it decides alone there,
+		// without a slice), staying is bounded too while the reports
+		// show room: up to T + R − 1, as a replica keeping to its slice
+		// would be (see above).
+		if s.owned.Load() && p.requests(s) >= int64(t.cfg.ConcurrencyThreshold)+p.replicas.Load()-1 && !p.fleetFull(t, order) {
+			return false
+		}
 		return p.requests(s) <= least+overflowStay
 	}
 	// The cheap checks first: fleetFull reads every instance.
