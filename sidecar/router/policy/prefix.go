@@ -566,35 +566,36 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 
 // staysHome reports whether an all-busy request stays on the instance its
 // key was placed on (order[0]): while that instance has at most
-// overflowStay more requests in flight than the least loaded of pool (least).
-// Staying home keeps to this replica's slice like the rest of the overflow
-// while the fleet has room in the shared picture: a replica that merely
-// sees every instance busy, its own sends since its last report filling
-// its part of their headroom, would otherwise take the instance past T + R
-// (in the e2e suite, 7 in flight against 6 with threshold 4 and two
-// replicas). That holds for an instance this replica owns, too: staying
+// overflowStay more requests in flight than the least loaded of pool
+// (least). Staying home keeps to this replica's slice like the rest of the
+// overflow while the fleet has room in the shared picture: a replica that
+// merely sees every instance busy, its own sends since its last report
+// filling its part of their headroom, would otherwise take the instance
+// past T + R (in the e2e suite, 7 in flight against 6 with threshold 4 and
+// two replicas). That holds for an instance this replica owns, too: staying
 // there within overflowStay of the least took one to 8 in the same test
-// (each of two replicas owning two of four instances); until the reports
+// (each of two replicas owning two of four instances). Until the reports
 // say the fleet is full, an owner stays home only while that keeps the
-// instance under T + R − 1 by its count, and otherwise the request goes
-// where the least loaded of pool is. Once every instance has reached the threshold in the reports
-// (fleetFull), there is no bound left to keep, as with one router: the
-// request stays home within overflowStay of the least loaded of all
-// instances, as every replica would decide, but adding at most its slice
-// ⌈T/R⌉ there beyond what every peer is sure to know of it (see pullers):
-// a picture that stopped being refreshed (a peer that no longer pulls,
-// reports stuck at "full") then falls back to the slice instead of letting
-// every replica pile onto the instances it believes least loaded. In the benchmark (sharegpt and
-// mixed-length, saturated, 3 replicas) that raised the hit rate from 49.6
-// to 56.4 % and 40.8 to 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and
-// decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
+// instance at most T + R − 1 by its count; otherwise the request goes where
+// the least loaded of pool is. Once every instance has reached the
+// threshold in the reports (fleetFull), there is no bound left to keep, as
+// with one router: the request stays home within overflowStay of the least
+// loaded of all instances, as every replica would decide, but adding at
+// most its slice ⌈T/R⌉ there beyond what every peer is sure to know of it
+// (see pullers): a picture that stopped being refreshed (a peer that no
+// longer pulls, reports stuck at "full") then falls back to the slice
+// instead of letting every replica pile onto the instances it believes
+// least loaded. In the benchmark (sharegpt and mixed-length, saturated, 3
+// replicas) that raised the hit rate from 49.6 to 56.4 % and 40.8 to
+// 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and decision agreement
+// from 48 to 77 % and 40 to 67 % of peeked requests.
 func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 	s := t.members[order[0]].stat
 	if pool[0] == 0 {
 		// On an instance this replica owns (it decides alone there,
 		// without a slice), staying is bounded too while the reports
-		// show room: up to T + R − 1, as a replica keeping to its slice
-		// would be (see above).
+		// show room: to at most T + R − 1, the bound slices keep (see
+		// above).
 		if s.owned.Load() && p.requests(s) >= int64(t.cfg.ConcurrencyThreshold)+p.replicas.Load()-1 && !p.fleetFull(t, order) {
 			return false
 		}
