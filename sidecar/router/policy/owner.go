@@ -44,22 +44,17 @@ func (p *Policy) SetForward(self, addr string) {
 
 // Owner returns the replica that decides for the instance with the given
 // id and the address to forward to, or "" and "" when this replica
-// decides: it owns the instance, takes no forwarded requests itself, or
-// knows no peer that does.
+// decides: it owns the instance, takes no forwarded requests itself, knows
+// no peer that does, or the instance is not in its routing document yet.
 func (p *Policy) Owner(instance string) (replica, addr string) {
 	p.owners.mu.Lock()
 	defer p.owners.mu.Unlock()
-	best := p.ownerLocked(instance)
+	best := p.owners.of[instance]
 	if best == "" || best == p.owners.self {
 		return "", ""
 	}
 	return best, p.owners.byName[best]
 }
-
-// ownerLocked is the instance's owner, "" when requests are not forwarded
-// or the instance is not in the routing document yet (see Owner); the
-// caller holds p.owners.mu.
-func (p *Policy) ownerLocked(instance string) string { return p.owners.of[instance] }
 
 // assignOwners gives every instance one owner among replicas, as evenly
 // as the numbers allow: each replica owns ⌊N/R⌋ or ⌈N/R⌉ of the N
