@@ -625,3 +625,41 @@ func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
 		c.Done()
 	}
 }
+
+// TestAllBusyOverflowLeavesALongPrefill: with every instance over the
+// threshold and as many requests in flight on each, a request stays where
+// its key was placed, unless that instance is prefilling a long prompt: a
+// short request would wait behind the whole prefill there, and goes to an
+// instance with as few requests and nothing to prefill.
+func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
+	const threshold = 10 // newPolicy's ConcurrencyThreshold
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+	req := textReq("a short chat whose key is placed on a busy instance")
+	home, err := p.Peek(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range p.table.Load().members {
+		m.stat.inFlight.Store(threshold + 1)
+	}
+	homeStat := p.stats.get(home.Placed)
+	for _, tc := range []struct {
+		name    string
+		prefill int64 // tokens left to prefill on the home instance
+		stays   bool
+	}{
+		{name: "decoding only", prefill: 0, stays: true},
+		{name: "prefilling 60k tokens", prefill: 60000, stays: false},
+		{name: "prefilling a little", prefill: 2000, stays: true},
+	} {
+		homeStat.prefill.Store(tc.prefill)
+		c := pick(t, p, req)
+		if c.Spill != SpillAllBusy {
+			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
+		}
+		if stayed := c.Instance().ID == home.Placed; stayed != tc.stays {
+			t.Fatalf("%s: went to %s (placed on %s); stayed %v, want %v", tc.name, c.Instance().ID, home.Placed, stayed, tc.stays)
+		}
+		c.Done()
+	}
+}
