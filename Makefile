@@ -116,10 +116,9 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# bd01324, before owners were capped at ⌈N/R⌉ instances per replica and an
-# owner stopped staying home past T + R − 1 while the reports show room;
-# empty skips it).
-BENCH_BASELINE ?= bd01324
+# 0e14527, before an all-busy request left an instance prefilling a long
+# prompt (muchSooner); empty skips it).
+BENCH_BASELINE ?= 0e14527
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 40 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
