@@ -527,11 +527,11 @@ const overflowSlack = 1
 const overflowStay = 3
 
 // overflow picks where a request goes when no instance has room under the
-// threshold (see hasRoom): the instance the key was placed on while it is within
-// overflowStay of the least loaded (see staysHome) and the request would not
-// see its first token much sooner elsewhere (see muchSooner); otherwise, among the available
-// instances (within this replica's fixed slice while any has room in it,
-// see overflowPool) with at most
+// threshold (see hasRoom): the instance the key was placed on while it is
+// within overflowStay of the least loaded (see staysHome) and the request
+// would not see its first token much sooner elsewhere (see muchSooner);
+// otherwise, among the available instances (within this replica's fixed
+// slice while any has room in it, see overflowPool) with at most
 // overflowSlack more requests in flight than the least loaded of them, the
 // one where the request would see its first token soonest: the least token
 // load plus the prompt it would have to prefill there, which favours an
@@ -565,19 +565,18 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	return best
 }
 
-// muchSooner reports whether an all-busy request would see its first
-// token clearly sooner where work tokens are ahead of it (its own prefill
-// there included) than on the instance m, which it would otherwise stay
-// on: m's token load plus what the request would prefill there is over
-// TokenFloor and over TokenBalance × work, the token guard's test (see
-// guard). Staying home counts requests only, and an instance prefilling a
-// long document has no more of them than its neighbours, so short chats
-// stayed queued behind its prefill. In the benchmark's mixed-length
-// workload (one router) short chats' TTFT p99 fell from
-// 416–455 ms (three runs) to 149–339 ms (six), and p90 over all requests
-// from a median of 224 ms (130–278, six runs) to 119 ms (104–224, six) at
-// the same hit rate (50–55 %); Mooncake's hit rate stayed at 21.0 % (two
-// runs, against 20.6 and 21.0 %).
+// muchSooner reports whether an all-busy request would see its first token
+// clearly sooner where work tokens are ahead of it (its own prefill there
+// included) than on the instance m, which it would otherwise stay on: m's
+// token load plus what the request would prefill there is over TokenFloor
+// and over TokenBalance × work, the token guard's test (see guard). Staying
+// home counts requests only, and an instance prefilling a long document has
+// no more of them than its neighbours, so short chats stayed queued behind
+// its prefill. In the benchmark's mixed-length workload (one router) short
+// chats' TTFT p99 fell from 416–455 ms (three runs) to 149–339 ms (six),
+// and p90 over all requests from a median of 224 ms (130–278, six runs) to
+// 119 ms (104–224, six) at the same hit rate (50–55 %); Mooncake's hit rate
+// stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
 func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
 	s := t.members[m].stat
 	home := p.tokenLoad(s) + x.own(s.token)
