@@ -572,11 +572,13 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // and over TokenBalance × work, the token guard's test (see guard). Staying
 // home counts requests only, and an instance prefilling a long document has
 // no more of them than its neighbours, so short chats stayed queued behind
-// its prefill. In the benchmark's mixed-length workload (one router) short
-// chats' TTFT p99 fell from 416–455 ms (three runs) to 149–339 ms (six),
-// and p90 over all requests from a median of 224 ms (130–278, six runs) to
-// 119 ms (104–224, six) at the same hit rate (50–55 %); Mooncake's hit rate
-// stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
+// its prefill. In the benchmark's mixed-length workload (one router
+// behind the spreader) short chats' TTFT p99 fell from 416–455 ms (three
+// runs) to 149–339 ms (six), and p90 over all requests from a median of
+// 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit rate
+// (50–55 %); run directly, without the spreader, six alternating rounds
+// read p90 206 against 232 ms, within that workload's spread. Mooncake's
+// hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
 func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
 	s := t.members[m].stat
 	home := p.tokenLoad(s) + x.own(s.token)
