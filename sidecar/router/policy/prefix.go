@@ -394,8 +394,21 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // muchLighter reports whether a's token load is so far below b's that a
 // cold request is better off on a.
 func (p *Policy) muchLighter(a, b *stat) bool {
-	lb := p.placementLoad(b)
-	return lb > p.tuning.TokenFloor && float64(lb) > p.tuning.TokenBalance*float64(p.placementLoad(a))
+	return p.clearlyMore(p.placementLoad(b), p.placementLoad(a))
+}
+
+// clearlyMore reports whether token work a is so far above b that the
+// lighter side is worth a cold prefill: a is over TokenFloor and over
+// TokenBalance × b. Placement (muchLighter), the token guard and all-busy
+// overflow (muchSooner) all ask this.
+func (p *Policy) clearlyMore(a, b int64) bool {
+	return a > p.tuning.TokenFloor && float64(a) > p.tuning.TokenBalance*float64(b)
+}
+
+// workAhead is the token work ahead of a request's first token on an
+// instance: its token load plus what the request would prefill there.
+func (p *Policy) workAhead(s *stat, x *expectation) int64 {
+	return p.tokenLoad(s) + x.own(s.token)
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
@@ -428,11 +441,14 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	if load <= limit {
 		return order, SpillNone
 	}
+	// The work ahead here, from the load just read; it is over
+	// TokenFloor, as load is over limit, so clearlyMore below asks only
+	// for the ratio.
 	stay := load + x.own(s.token)
 	for i, m := range order[1:] {
 		o := t.members[m].stat
 		l := p.tokenLoad(o)
-		if p.available(t, m) && !p.overThreshold(t, m) && l <= limit && p.tuning.TokenBalance*float64(l+x.own(o.token)) < float64(stay) {
+		if p.available(t, m) && !p.overThreshold(t, m) && l <= limit && p.clearlyMore(stay, l+x.own(o.token)) {
 			return moveToFront(order, i+1), SpillTokens
 		}
 	}
@@ -555,7 +571,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 		if p.requests(s) > least+overflowSlack {
 			continue
 		}
-		if work := p.tokenLoad(s) + x.own(s.token); best < 0 || work < bestWork {
+		if work := p.workAhead(s, x); best < 0 || work < bestWork {
 			best, bestWork = i, work
 		}
 	}
@@ -568,8 +584,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // muchSooner reports whether an all-busy request would see its first token
 // clearly sooner where work tokens are ahead of it (its own prefill there
 // included) than on the instance m, which it would otherwise stay on: m's
-// token load plus what the request would prefill there is over TokenFloor
-// and over TokenBalance × work, the token guard's test (see guard). Staying
+// work ahead there is clearly more than work (see clearlyMore). Staying
 // home counts requests only, and an instance prefilling a long document has
 // no more of them than its neighbours, so short chats stayed queued behind
 // its prefill. In the benchmark's mixed-length workload (one router
@@ -580,9 +595,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // read p90 206 against 232 ms, within that workload's spread. Mooncake's
 // hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
 func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
-	s := t.members[m].stat
-	home := p.tokenLoad(s) + x.own(s.token)
-	return home > p.tuning.TokenFloor && float64(home) > p.tuning.TokenBalance*float64(work)
+	return p.clearlyMore(p.workAhead(t.members[m].stat, x), work)
 }
 
 // staysHome reports whether an all-busy request stays on the instance its
