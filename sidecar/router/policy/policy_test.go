@@ -663,3 +663,43 @@ func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
 		c.Done()
 	}
 }
+
+// TestAllBusyOverflowKeepsALongPromptWhereItIsCached: when every instance
+// is busy, a request for a long document stays on the instance that holds
+// it though that instance has more requests in flight than overflowStay
+// over the least loaded, because elsewhere it would first have to prefill
+// the whole document; it leaves when the home is itself far behind in
+// tokens.
+func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
+	const threshold = 10 // newPolicy's ConcurrencyThreshold
+	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
+	doc := randomText(rand.New(rand.NewPCG(7, 7)), 4096)
+	req := Request{Text: []byte(doc), WindowBytes: len(doc), PromptBytes: 160_000} // about 40k tokens
+	first := pick(t, p, req)
+	home := first.Instance().ID
+	first.Prefilled()
+	first.Done()
+	for _, m := range p.table.Load().members {
+		m.stat.inFlight.Store(threshold + 1)
+	}
+	homeStat := p.stats.get(home)
+	homeStat.inFlight.Store(threshold + 1 + overflowStay + 2)
+	for _, tc := range []struct {
+		name    string
+		prefill int64 // tokens left to prefill on the home instance
+		stays   bool
+	}{
+		{name: "decoding only", prefill: 0, stays: true},
+		{name: "prefilling 100k tokens", prefill: 100_000, stays: false},
+	} {
+		homeStat.prefill.Store(tc.prefill)
+		c := pick(t, p, req)
+		if c.Spill != SpillAllBusy {
+			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
+		}
+		if stayed := c.Instance().ID == home; stayed != tc.stays {
+			t.Fatalf("%s: went to %s (cached on %s); stayed %v, want %v", tc.name, c.Instance().ID, home, stayed, tc.stays)
+		}
+		c.Done()
+	}
+}

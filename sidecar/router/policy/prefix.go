@@ -400,7 +400,7 @@ func (p *Policy) muchLighter(a, b *stat) bool {
 // clearlyMore reports whether token work a is so far above b that the
 // lighter side is worth a cold prefill: a is over TokenFloor and over
 // TokenBalance × b. Placement (muchLighter), the token guard and all-busy
-// overflow (muchSooner) all ask this.
+// overflow (staysHome) all ask this.
 func (p *Policy) clearlyMore(a, b int64) bool {
 	return a > p.tuning.TokenFloor && float64(a) > p.tuning.TokenBalance*float64(b)
 }
@@ -543,10 +543,9 @@ const overflowSlack = 1
 const overflowStay = 3
 
 // overflow picks where a request goes when no instance has room under the
-// threshold (see hasRoom): the instance the key was placed on while it is
-// within overflowStay of the least loaded (see staysHome) and the request
-// would not see its first token much sooner elsewhere (see muchSooner);
-// otherwise, among the available instances (within this replica's fixed
+// threshold (see hasRoom): the instance the key was placed on, where the
+// bounds between replicas let it stay (see mayStayHome) and staysHome says
+// it does; otherwise, among the available instances (within this replica's fixed
 // slice while any has room in it, see overflowPool) with at most
 // overflowSlack more requests in flight than the least loaded of them, the
 // one where the request would see its first token soonest: the least token
@@ -575,33 +574,54 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 			best, bestWork = i, work
 		}
 	}
-	if p.staysHome(t, order, pool, least) && !p.muchSooner(t, order[0], bestWork, x) {
+	if least, ok := p.mayStayHome(t, order, pool, least); ok && p.staysHome(t, order[0], least, bestWork, x) {
 		return 0
 	}
 	return best
 }
 
-// muchSooner reports whether an all-busy request would see its first token
-// clearly sooner where work tokens are ahead of it (its own prefill there
-// included) than on the instance m, which it would otherwise stay on: m's
-// work ahead there is clearly more than work (see clearlyMore). Staying
-// home counts requests only, and an instance prefilling a long document has
-// no more of them than its neighbours, so short chats stayed queued behind
-// its prefill. In the benchmark's mixed-length workload (one router
+// staysHome reports whether an all-busy request stays on the instance m its
+// key was placed on rather than going where work tokens are ahead of it
+// (its own prefill there included), least being the fewest requests in
+// flight it is compared with:
+//
+//   - within overflowStay of least, it stays unless it would see its first
+//     token much sooner there: m's work ahead of it (see workAhead) is
+//     clearly more than work (see clearlyMore);
+//   - further above least, it leaves unless it would see its first token
+//     much later there: work is clearly more than m's.
+//
+// The first rule alone counted requests, and an instance prefilling a long
+// document has no more of them than its neighbours, so short chats stayed
+// queued behind its prefill. In the benchmark's mixed-length workload (one router
 // behind the spreader) short chats' TTFT p99 fell from 416–455 ms (three
 // runs) to 149–339 ms (six), and p90 over all requests from a median of
 // 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit rate
 // (50–55 %); run directly, without the spreader, six alternating rounds
 // read p90 206 against 232 ms, within that workload's spread. Mooncake's
 // hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
-func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
-	return p.clearlyMore(p.workAhead(t.members[m].stat, x), work)
+//
+// The second rule: a request for a long document cached on m left it for
+// an instance with a few requests fewer, to prefill the whole document
+// there cold, which cost it more than the queue it avoided, and pushed the
+// document's next requests out of the cache of one more instance. In the
+// same workload (one router, three runs each) repeated documents sent cold
+// to an instance that had never had them fell from 58–69 to 44–56 per run,
+// cold documents from 177–188 to 160–174, and the hit rate rose from
+// 50.0–53.3 to 52.6–57.9 % (six runs), p90 from 106–171 to 91–104 ms.
+func (p *Policy) staysHome(t *table, m int, least, work int64, x *expectation) bool {
+	s := t.members[m].stat
+	home := p.workAhead(s, x)
+	if p.requests(s) <= least+overflowStay {
+		return !p.clearlyMore(home, work)
+	}
+	return p.clearlyMore(work, home)
 }
 
-// staysHome reports whether an all-busy request stays on the instance its
-// key was placed on (order[0]): while that instance has at most
-// overflowStay more requests in flight than the least loaded of pool
-// (least). Staying home keeps to this replica's slice like the rest of the
+// mayStayHome reports whether the bounds between replicas let an all-busy
+// request stay on the instance its key was placed on (order[0]), and the
+// fewest requests in flight that staysHome compares it with: the least
+// loaded of pool (least), or of all instances. Staying home keeps to this replica's slice like the rest of the
 // overflow while the fleet has room in the shared picture: a replica that
 // merely sees every instance busy, its own sends since its last report
 // filling its part of their headroom, would otherwise take the instance
@@ -609,11 +629,11 @@ func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
 // two replicas). That holds for an instance this replica owns, too: staying
 // there within overflowStay of the least took one to 8 in the same test
 // (each of two replicas owning two of four instances). Until the reports
-// say the fleet is full, an owner stays home only while that keeps the
+// say the fleet is full, an owner may stay home only while that keeps the
 // instance at most T + R − 1 by its count; otherwise the request goes where
 // the least loaded of pool is. Once every instance has reached the
 // threshold in the reports (fleetFull), there is no bound left to keep, as
-// with one router: the request stays home within overflowStay of the least
+// with one router: the request may stay home, compared with the least
 // loaded of all instances, as every replica would decide, but adding at
 // most its slice ⌈T/R⌉ there beyond what every peer is sure to know of it
 // (see pullers): a picture that stopped being refreshed (a peer that no
@@ -623,7 +643,7 @@ func (p *Policy) muchSooner(t *table, m int, work int64, x *expectation) bool {
 // replicas) that raised the hit rate from 49.6 to 56.4 % and 40.8 to
 // 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and decision agreement
 // from 48 to 77 % and 40 to 67 % of peeked requests.
-func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
+func (p *Policy) mayStayHome(t *table, order, pool []int, least int64) (int64, bool) {
 	s := t.members[order[0]].stat
 	if pool[0] == 0 {
 		// On an instance this replica owns (it decides alone there,
@@ -631,16 +651,15 @@ func (p *Policy) staysHome(t *table, order, pool []int, least int64) bool {
 		// show room: to at most T + R − 1, the bound slices keep (see
 		// above).
 		if s.owned.Load() && p.requests(s) >= int64(t.cfg.ConcurrencyThreshold)+p.replicas.Load()-1 && !p.fleetFull(t, order) {
-			return false
+			return 0, false
 		}
-		return p.requests(s) <= least+overflowStay
+		return least, true
 	}
 	// The cheap checks first: fleetFull reads every instance.
 	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t, s) || !p.fleetFull(t, order) {
-		return false
+		return 0, false
 	}
-	least = p.requests(t.members[order[p.leastLoaded(t, order)]].stat)
-	return p.requests(s) <= least+overflowStay
+	return p.requests(t.members[order[p.leastLoaded(t, order)]].stat), true
 }
 
 // overflowPool appends to out the positions in order of the available
