@@ -116,10 +116,15 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 func beyondKnown(s *stat) int64 { return s.inFlight.Load() - s.knownRequests.Load() }
 
 // fleetFull reports whether, as last reported (the numbers every replica
-// compares), every available instance of set has reached the concurrency
-// threshold: the fleet has no room left under it, whatever this replica
-// has sent since. Without peers it is false (there are no reports, and a
-// lone router has no slice to keep to).
+// compares), no available instance of set has room for a spill under the
+// concurrency threshold (spillRoom requests, as hasRoom asks): the fleet
+// is as full as it is when one router overflows, whatever this replica has
+// sent since. Full meant every instance at the threshold before, so one
+// instance reported a request under it kept the fleet "not full", and an
+// owner's all-busy request for a document cached on its instance left it
+// to be prefilled cold elsewhere (see mayStayHome), though no spill could
+// have gone to that instance either. Without peers it is false (there are
+// no reports, and a lone router has no slice to keep to).
 func (p *Policy) fleetFull(t *table, set []int) bool {
 	if !p.shared.Load() {
 		return false
@@ -127,7 +132,7 @@ func (p *Policy) fleetFull(t *table, set []int) bool {
 	threshold := int64(t.cfg.ConcurrencyThreshold)
 	for _, m := range set {
 		s := t.members[m].stat
-		if p.available(t, m) && reportedRequests(s) < threshold {
+		if p.available(t, m) && reportedRequests(s)+spillRoom(threshold) <= threshold {
 			return false
 		}
 	}

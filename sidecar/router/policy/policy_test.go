@@ -583,24 +583,26 @@ func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
 func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		full         bool
+		other        int64 // what one instance other than home reports
 		reportedHome int64 // this replica's own last report of home
 		stays        bool
 	}{
-		{name: "full", full: true, reportedHome: 1, stays: true},
-		{name: "room in the reports", full: false, reportedHome: 1, stays: false},
-		{name: "a slice sent since the last report", full: true, reportedHome: 0, stays: false},
+		{name: "full", other: 10, reportedHome: 1, stays: true},
+		{name: "room in the reports", other: 8, reportedHome: 1, stays: false},
+		// A spill needs two requests of room (spillRoom): one is none.
+		{name: "one request under the threshold in the reports", other: 9, reportedHome: 1, stays: true},
+		{name: "a slice sent since the last report", other: 10, reportedHome: 0, stays: false},
 	} {
 		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 		p.SetReplicas(2) // threshold 10: a slice of 5
 		req := textReq("a prompt placed before the fleet filled up")
 		home, _ := p.Peek(req)
 		var loads []InstanceLoad
-		room := !tc.full // one instance other than home reports under the threshold
+		other := true // one instance other than home reports tc.other
 		for _, m := range p.table.Load().members {
 			reported := int64(10)
-			if room && m.ID != home.Placed {
-				reported, room = 9, false
+			if other && m.ID != home.Placed {
+				reported, other = tc.other, false
 			}
 			loads = append(loads, InstanceLoad{ID: m.ID, Requests: reported})
 			if m.ID == home.Placed {
