@@ -78,7 +78,6 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 	log = log.WithName("peers")
 	var st peers.State = r.Policy()
 	opts := peers.Options{Replica: f.peers.replica, Interval: f.peers.interval, StaleAfter: f.peers.staleAfter, BootstrapWait: f.peers.bootstrapWait}
-	admin.Handle(peers.Prefix, peers.NewServer(opts, st).Handler())
 	if f.peers.debugRoute {
 		admin.Handle("POST /debug/route", r.DebugRoute(st.Peek))
 	}
@@ -101,6 +100,9 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 		}
 		disc = peers.EndpointSlices{Client: client, Namespace: ns, Service: name, PortName: f.peers.portName, Port: int32(f.peers.peerPort), SelfIP: f.peers.podIP}
 	default:
+		// Served all the same: a peer configured with this replica's
+		// address still pulls its (empty) report.
+		admin.Handle(peers.Prefix, peers.NewServer(opts, st, nil).Handler())
 		return nil
 	}
 	if f.peers.forward {
@@ -111,6 +113,7 @@ func startPeers(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.Rout
 		}
 	}
 	puller := peers.NewPuller(opts, st, r.Metrics().Registry, log)
+	admin.Handle(peers.Prefix, peers.NewServer(opts, st, puller).Handler())
 	wg.Go(func() {
 		if err := puller.Run(ctx, disc); err != nil {
 			log.Error(err, "peer exchange stopped; deciding on the local picture")

@@ -18,6 +18,10 @@ type PeerMetrics struct {
 	// result: while they fail, the peers count their own sends from an
 	// older report, which keeps the threshold but spills more.
 	Acks *prometheus.CounterVec // result
+	// Pokes counts requests to peers to pull this replica at once, sent
+	// after a long prefill, by result: while they fail, peers learn of
+	// such prefills at their next pull only.
+	Pokes *prometheus.CounterVec // result
 }
 
 // PeerGauges are read from the puller at scrape time.
@@ -36,6 +40,8 @@ func NewPeers(reg prometheus.Registerer, g PeerGauges) *PeerMetrics {
 			Help: "Load report pulls from peer router replicas, by result (ok, error, invalid)."}, []string{"result"}),
 		Acks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "peer_acks_total",
 			Help: "Acknowledgements of applied reports sent to peer router replicas, by result (ok, error)."}, []string{"result"}),
+		Pokes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "peer_pokes_total",
+			Help: "Requests to peer router replicas to pull this replica's report at once, sent after a long prefill, by result (ok, error)."}, []string{"result"}),
 	}
 	peers := func(state string, pick func(fresh, stale int) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "peers",
@@ -43,7 +49,7 @@ func NewPeers(reg prometheus.Registerer, g PeerGauges) *PeerMetrics {
 			ConstLabels: prometheus.Labels{"state": state}},
 			func() float64 { return float64(pick(g.Peers())) })
 	}
-	reg.MustRegister(m.Pulls, m.Acks,
+	reg.MustRegister(m.Pulls, m.Acks, m.Pokes,
 		peers("fresh", func(fresh, _ int) int { return fresh }),
 		peers("stale", func(_, stale int) int { return stale }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "peer_report_age_seconds",

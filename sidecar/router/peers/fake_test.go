@@ -30,10 +30,33 @@ type fakeState struct {
 	replicas   int
 	snapshot   []byte
 	restored   []byte
+	long       chan struct{} // LongPrefills
 }
 
 func newFakeState(load int64) *fakeState {
-	return &fakeState{loads: []policy.InstanceLoad{{ID: "i0", Requests: load}}, applied: map[string][]policy.Report{}}
+	return &fakeState{loads: []policy.InstanceLoad{{ID: "i0", Requests: load}}, applied: map[string][]policy.Report{}, long: make(chan struct{}, 1)}
+}
+
+func (f *fakeState) LongPrefills() <-chan struct{} { return f.long }
+
+// appliedFrom counts the reports applied from the peer named replica.
+func (f *fakeState) appliedFrom(replica string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.applied[replica])
+}
+
+// pulls counts the reports pulled by the peer named puller.
+func (f *fakeState) pulls(puller string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.pulledBy {
+		if p == puller {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fakeState) place(hashes ...uint64) {
@@ -131,6 +154,12 @@ func testOptions(name string) Options {
 // port) and returns its address and a function that stops it.
 func serve(t *testing.T, addr string, opts Options, st State) (string, func()) {
 	t.Helper()
+	return serveWaking(t, addr, opts, st, nil)
+}
+
+// serveWaking is serve with the Waker that pokes are handed to.
+func serveWaking(t *testing.T, addr string, opts Options, st State, w Waker) (string, func()) {
+	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -138,7 +167,7 @@ func serve(t *testing.T, addr string, opts Options, st State) (string, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: NewServer(opts, st).Handler()}
+	srv := &http.Server{Handler: NewServer(opts, st, w).Handler()}
 	go func() { _ = srv.Serve(ln) }()
 	var once sync.Once
 	stop := func() { once.Do(func() { _ = srv.Close() }) }
@@ -151,11 +180,17 @@ func startPuller(t *testing.T, opts Options, st State, peers ...string) (*Puller
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	p := NewPuller(opts, st, reg, logr.Discard())
+	runPuller(t, p, peers...)
+	return p, reg
+}
+
+// runPuller runs p over a static peer list until the test ends.
+func runPuller(t *testing.T, p *Puller, peers ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx, Static(peers)) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return p, reg
 }
 
 // settle is gomega for t with a generous Eventually deadline: a bound on

@@ -19,6 +19,7 @@ const (
 	ReportPath   = Prefix + "report"
 	SnapshotPath = Prefix + "snapshot"
 	AckPath      = Prefix + "ack"
+	PokePath     = Prefix + "poke"
 )
 
 // State is what the transport needs from the policy; *policy.Policy
@@ -44,6 +45,15 @@ type State interface {
 	Restore(b []byte) error
 	// Peek is where a request would go, without counting it anywhere.
 	Peek(req policy.Request) (policy.Peeked, error)
+	// LongPrefills receives when this replica has sent a prefill its
+	// peers should learn of before their next pull.
+	LongPrefills() <-chan struct{}
+}
+
+// Waker is told that the peer named replica asked to be pulled at once;
+// *Puller implements it.
+type Waker interface {
+	Wake(replica string)
 }
 
 // Options configures both sides of the exchange.
@@ -81,6 +91,12 @@ func (o Options) HeldFor() time.Duration {
 	o = o.withDefaults()
 	return o.StaleAfter + o.pullTimeout() + o.Interval
 }
+
+// wakeGap is the least time between two pulls of one peer when it pokes:
+// an eighth of the interval, at most 10 ms, so that a peer sending long
+// prefills back to back makes this replica pull it at most eight times as
+// often as the interval says and at most 100 times a second.
+func (o Options) wakeGap() time.Duration { return min(o.Interval/8, 10*time.Millisecond) }
 
 // pullTimeout bounds each pull below the stale window, so a hung peer
 // turns stale in time.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -320,4 +321,29 @@ func TestHeldFor(t *testing.T) {
 	if got, want := (Options{Interval: 2 * time.Second, StaleAfter: time.Second}).HeldFor(), 5*time.Second; got != want {
 		t.Fatalf("HeldFor with a 2 s interval %v, want %v", got, want)
 	}
+}
+
+// TestLongPrefillPokesPeers: a replica that sends a long prefill pokes its
+// peers, which pull its report at once instead of at their next tick (an
+// hour away here).
+func TestLongPrefillPokesPeers(t *testing.T) {
+	g := settle(t)
+	optsA, optsB := testOptions("a"), testOptions("b")
+	optsA.Interval, optsB.Interval = time.Hour, time.Hour
+	stA, stB := newFakeState(1), newFakeState(2)
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	a, b := NewPuller(optsA, stA, regA, logr.Discard()), NewPuller(optsB, stB, regB, logr.Discard())
+	addrA, _ := serveWaking(t, "", optsA, stA, a)
+	addrB, _ := serveWaking(t, "", optsB, stB, b)
+	runPuller(t, a, addrB)
+	runPuller(t, b, addrA)
+	// Each pulls the other once at start; B must know A's name from its
+	// report before A's poke can wake the right peer.
+	g.Eventually(func() int { return stB.appliedFrom("a") }).Should(Equal(1))
+	g.Eventually(func() int { return stB.pulls("a") }).Should(Equal(1))
+
+	stA.long <- struct{}{}
+	g.Eventually(func() int { return stA.pulls("b") }).Should(Equal(2), "B pulls A at once")
+	g.Expect(gauge(t, regA, "warmroute_router_peer_pokes_total", "result", "ok")).To(Equal(1.0))
+	g.Consistently(func() int { return stB.pulls("a") }, 100*time.Millisecond).Should(Equal(1), "A pulls B at its tick only")
 }

@@ -33,7 +33,7 @@ type Puller struct {
 	now     func() time.Time
 
 	mu         sync.Mutex
-	ctx        context.Context // set by Run
+	ctx        context.Context // set by Run; ends with it
 	peers      map[string]*peer
 	discovered chan struct{} // closed on the first discovery update
 	wg         sync.WaitGroup
@@ -50,6 +50,10 @@ type peer struct {
 	lastOK  time.Time
 	stale   bool // forgotten after failing for StaleAfter
 	self    bool // the address turned out to be this replica
+	// wake asks follow to pull at once (the peer poked this replica);
+	// poke asks poker to poke the peer. Both hold one signal at most, so
+	// a burst of them costs one pull or one poke.
+	wake, poke chan struct{}
 }
 
 // NewPuller registers its metrics on reg.
@@ -71,10 +75,14 @@ func NewPuller(opts Options, state State, reg prometheus.Registerer, log logr.Lo
 
 // Run follows the discovered peers until ctx ends.
 func (p *Puller) Run(ctx context.Context, d Discovery) error {
+	run, cancel := context.WithCancel(ctx)
+	defer cancel()
 	p.mu.Lock()
-	p.ctx = ctx
+	p.ctx = run
 	p.mu.Unlock()
-	err := d.Run(ctx, p.SetPeers)
+	p.wg.Go(func() { p.pokeOnLongPrefills(run) })
+	err := d.Run(run, p.SetPeers)
+	cancel()
 	p.SetPeers(nil)
 	p.wg.Wait()
 	if err != nil && ctx.Err() == nil {
@@ -109,9 +117,10 @@ func (p *Puller) SetPeers(addrs []string) {
 				continue
 			}
 			ctx, cancel := context.WithCancel(p.ctx)
-			pr := &peer{addr: addr, cancel: cancel, added: p.now()}
+			pr := &peer{addr: addr, cancel: cancel, added: p.now(), wake: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
 			p.peers[addr] = pr
 			p.wg.Go(func() { p.follow(ctx, pr) })
+			p.wg.Go(func() { p.poker(ctx, pr) })
 		}
 	}
 	p.setReplicasLocked()
@@ -132,11 +141,14 @@ func (p *Puller) setReplicasLocked() {
 	p.state.SetReplicas(n)
 }
 
-// follow pulls one peer until ctx ends, at the ticks of alignedTick.
+// follow pulls one peer until ctx ends, at the ticks of alignedTick, and
+// at once when the peer pokes (see Wake), though not more often than every
+// wakeGap.
 func (p *Puller) follow(ctx context.Context, pr *peer) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		began := time.Now()
 		switch p.pull(ctx, pr) {
 		case stop:
 			return
@@ -148,7 +160,89 @@ func (p *Puller) follow(ctx context.Context, pr *peer) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-pr.wake:
+			if !sleep(ctx, time.Until(began.Add(p.opts.wakeGap()))) {
+				return
+			}
 		}
+	}
+}
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Wake pulls the peer named replica at once: it has just sent an instance
+// a long prefill (see policy.Policy.LongPrefills) that this replica would
+// otherwise learn of only at the next tick. *Puller is the Server's Waker.
+func (p *Puller) Wake(replica string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.peers {
+		if pr.replica == replica && !pr.self {
+			signal(pr.wake)
+		}
+	}
+}
+
+// signal leaves one signal in c unless one is already pending.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// pokeOnLongPrefills pokes every peer whenever the policy sends a long
+// prefill, until ctx ends.
+func (p *Puller) pokeOnLongPrefills(ctx context.Context) {
+	long := p.state.LongPrefills()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-long:
+		}
+		p.mu.Lock()
+		for _, pr := range p.peers {
+			if !pr.self && !pr.stale {
+				signal(pr.poke)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// poker asks one peer to pull this replica at once each time pr.poke is
+// signalled, until ctx ends: best effort, as a lost poke only leaves the
+// peer to pull at its next tick.
+func (p *Puller) poker(ctx context.Context, pr *peer) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pr.poke:
+		}
+		if err := p.post(ctx, pr.addr, PokePath+"?"+p.from()); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.metrics.Pokes.WithLabelValues(metrics.PullError).Inc()
+			p.log.V(1).Info("peer poke failed", "peer", pr.addr, "error", err.Error())
+			continue
+		}
+		p.metrics.Pokes.WithLabelValues(metrics.PullOK).Inc()
 	}
 }
 
@@ -245,20 +339,7 @@ func (p *Puller) apply(pr *peer, since uint64, r policy.Report, err error) (next
 // (see policy.Policy.PeerApplied). It is best effort: a lost ack only
 // leaves the peer counting from the older report, which is safe.
 func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
-	path := AckPath + "?seq=" + strconv.FormatUint(seq, 10) + p.from()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, nil)
-	if err != nil {
-		return
-	}
-	resp, err := p.client.Do(req)
-	if err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-	}
-	if err != nil {
+	if err := p.post(ctx, addr, AckPath+"?seq="+strconv.FormatUint(seq, 10)+"&"+p.from()); err != nil {
 		p.metrics.Acks.WithLabelValues(metrics.PullError).Inc()
 		p.log.V(1).Info("peer ack failed", "peer", addr, "error", err.Error())
 		return
@@ -266,16 +347,35 @@ func (p *Puller) ack(ctx context.Context, addr string, seq uint64) {
 	p.metrics.Acks.WithLabelValues(metrics.PullOK).Inc()
 }
 
+// post sends a body-less POST to a peer path, which answers 204.
+func (p *Puller) post(ctx context.Context, addr, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
 // from is the query parameter that names this replica to the peer, so
-// that it knows which of its reports this replica holds (Server.puller).
-func (p *Puller) from() string { return "&from=" + url.QueryEscape(p.opts.Replica) }
+// that it knows which of its reports this replica holds and who poked it
+// (Server.puller).
+func (p *Puller) from() string { return "from=" + url.QueryEscape(p.opts.Replica) }
 
 // errInvalid marks an answer that arrived but is not a usable report.
 var errInvalid = errors.New("invalid peer answer")
 
 func (p *Puller) fetchReport(ctx context.Context, addr string, since uint64) (policy.Report, error) {
 	var r policy.Report
-	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10)+p.from(), p.opts.MaxReportBytes)
+	body, err := p.get(ctx, addr, ReportPath+"?since="+strconv.FormatUint(since, 10)+"&"+p.from(), p.opts.MaxReportBytes)
 	if err != nil {
 		return r, err
 	}

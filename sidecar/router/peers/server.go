@@ -20,23 +20,27 @@ const gzipAbove = 1400
 type Server struct {
 	opts  Options
 	state State
+	waker Waker // nil: nobody to wake
 	// epoch tells peers this process from an earlier one of the same
 	// replica, whose Seq numbers meant something else.
 	epoch uint64
 }
 
-// NewServer serves state's reports and snapshots.
-func NewServer(opts Options, state State) *Server {
-	return &Server{opts: opts.withDefaults(), state: state, epoch: rand.Uint64() | 1}
+// NewServer serves state's reports and snapshots, and hands pokes to
+// waker (which may be nil: a replica without peers pulls nobody).
+func NewServer(opts Options, state State, waker Waker) *Server {
+	return &Server{opts: opts.withDefaults(), state: state, waker: waker, epoch: rand.Uint64() | 1}
 }
 
 // Handler serves GET /peer/v1/report?since=N&from=REPLICA,
-// POST /peer/v1/ack?seq=N&from=REPLICA and GET /peer/v1/snapshot.
+// POST /peer/v1/ack?seq=N&from=REPLICA, POST /peer/v1/poke?from=REPLICA
+// and GET /peer/v1/snapshot.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+ReportPath, s.serveReport)
 	mux.HandleFunc("GET "+SnapshotPath, s.serveSnapshot)
 	mux.HandleFunc("POST "+AckPath, s.serveAck)
+	mux.HandleFunc("POST "+PokePath, s.servePoke)
 	return mux
 }
 
@@ -96,6 +100,15 @@ func (s *Server) serveAck(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	s.state.PeerApplied(s.puller(req), seq)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// servePoke takes a peer's request to be pulled at once (it has just sent
+// a long prefill, see State.LongPrefills).
+func (s *Server) servePoke(w http.ResponseWriter, req *http.Request) {
+	if from := s.puller(req); s.waker != nil && from != "" {
+		s.waker.Wake(from)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

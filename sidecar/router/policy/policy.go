@@ -249,6 +249,8 @@ type Policy struct {
 	pick sync.Mutex
 	// pullers is what peers were sent of this replica's load.
 	pullers pullers
+	// longPrefill signals a long prefill sent (see LongPrefills).
+	longPrefill chan struct{}
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -259,6 +261,8 @@ func New(t Tuning) *Policy {
 		pop:    newPopularity(t.SketchWidth, t.DecayEvery),
 		index:  newPrefixIndex(t.IndexEntries),
 		log:    newPlacementLog(t.PlacementLog),
+
+		longPrefill: make(chan struct{}, 1),
 	}
 	p.replicas.Store(1)
 	return p
@@ -479,6 +483,7 @@ func (p *Policy) Pick(req Request) (*Choice, error) {
 	c.prefill = c.prompt - int64(float64(c.prompt)*c.hit)
 	c.charge()
 	p.countShare(c.t, c.order[0])
+	p.noteLongPrefill(c.prefill)
 	return c, nil
 }
 
