@@ -644,23 +644,35 @@ func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
 	for _, m := range p.table.Load().members {
 		m.stat.inFlight.Store(threshold + 1)
 	}
-	homeStat := p.stats.get(home.Placed)
-	for _, tc := range []struct {
-		name    string
-		prefill int64 // tokens left to prefill on the home instance
-		stays   bool
-	}{
+	checkAllBusyStays(t, p, req, home.Placed, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
 		{name: "prefilling 60k tokens", prefill: 60000, stays: false},
 		{name: "prefilling a little", prefill: 2000, stays: true},
-	} {
+	})
+}
+
+// allBusyCase is a prefill left on a request's home instance and whether
+// an all-busy request stays there.
+type allBusyCase struct {
+	name    string
+	prefill int64 // tokens left to prefill on the home instance
+	stays   bool
+}
+
+// checkAllBusyStays picks req once per case, with the home instance's
+// prefill set to the case's, and checks that it overflows (every instance
+// is busy) and stays home or leaves as the case says.
+func checkAllBusyStays(t *testing.T, p *Policy, req Request, home string, cases []allBusyCase) {
+	t.Helper()
+	homeStat := p.stats.get(home)
+	for _, tc := range cases {
 		homeStat.prefill.Store(tc.prefill)
 		c := pick(t, p, req)
 		if c.Spill != SpillAllBusy {
 			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
 		}
-		if stayed := c.Instance().ID == home.Placed; stayed != tc.stays {
-			t.Fatalf("%s: went to %s (placed on %s); stayed %v, want %v", tc.name, c.Instance().ID, home.Placed, stayed, tc.stays)
+		if stayed := c.Instance().ID == home; stayed != tc.stays {
+			t.Fatalf("%s: went to %s (placed on %s); stayed %v, want %v", tc.name, c.Instance().ID, home, stayed, tc.stays)
 		}
 		c.Done()
 	}
@@ -684,24 +696,9 @@ func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
 	for _, m := range p.table.Load().members {
 		m.stat.inFlight.Store(threshold + 1)
 	}
-	homeStat := p.stats.get(home)
-	homeStat.inFlight.Store(threshold + 1 + overflowStay + 2)
-	for _, tc := range []struct {
-		name    string
-		prefill int64 // tokens left to prefill on the home instance
-		stays   bool
-	}{
+	p.stats.get(home).inFlight.Store(threshold + 1 + overflowStay + 2)
+	checkAllBusyStays(t, p, req, home, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
 		{name: "prefilling 100k tokens", prefill: 100_000, stays: false},
-	} {
-		homeStat.prefill.Store(tc.prefill)
-		c := pick(t, p, req)
-		if c.Spill != SpillAllBusy {
-			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
-		}
-		if stayed := c.Instance().ID == home; stayed != tc.stays {
-			t.Fatalf("%s: went to %s (cached on %s); stayed %v, want %v", tc.name, c.Instance().ID, home, stayed, tc.stays)
-		}
-		c.Done()
-	}
+	})
 }

@@ -545,8 +545,8 @@ const overflowStay = 3
 // overflow picks where a request goes when no instance has room under the
 // threshold (see hasRoom): the instance the key was placed on, where the
 // bounds between replicas let it stay (see mayStayHome) and staysHome says
-// it does; otherwise, among the available instances (within this replica's fixed
-// slice while any has room in it, see overflowPool) with at most
+// it does; otherwise, among the available instances (within this replica's
+// fixed slice while any has room in it, see overflowPool) with at most
 // overflowSlack more requests in flight than the least loaded of them, the
 // one where the request would see its first token soonest: the least token
 // load plus the prompt it would have to prefill there, which favours an
@@ -593,13 +593,13 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 //
 // The first rule alone counted requests, and an instance prefilling a long
 // document has no more of them than its neighbours, so short chats stayed
-// queued behind its prefill. In the benchmark's mixed-length workload (one router
-// behind the spreader) short chats' TTFT p99 fell from 416–455 ms (three
-// runs) to 149–339 ms (six), and p90 over all requests from a median of
-// 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit rate
-// (50–55 %); run directly, without the spreader, six alternating rounds
-// read p90 206 against 232 ms, within that workload's spread. Mooncake's
-// hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
+// queued behind its prefill. In the benchmark's mixed-length workload (one
+// router behind the spreader) short chats' TTFT p99 fell from 416–455 ms
+// (three runs) to 149–339 ms (six), and p90 over all requests from a median
+// of 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit
+// rate (50–55 %); run directly, without the spreader, six alternating
+// rounds read p90 206 against 232 ms, within that workload's spread.
+// Mooncake's hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
 //
 // The second rule: a request for a long document cached on m left it for
 // an instance with a few requests fewer, to prefill the whole document
@@ -621,28 +621,28 @@ func (p *Policy) staysHome(t *table, m int, least, work int64, x *expectation) b
 // mayStayHome reports whether the bounds between replicas let an all-busy
 // request stay on the instance its key was placed on (order[0]), and the
 // fewest requests in flight that staysHome compares it with: the least
-// loaded of pool (least), or of all instances. Staying home keeps to this replica's slice like the rest of the
-// overflow while the fleet has room in the shared picture: a replica that
-// merely sees every instance busy, its own sends since its last report
-// filling its part of their headroom, would otherwise take the instance
-// past T + R (in the e2e suite, 7 in flight against 6 with threshold 4 and
-// two replicas). That holds for an instance this replica owns, too: staying
-// there within overflowStay of the least took one to 8 in the same test
-// (each of two replicas owning two of four instances). Until the reports
-// say the fleet is full, an owner may stay home only while that keeps the
-// instance at most T + R − 1 by its count; otherwise the request goes where
-// the least loaded of pool is. Once every instance has reached the
-// threshold in the reports (fleetFull), there is no bound left to keep, as
-// with one router: the request may stay home, compared with the least
-// loaded of all instances, as every replica would decide, but adding at
-// most its slice ⌈T/R⌉ there beyond what every peer is sure to know of it
-// (see pullers): a picture that stopped being refreshed (a peer that no
-// longer pulls, reports stuck at "full") then falls back to the slice
-// instead of letting every replica pile onto the instances it believes
-// least loaded. In the benchmark (sharegpt and mixed-length, saturated, 3
-// replicas) that raised the hit rate from 49.6 to 56.4 % and 40.8 to
-// 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and decision agreement
-// from 48 to 77 % and 40 to 67 % of peeked requests.
+// loaded of pool (least), or of all instances. Staying home keeps to this
+// replica's slice like the rest of the overflow while the fleet has room in
+// the shared picture: a replica that merely sees every instance busy, its
+// own sends since its last report filling its part of their headroom, would
+// otherwise take the instance past T + R (in the e2e suite, 7 in flight
+// against 6 with threshold 4 and two replicas). That holds for an instance
+// this replica owns, too: staying there within overflowStay of the least
+// took one to 8 in the same test (each of two replicas owning two of four
+// instances). Until the reports say the fleet is full, an owner may stay
+// home only while that keeps the instance at most T + R − 1 by its count;
+// otherwise the request goes where the least loaded of pool is. Once no
+// instance has room for a spill in the reports (fleetFull), there is no
+// bound left to keep, as with one router: the request may stay home,
+// compared with the least loaded of all instances, as every replica would
+// decide, but adding at most its slice ⌈T/R⌉ there beyond what every peer
+// is sure to know of it (see pullers): a picture that stopped being
+// refreshed (a peer that no longer pulls, reports stuck at "full") then
+// falls back to the slice instead of letting every replica pile onto the
+// instances it believes least loaded. In the benchmark (sharegpt and
+// mixed-length, saturated, 3 replicas) that raised the hit rate from 49.6
+// to 56.4 % and 40.8 to 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and
+// decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
 func (p *Policy) mayStayHome(t *table, order, pool []int, least int64) (int64, bool) {
 	s := t.members[order[0]].stat
 	if pool[0] == 0 {
