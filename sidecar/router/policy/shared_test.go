@@ -415,3 +415,45 @@ func TestKnownRequestsFollowEveryPuller(t *testing.T) {
 		t.Fatalf("a pull by no peer changed what peers know: %d", s.knownRequests.Load())
 	}
 }
+
+// TestLongPrefillsSignalWithPeersOnly: a request the replica expects to
+// prefill at least TokenFloor tokens of signals LongPrefills, so that the
+// transport can poke the peers; a short one does not, nor a long one while
+// no peer's report counts (there is nobody to tell). Signals are coalesced.
+func TestLongPrefillsSignalWithPeersOnly(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 3, Tuning{})
+	// Each long request is a new document, cold everywhere: a repeated
+	// one would be expected to hit the instance it was sent to.
+	docs := 0
+	long := func() Request {
+		docs++
+		doc := randomText(rand.New(rand.NewPCG(uint64(docs), 1)), 4096)
+		return Request{Text: []byte(doc), WindowBytes: len(doc), PromptBytes: 4 * 20_000}
+	}
+	short := textReq("a short chat")
+	signalled := func() bool {
+		select {
+		case <-p.LongPrefills():
+			return true
+		default:
+			return false
+		}
+	}
+	pick(t, p, long()).Done()
+	if signalled() {
+		t.Fatal("signalled without peers")
+	}
+	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: []InstanceLoad{{ID: "vllm-0", Requests: 1}}})
+	pick(t, p, short).Done()
+	if signalled() {
+		t.Fatal("signalled for a short prompt")
+	}
+	pick(t, p, long()).Done()
+	pick(t, p, long()).Done()
+	if !signalled() {
+		t.Fatal("no signal for a long prefill with a peer")
+	}
+	if signalled() {
+		t.Fatal("two signals pending: they are coalesced")
+	}
+}
