@@ -457,3 +457,47 @@ func TestLongPrefillsSignalWithPeersOnly(t *testing.T) {
 		t.Fatal("two signals pending: they are coalesced")
 	}
 }
+
+// TestTokenGuardChargesTheCacheASpillLoses: a token spill of a prompt its
+// home instance holds is charged the prefill it would lose twice (see
+// spillCost), so it leaves only a home much further behind than a prompt
+// cold everywhere does.
+func TestTokenGuardChargesTheCacheASpillLoses(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1})
+	doc := func(seed uint64) Request {
+		text := randomText(rand.New(rand.NewPCG(seed, seed)), 4096)
+		return Request{Text: []byte(text), WindowBytes: len(text), PromptBytes: 40_000} // 10k tokens
+	}
+	warm := doc(1)
+	first := pick(t, p, warm)
+	home := first.Instance().ID
+	first.Prefilled()
+	first.Done()
+	cold := doc(2)
+	for seed := uint64(3); ; seed++ {
+		if d, err := p.Peek(cold); err == nil && d.Placed == home {
+			break
+		}
+		cold = doc(seed)
+	}
+	homeStat := p.stats.get(home)
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		prefill int64 // tokens left to prefill on the home instance
+		spills  bool
+	}{
+		// Charged once, 30k tokens ahead against a 10k-token cold prefill
+		// elsewhere was a spill; charged twice it is not.
+		{"cached at home, 30k tokens ahead", warm, 30_000, false},
+		{"cached at home, 50k tokens ahead", warm, 50_000, true},
+		{"cold everywhere, 30k tokens ahead", cold, 30_000, true},
+	} {
+		homeStat.prefill.Store(tc.prefill)
+		c := pick(t, p, tc.req)
+		if spilled := c.Spill == SpillTokens && c.Instance().ID != home; spilled != tc.spills || !spilled && c.Instance().ID != home {
+			t.Errorf("%s: went to %s (spill %q), home %s; want a token spill %v", tc.name, c.Instance().ID, c.Spill, home, tc.spills)
+		}
+		c.Done()
+	}
+}
