@@ -118,7 +118,7 @@ BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # before/after figures (the router before the last change to its decisions:
 # 0e14527, before an all-busy request left an instance prefilling a long
 # prompt (muchSooner); empty skips it).
-BENCH_BASELINE ?= ffe1cd7
+BENCH_BASELINE ?= 6bd35ca
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 40 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
