@@ -116,8 +116,8 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# 0e14527, before an all-busy request left an instance prefilling a long
-# prompt (muchSooner); empty skips it).
+# 6bd35ca, before a token spill was charged the cache it loses (spillCost);
+# empty skips it).
 BENCH_BASELINE ?= 6bd35ca
 
 .PHONY: bench

@@ -463,11 +463,11 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // waits for that cold prefill, and so does every request queued behind it
 // there; and the fleet is saturated when token spills happen, so the
 // prefill the spill adds is time taken from everyone. A prompt cold on both
-// instances costs nothing more than its own prefill. Charged once, as
-// before, token spills on the Mooncake trace (one router, three runs of
-// each alternated twice) were 99–115 a run, the hit rate 20.4–21.7 %
-// (mean 20.9 %) and TTFT p90 2.02–2.12 s; charged twice, 79–90 spills,
-// 20.9–21.5 % (mean 21.2 %) and 2.01–2.13 s (median 2.05 s in both).
+// instances costs nothing more than its own prefill. On the Mooncake trace
+// (one router, eight runs of each in two alternating rounds), charged once
+// as before: 99–115 token spills a run, hit rate 20.4–21.7 % (mean
+// 21.0 %), TTFT p90 2.02–2.15 s (median 2.07 s); charged twice: 79–90,
+// 20.9–21.5 % (mean 21.2 %), 2.01–2.13 s (median 2.05 s).
 func spillCost(own, home int64) int64 {
 	return own + max(own-home, 0)
 }
