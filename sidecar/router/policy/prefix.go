@@ -74,6 +74,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		p.log.addSeen(w.hashes)
 	}
 	chosen, ver := p.place(t, w)
+	chosen = p.coldPlacement(t, w.parent, chosen, &x)
 	c.AnchorDepth, c.placed = w.leaf, chosen
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
 
@@ -387,6 +388,43 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	}
 	if within >= 0 {
 		return within
+	}
+	return best
+}
+
+// coldPlacement moves a new key with a long prompt to where its prefill
+// would finish soonest. The key is new to chosen (the index records none
+// of it there) and its prefill there is at least TokenFloor: the cache
+// gives it no reason to wait behind chosen's queue, and the instance that
+// prefills it is where its next requests find it. It goes to the member of
+// set, in the key's order, with the least work ahead of its first token
+// (placement load plus its own prefill there) among those with room under
+// the threshold and within the share bound; ties stay with the earlier one.
+// Shorter new keys keep the two choices of byShare: their prefill is too
+// small to queue behind, and a key that stays on its HRW choices is where
+// every replica would put it. On the Mooncake trace, where a long prompt
+// is new or evicted for most requests (one router, six runs each in two
+// alternating rounds): new long prompts' queueing p90 0.48 → 0.23 s, TTFT
+// p90 2.02–2.08 s (median 2.03) → 1.92–1.99 s (median 1.96), hit rate
+// 20.8–21.8 % → 20.8–21.6 %.
+func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
+	s := t.members[chosen].stat
+	if len(set) < 2 || x.hitBytes(s.token, false) > 0 || x.own(s.token) < p.tuning.TokenFloor {
+		return chosen
+	}
+	bound := math.Inf(1)
+	if p.tuning.ShareSlack >= 0 {
+		bound = p.tuning.ShareSlack*p.averageShare(t, set) + 1
+	}
+	best, ahead := chosen, p.workAhead(s, x)
+	for _, m := range set {
+		o := t.members[m].stat
+		if m == chosen || !p.available(t, m) || !p.hasRoom(t, m) || float64(p.globalShare(o)) > bound {
+			continue
+		}
+		if w := p.workAhead(o, x); w < ahead {
+			best, ahead = m, w
+		}
 	}
 	return best
 }
