@@ -39,7 +39,8 @@ func init() { register(PrefixAware, prefixAware{}, false) }
 //     walked to the first member whose recent request share is within
 //     ShareSlack of the set's average. Shares are global (every replica's
 //     decisions) and the index holds every replica's placements, so
-//     replicas decide alike.
+//     replicas decide alike. A new key with a long prefill goes where that
+//     prefill finishes first instead (coldPlacement).
 //  3. The overload guard (guard) on the fallback order (fallbackOrder: the
 //     parent set first, which is warm for the shared part, then the rest of
 //     the fleet in the anchor's order).
