@@ -18,6 +18,7 @@ type Metrics struct {
 
 	Requests         *prometheus.CounterVec   // backend, strategy, outcome
 	Spills           *prometheus.CounterVec   // reason
+	ColdPlacements   prometheus.Counter       // PREFIX_AWARE: see policy.coldPlacement
 	DecisionDuration prometheus.Histogram     // seconds
 	TimeToFirstByte  *prometheus.HistogramVec // stream
 	// TimeToFirstToken is observed at a stream's first event carrying
@@ -63,7 +64,9 @@ func New(g Gauges) *Metrics {
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 			Help: "Requests by backend, strategy and outcome (2xx, 4xx, 5xx; error: no answer; canceled: the client left before the answer began; rejected: refused by the router; client_disconnect, upstream_reset, upstream_timeout: a response cut mid-way by the client, by the backend, or by the stream idle timeout)."}, []string{"backend", "strategy", "outcome"}),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "spills_total",
-			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy)."}, []string{"reason"}),
+			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy, token_load)."}, []string{"reason"}),
+		ColdPlacements: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cold_placements_total",
+			Help: "PREFIX_AWARE: new keys with a long prompt placed where their prefill would finish first rather than on their first choice."}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time to extract the routing key and pick an instance.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)}),
@@ -96,7 +99,7 @@ func New(g Gauges) *Metrics {
 		Forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forwards_total",
 			Help: "Requests sent on to the router replica that owns their instance, by result (forwarded; fallback: the owner could not be reached, so this replica decided; received: forwarded here by a peer)."}, []string{"result"}),
 	}
-	r.MustRegister(m.Requests, m.Spills, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
+	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
 		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.Forwards,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),

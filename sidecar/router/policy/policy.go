@@ -377,6 +377,10 @@ type Choice struct {
 	Spill string
 	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE).
 	AnchorDepth int
+	// ColdPlaced says a new key with a long prompt was placed where its
+	// prefill would finish first rather than on its first choice
+	// (PREFIX_AWARE, see coldPlacement).
+	ColdPlaced bool
 	// placed is the member the strategy chose before the overload guard
 	// (-1: the first of order, for strategies without a guard).
 	placed int

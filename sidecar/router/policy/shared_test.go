@@ -536,8 +536,8 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 		}
 	}
 	c := pick(t, p, long)
-	if c.Instance().ID != light || c.Spill != SpillNone {
-		t.Fatalf("a new 20k-token prompt went to %s (spill %q), not to %s with the least work ahead", c.Instance().ID, c.Spill, light)
+	if c.Instance().ID != light || c.Spill != SpillNone || !c.ColdPlaced {
+		t.Fatalf("a new 20k-token prompt went to %s (spill %q, cold placement %v), not to %s with the least work ahead", c.Instance().ID, c.Spill, c.ColdPlaced, light)
 	}
 	home := c.Instance().ID
 	c.Prefilled()
@@ -566,8 +566,8 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.stats.get(d.Placed).prefill.Store(6_000)
-	if c := pick(t, p, short); c.Instance().ID != d.Placed {
-		t.Fatalf("a new short prompt went to %s, not its first choice %s", c.Instance().ID, d.Placed)
+	if c := pick(t, p, short); c.Instance().ID != d.Placed || c.ColdPlaced {
+		t.Fatalf("a new short prompt went to %s (cold placement %v), not its first choice %s", c.Instance().ID, c.ColdPlaced, d.Placed)
 	} else {
 		c.Done()
 	}

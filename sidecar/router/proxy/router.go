@@ -434,6 +434,9 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	if choice.Spill != policy.SpillNone {
 		r.opts.Metrics.Spills.WithLabelValues(choice.Spill).Inc()
 	}
+	if choice.ColdPlaced {
+		r.opts.Metrics.ColdPlacements.Inc()
+	}
 	if choice.Strategy == policy.PrefixAware {
 		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
 	}
