@@ -369,11 +369,11 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
-	avg := p.averageShare(t, set)
+	bound := p.newKeyShareBound(t, set)
 	best, within := set[0], -1
 	for _, m := range set[:min(len(set), choices)] {
 		share := p.globalShare(t.members[m].stat)
-		if float64(share) <= p.tuning.ShareSlack*avg+1 {
+		if float64(share) <= bound {
 			if within < 0 {
 				within = m
 				continue
@@ -412,14 +412,18 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // rate mean 21.2 → 20.9 % (spread 20.8–21.8 → 19.8–21.7 %).
 func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
 	s := t.members[chosen].stat
-	if len(set) < 2 || x.hitBytes(s.token, false) > 0 || x.own(s.token) < p.tuning.TokenFloor {
+	if len(set) < 2 || x.hitBytes(s.token, false) > 0 {
+		return chosen
+	}
+	own := x.own(s.token)
+	if own < p.tuning.TokenFloor {
 		return chosen
 	}
 	bound := math.Inf(1)
 	if p.tuning.ShareSlack >= 0 {
-		bound = p.tuning.ShareSlack*p.averageShare(t, set) + 1
+		bound = p.newKeyShareBound(t, set)
 	}
-	best, ahead := chosen, p.workAhead(s, x)
+	best, ahead := chosen, p.tokenLoad(s)+own // workAhead, own computed once
 	for _, m := range set {
 		o := t.members[m].stat
 		if m == chosen || !p.available(t, m) || !p.hasRoom(t, m) || float64(p.globalShare(o)) > bound {
@@ -430,6 +434,14 @@ func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) 
 		}
 	}
 	return best
+}
+
+// newKeyShareBound is the most recent share a member of set may have and
+// still take a new key (byShare, coldPlacement): ShareSlack × the set's
+// average, +1 so that the first decisions, when every share is a handful,
+// do not place keys on noise.
+func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
+	return p.tuning.ShareSlack*p.averageShare(t, set) + 1
 }
 
 // muchLighter reports whether a's token load is so far below b's that a
