@@ -30,14 +30,8 @@ func TestOwnersAgreeAndMoveLittle(t *testing.T) {
 		}
 		ps[i].SetForward(n, "10.0.0."+fmt.Sprint(i+1)+":8080")
 	}
+	exchangeAll(ps, names)
 	for i, p := range ps {
-		for j, q := range ps {
-			if i != j {
-				r := q.LocalReport(names[i], 0)
-				r.Replica = names[j]
-				p.ApplyPeer(r)
-			}
-		}
 		if !p.Forwarding() {
 			t.Fatalf("%s: not forwarding with two peers", names[i])
 		}
@@ -148,15 +142,7 @@ func owningReplicas(t *testing.T, names []string, n int) []*Policy {
 		ps[i].SetReplicas(len(names))
 		ps[i].SetForward(name, fmt.Sprintf("10.0.0.%d:8080", i+1))
 	}
-	for i, p := range ps {
-		for j, q := range ps {
-			if i != j {
-				r := q.LocalReport("", 0)
-				r.Replica = names[j]
-				p.ApplyPeer(r)
-			}
-		}
-	}
+	exchangeAll(ps, names)
 	return ps
 }
 
