@@ -265,6 +265,7 @@ func TestHotBurstKeepsTheBoundThroughOwners(t *testing.T) {
 	for _, replicas := range []int{2, 3} {
 		for _, every := range []int{0, 5, 13} {
 			names := all[:replicas]
+			bound, worst := int64(threshold+replicas-1), int64(0)
 			for seed := range 30 {
 				ps := owningReplicas(t, names, 7)
 				rng := rand.New(rand.NewPCG(uint64(seed), 1))
@@ -285,10 +286,12 @@ func TestHotBurstKeepsTheBoundThroughOwners(t *testing.T) {
 					for _, p := range ps {
 						n += p.InFlight(in.ID)
 					}
-					if bound := int64(threshold + replicas - 1); n > bound {
-						t.Fatalf("%d replicas, exchange every %d requests, seed %d: %s holds %d requests, over T + R − 1 = %d", replicas, every, seed, in.ID, n, bound)
-					}
+					worst = max(worst, n)
 				}
+			}
+			t.Logf("%d replicas, exchange every %d requests (0: none): most in flight on one instance %d, T + R − 1 = %d", replicas, every, worst, bound)
+			if worst > bound {
+				t.Errorf("%d replicas, exchange every %d requests: an instance held %d requests, over T + R − 1 = %d", replicas, every, worst, bound)
 			}
 		}
 	}
