@@ -95,8 +95,9 @@ func (p *Policy) tokens(prefill, requests int64) int64 {
 // lone router would (the first rule only), and every other replica, a
 // guest there, has guestRoom in place of the second: the owner adds while
 // its live count plus the guests' reports is under T, and each report it
-// holds of a guest is at least that guest's K, so the instance holds at
-// most T + (R − 1) × guestRoom = T + R − 1.
+// holds of a guest is at least that guest's K, so spills keep the
+// instance at most T + (R − 1) × guestRoom = T + R − 1 (all-busy overflow
+// has its own bounds: overflowPool, mayStayHome).
 //
 // The first rule counts this replica's own requests live, not as last
 // reported, though only the reported numbers are the same on every
