@@ -190,7 +190,7 @@ func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
 }
 
 // TestOwnerOverflowsWhileTheReportsShowRoom: an owner that sees every
-// instance busy only because its part of the others' headroom is spent,
+// instance busy only because its guest room on the others is spent,
 // while the peer's reports still show room there, sends the request to
 // the least loaded instance once its own is at T + R − 1, rather than
 // further past the threshold (it stayed home within overflowStay of the
@@ -219,9 +219,10 @@ func TestOwnerOverflowsWhileTheReportsShowRoom(t *testing.T) {
 	}
 	// Every instance router-a owns is at T + R − 1 = 11 (it stayed home
 	// once past the threshold of 10); on the others router-b reported 5
-	// and router-a sent 3 its peer does not know of yet, its part
-	// ⌈(10 − 5) / 2⌉ of their headroom. Home is within overflowStay of
-	// the least loaded (8), where it used to stay.
+	// and router-a sent 3 its peer does not know of yet, past its guest
+	// room there (3 is also within its fixed slice ⌈10/2⌉, where all-busy
+	// overflow may go). Home is within overflowStay of the least loaded
+	// (8), where it used to stay.
 	for _, m := range tb.members {
 		s := m.stat
 		if s.owned.Load() {
