@@ -91,14 +91,6 @@ func (p *Policy) tokens(prefill, requests int64) int64 {
 // large while the instance as a whole has room, which is the common case:
 // requests arrive at random replicas.
 //
-// While requests are forwarded to owners, an instance's owner decides as a
-// lone router would (the first rule only), and every other replica, a
-// guest there, has guestRoom in place of the second: the owner adds while
-// its live count plus the guests' reports is under T, and each report it
-// holds of a guest is at least that guest's K, so spills keep the
-// instance at most T + (R − 1) × guestRoom = T + R − 1 (all-busy overflow
-// has its own bounds: overflowPool, mayStayHome).
-//
 // The first rule counts this replica's own requests live, not as last
 // reported, though only the reported numbers are the same on every
 // replica: counted as reported, replicas agreed on 2–3 points more of
@@ -110,9 +102,6 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 	threshold := int64(t.cfg.ConcurrencyThreshold)
 	if p.requests(s) >= threshold {
 		return true
-	}
-	if p.ownedElsewhere(s) {
-		return beyondKnown(s) >= guestRoom
 	}
 	r := p.decidersOf(s)
 	if r <= 1 {

@@ -164,34 +164,16 @@ func (p *Policy) updateOwning() {
 	})
 }
 
-// ownedElsewhere reports whether another replica owns the instance:
-// requests are forwarded to owners, and this replica is not its owner.
-func (p *Policy) ownedElsewhere(s *stat) bool { return p.owning.Load() && !s.owned.Load() }
-
-// guestRoom is how many requests a replica may have on an instance another
-// replica owns beyond what every peer is sure to know of (see pullers):
-// one, whatever the headroom. The owner decides alone there from its live
-// count plus its peers' reports, so it fills the instance up to the
-// threshold with requests its report does not show yet. A guest that took
-// its part ⌈(T − K − P)/R⌉ of the headroom the owner's last report left, as
-// replicas without owners do, added to those: a 40-request burst of one hot
-// prefix over 7 instances with T = 10 (30 seeds, in process:
-// TestHotBurstKeepsTheBoundThroughOwners) took an instance to 15 with 2
-// replicas and 18 with 3 when no report crossed during the burst, 13 and 13
-// with an exchange every 13 requests; the benchmark's hot-prefix workload
-// read 13 and 15 at times, against T + R = 12 and 13. With one request
-// each, the owner's count misses at most one request of each guest, and the
-// instance holds at most T + R − 1 (11 and 12 in those three cases).
-const guestRoom = 1
-
 // decidersOf is how many replicas decide for the instance: 1 when this
 // replica owns it (every request placed there is forwarded here), else
 // every replica. An instance this replica does not own still receives its
 // decisions when it spills a request there from one of its own (or
 // decides a request its owner could not be reached for), and so do the
-// other owners'; while owners are assigned that is bounded by guestRoom
-// (see overThreshold), without owners by the replica's part of the
-// headroom.
+// other owners': counting itself the only decider there, as every owner
+// did at first, let three owners spilling a hot prefix onto the same next
+// instance take it to 15 with a threshold of 10 (benchmark, hot-prefix, 3
+// replicas), so there it keeps to its part of the headroom, as replicas
+// that do not forward do (see overThreshold).
 func (p *Policy) decidersOf(s *stat) int64 {
 	if s.owned.Load() {
 		return 1

@@ -148,9 +148,8 @@ func owningReplicas(t *testing.T, names []string, n int) []*Policy {
 
 // TestOwnerKeepsToItsSliceElsewhere: an owner decides alone for its own
 // instances, so it may fill one to the threshold; on an instance another
-// replica owns (where it sends spills) it is a guest and adds guestRoom
-// beyond what its peers know of, whatever the headroom the owner's report
-// shows: the owner may have filled it since.
+// replica owns (where it sends spills) it is one of R deciders and keeps to
+// its part of the headroom, beyond what its peers know of.
 func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
 	names := []string{"router-a", "router-b", "router-c"}
 	ps := owningReplicas(t, names, 7)
@@ -179,18 +178,13 @@ func TestOwnerKeepsToItsSliceElsewhere(t *testing.T) {
 	if n := fill(own); n != 10 {
 		t.Errorf("%s took %d requests on an instance it owns, want the threshold, 10", owner, n)
 	}
-	if n := fill(other); n != guestRoom {
-		t.Errorf("%s took %d requests on an instance another replica owns, want its guest room, %d", owner, n, guestRoom)
-	}
-	// Once its peers know of them, it may add guestRoom more.
-	tb.members[other].stat.knownRequests.Store(guestRoom)
-	if n := fill(other); n != guestRoom {
-		t.Errorf("%s took %d more requests once its peers knew of the first, want %d", owner, n, guestRoom)
+	if n := fill(other); n != 4 {
+		t.Errorf("%s took %d requests on an instance another replica owns, want its part ⌈10/3⌉ = 4", owner, n)
 	}
 }
 
 // TestOwnerOverflowsWhileTheReportsShowRoom: an owner that sees every
-// instance busy only because its guest room on the others is spent,
+// instance busy only because its part of the others' headroom is spent,
 // while the peer's reports still show room there, sends the request to
 // the least loaded instance once its own is at T + R − 1, rather than
 // further past the threshold (it stayed home within overflowStay of the
@@ -219,10 +213,9 @@ func TestOwnerOverflowsWhileTheReportsShowRoom(t *testing.T) {
 	}
 	// Every instance router-a owns is at T + R − 1 = 11 (it stayed home
 	// once past the threshold of 10); on the others router-b reported 5
-	// and router-a sent 3 its peer does not know of yet, past its guest
-	// room there (3 is also within its fixed slice ⌈10/2⌉, where all-busy
-	// overflow may go). Home is within overflowStay of the least loaded
-	// (8), where it used to stay.
+	// and router-a sent 3 its peer does not know of yet, its part
+	// ⌈(10 − 5) / 2⌉ of their headroom. Home is within overflowStay of
+	// the least loaded (8), where it used to stay.
 	for _, m := range tb.members {
 		s := m.stat
 		if s.owned.Load() {
@@ -251,22 +244,26 @@ func TestOwnerOverflowsWhileTheReportsShowRoom(t *testing.T) {
 	}
 }
 
-// TestHotBurstKeepsTheBoundThroughOwners replays bursts of one hot prefix
+// TestHotBurstStaysWithinTheOwnersBound replays bursts of one hot prefix
 // (distinct questions after it, as the benchmark's hot-prefix workload)
 // through replicas that forward to owners: each request enters a random
 // replica, which forwards it to the owner its peek names, and the replicas
-// exchange reports every few requests or not at all during the burst. No
-// instance may hold more than T + R − 1 requests from all replicas
-// together: guests on an owner's instance add one request beyond what the
-// owner knows of (guestRoom). Before, guests took their part of the
-// headroom the owner's report left, and this reached 15 and 18.
-func TestHotBurstKeepsTheBoundThroughOwners(t *testing.T) {
+// exchange reports every few requests or not at all during the burst. An
+// owner fills its instance live to T while the guests (replicas spilling
+// there) each take their part ⌈T/R⌉ of the headroom its last report
+// showed, so the bound with owners is the weaker T + (R − 1) × ⌈T/R⌉
+// (sidecar/README.md): 15 with 2 replicas, 18 with 3, which a burst with
+// no report exchanged reaches. Keeping guests to one request restored
+// T + R − 1 here but took the e2e threshold spec past its bound through
+// all-busy overflow (the addendum in docs/benchmarks.md).
+func TestHotBurstStaysWithinTheOwnersBound(t *testing.T) {
 	const threshold, burst = 10, 40
 	all := []string{"router-a", "router-b", "router-c"}
 	for _, replicas := range []int{2, 3} {
 		for _, every := range []int{0, 5, 13} {
 			names := all[:replicas]
-			bound, worst := int64(threshold+replicas-1), int64(0)
+			slice := (threshold + replicas - 1) / replicas
+			bound, worst := int64(threshold+(replicas-1)*slice), int64(0)
 			for seed := range 30 {
 				ps := owningReplicas(t, names, 7)
 				rng := rand.New(rand.NewPCG(uint64(seed), 1))
@@ -290,9 +287,9 @@ func TestHotBurstKeepsTheBoundThroughOwners(t *testing.T) {
 					worst = max(worst, n)
 				}
 			}
-			t.Logf("%d replicas, exchange every %d requests (0: none): most in flight on one instance %d, T + R − 1 = %d", replicas, every, worst, bound)
+			t.Logf("%d replicas, exchange every %d requests (0: none): most in flight on one instance %d, T + (R − 1) × ⌈T/R⌉ = %d", replicas, every, worst, bound)
 			if worst > bound {
-				t.Errorf("%d replicas, exchange every %d requests: an instance held %d requests, over T + R − 1 = %d", replicas, every, worst, bound)
+				t.Errorf("%d replicas, exchange every %d requests: an instance held %d requests, over T + (R − 1) × ⌈T/R⌉ = %d", replicas, every, worst, bound)
 			}
 		}
 	}

@@ -560,10 +560,9 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 
 // hasRoom reports whether a spill may go to an instance: it has at least
 // spillRoom requests of room under the threshold and is not over it by
-// this replica's part of the headroom or guest room (see overThreshold).
-// The count comes first: it already decides overThreshold's first rule,
-// and in a saturated fleet, where spills walk past most instances, it
-// fails without the rest.
+// this replica's part of the headroom (see overThreshold). The count comes
+// first: it already decides overThreshold's first rule, and in a saturated
+// fleet, where spills walk past most instances, it fails without the rest.
 func (p *Policy) hasRoom(t *table, m int) bool {
 	threshold := int64(t.cfg.ConcurrencyThreshold)
 	return p.requests(t.members[m].stat)+spillRoom(threshold) <= threshold && !p.overThreshold(t, m)
