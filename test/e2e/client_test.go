@@ -120,7 +120,7 @@ func startTraffic(ctx context.Context, send func(ctx context.Context, group, n i
 				t.mu.Lock()
 				// Keyed per router replica: a group's placement is
 				// followed through each router's own eyes.
-				t.lastInstance[g*8+r.via] = r.instance
+				t.lastInstance[pairKey(g, r.via)] = r.instance
 				t.served[r.instance]++
 				t.mu.Unlock()
 			}
@@ -128,6 +128,12 @@ func startTraffic(ctx context.Context, send func(ctx context.Context, group, n i
 	}
 	return t
 }
+
+// pairKey is the key of a (prefix group, router replica) pair in
+// traffic.placement; pairOf takes it apart.
+func pairKey(group, via int) int { return group*8 + via }
+
+func pairOf(key int) (group, via int) { return key / 8, key % 8 }
 
 func (t *traffic) stop() {
 	t.cancel()

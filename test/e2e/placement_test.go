@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"sort"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -8,8 +9,9 @@ import (
 
 // moves compares group placements: the fraction of groups (present in both)
 // that changed instance, and the fraction that moved between two instances
-// that both still exist (in keep, or when keep is nil, in before's set).
-func moves(before, after map[int]string, keep map[string]bool) (moved, between float64) {
+// that both still exist (in keep, or when keep is nil, in before's set),
+// with those moves listed for the failure message.
+func moves(before, after map[int]string, keep map[string]bool) (moved, between float64, sideways []string) {
 	if keep == nil {
 		keep = map[string]bool{}
 		for _, inst := range before {
@@ -27,13 +29,15 @@ func moves(before, after map[int]string, keep map[string]bool) (moved, between f
 			m++
 			if keep[from] && keep[to] {
 				b++
+				group, via := pairOf(g)
+				sideways = append(sideways, fmt.Sprintf("group %d via router %d: %s → %s", group, via, from, to))
 			}
 		}
 	}
 	if n == 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
-	return float64(m) / float64(n), float64(b) / float64(n)
+	return float64(m) / float64(n), float64(b) / float64(n), sideways
 }
 
 // fraction is the share of groups whose instance satisfies pred.
