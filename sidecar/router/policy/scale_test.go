@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
-	"maps"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -113,98 +110,4 @@ func TestRestoredReplicaSeesTheNewcomerAsItsPeer(t *testing.T) {
 	if differ > 0 {
 		t.Fatalf("the restored replica placed %d of %d requests elsewhere than its peer", differ, len(reqs))
 	}
-}
-
-// TestScaleOutWithReplicasMovesLittleBetweenSurvivors follows the e2e
-// suite's scale spec in process: two replicas behind a Service-like
-// spreader, 240 conversations behind a shared system prompt, reports
-// crossing about every 10 decisions, 4 → 5 instances. Per seed it counts
-// the (conversation, replica) pairs whose instance changed between two
-// instances that were both there before. Shedding every key of an
-// over-share instance that came by until its stale share caught up moved
-// over 2 % of the pairs in 7 of 300 seeds (mean 0.20 %, up to 5.6 %); a
-// fleet left at 4 instances moves 0.04 % in the same window.
-func TestScaleOutWithReplicasMovesLittleBetweenSurvivors(t *testing.T) {
-	const seeds, groups = 100, 240
-	var sum, worst float64
-	for seed := uint64(1); seed <= seeds; seed++ {
-		f := scaleWithReplicas(t, seed, groups)
-		sum += f
-		worst = max(worst, f)
-	}
-	t.Logf("4→5 with 2 replicas, %d seeds: %.2f %% of pairs moved between survivors on average, %.1f %% at most", seeds, 100*sum/seeds, 100*worst)
-	if sum/seeds > 0.0012 || worst > 0.015 {
-		t.Errorf("moved %.2f %% on average, %.1f %% at most; want at most 0.12 %% and 1.5 %%", 100*sum/seeds, 100*worst)
-	}
-}
-
-// scaleWithReplicas runs one seed of the test above and returns the
-// fraction of pairs moved between survivors.
-func scaleWithReplicas(t *testing.T, seed uint64, groups int) float64 {
-	t.Helper()
-	system := strings.Repeat("support policy clause: customers may ask about orders, returns and warranties. ", 80)[:6000]
-	rng := rand.New(rand.NewPCG(seed, 7))
-	names := []string{"router-0", "router-1"}
-	config := func(n int) Config {
-		return Config{Strategy: PrefixAware, Model: "m", HashSeed: seed, PrefixLength: 16384, ConcurrencyThreshold: 64, Instances: fleet(n)}
-	}
-	ps := make([]*Policy, len(names))
-	for i := range ps {
-		ps[i] = New(Tuning{})
-		if err := ps[i].Update(config(4)); err != nil {
-			t.Fatal(err)
-		}
-		ps[i].SetReplicas(len(names))
-	}
-	seen := map[[2]int]uint64{}
-	exchange := func() {
-		for to, p := range ps {
-			for from, q := range ps {
-				if from != to {
-					r := q.LocalReport(names[to], seen[[2]int{from, to}])
-					r.Replica = names[from]
-					p.ApplyPeer(r)
-					q.PeerApplied(names[to], r.Seq)
-					seen[[2]int{from, to}] = r.Seq
-				}
-			}
-		}
-	}
-	last := map[[2]int]string{}
-	var inFlight []*Choice
-	n := 0
-	rounds := func(k int) {
-		for range k {
-			for g := range groups {
-				n++
-				via := (g + n/groups) % len(ps) // alternates per round, as in the e2e spec
-				text := system + fmt.Sprintf("Conversation %d: my parcel has not arrived, here is everything I know about it. ", g)
-				c := pick(t, ps[via], Request{Text: []byte(text), WindowBytes: len(text)})
-				last[[2]int{g, via}] = c.Instance().ID
-				if inFlight = append(inFlight, c); len(inFlight) > 8 {
-					inFlight[0].Done()
-					inFlight = inFlight[1:]
-				}
-				if rng.IntN(10) == 0 {
-					exchange()
-				}
-			}
-		}
-	}
-	rounds(6)
-	before := maps.Clone(last)
-	for _, p := range ps {
-		if err := p.Update(config(5)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exchange()
-	rounds(4)
-	between := 0
-	for k, from := range before {
-		if to := last[k]; to != from && to != "vllm-4" {
-			between++
-		}
-	}
-	return float64(between) / float64(len(before))
 }
