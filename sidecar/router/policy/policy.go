@@ -650,26 +650,6 @@ func (p *Policy) countShare(t *table, chosen int) {
 	}
 }
 
-// moveShare moves a relieved key's recent decisions (its anchor's
-// popularity, which counts every replica's requests) from the share of the
-// member it left to the one it went to. Shares are counts of past
-// decisions, so without it the member relieved stays over the bound until
-// the others' counts catch up, and every key of it that comes by meanwhile
-// is moved too: in a two-replica fleet of 240 conversations after a 4 → 5
-// scale-out, one instance shed 10 keys where 3 brought it under the bound,
-// and 2.3 % of runs moved over 2 % of the keys between instances that were
-// there before. The amount leaves this replica's own count only (it is
-// what this replica reports), never below zero.
-func (p *Policy) moveShare(t *table, from, to int, anchor uint64) {
-	src, dst := t.members[from].stat, t.members[to].stat
-	n := min(int64(p.pop.estimate(anchor)), src.share.Load())
-	if n <= 0 {
-		return
-	}
-	src.share.Add(-n)
-	dst.share.Add(n)
-}
-
 // capOf is ⌈f × total / n⌉, the bounded-load cap.
 func capOf(f float64, total int64, n int) int64 {
 	return int64(math.Ceil(f * float64(total) / float64(n)))

@@ -74,7 +74,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		p.pop.record(w.hashes)
 		p.log.addSeen(w.hashes)
 	}
-	placed, ver, relieved := p.place(t, w)
+	placed, ver := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
 	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
@@ -87,9 +87,6 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		// instance once the overload is over instead of following the spill.
 		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
 		p.log.add(w.hashes, depths, m.stat.token, ver)
-		if relieved >= 0 && relieved != c.order[0] {
-			p.moveShare(t, relieved, c.order[0], w.hashes[w.leaf])
-		}
 	}
 }
 
@@ -151,22 +148,21 @@ func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint
 
 // place chooses the anchor's instance in its parent set (step 2), and the
 // version of the placement: the entry's own when the key stays where it
-// lives, one more when it goes anywhere else. relieved is the member the
-// key was moved off because its share was over the bound (see relieve),
-// or -1.
-func (p *Policy) place(t *table, w walk) (m int, ver uint32, relieved int) {
+// lives, one more when it goes anywhere else.
+func (p *Policy) place(t *table, w walk) (int, uint32) {
+	var ver uint32
 	if w.choices == placementChoices {
 		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
 			ver = e.ver
-			if m, moved, relieved := p.sticky(t, w.parent, e, w.hashes[w.leaf]); m >= 0 {
+			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
 				if moved {
 					ver++
 				}
-				return m, ver, relieved
+				return m, ver
 			}
 		}
 	}
-	return p.byShare(t, w.parent, w.choices), ver + 1, -1
+	return p.byShare(t, w.parent, w.choices), ver + 1
 }
 
 // fallbackOrder is the order to try instances in: chosen, the rest of the
@@ -285,8 +281,7 @@ const maxRecordDepths = 16
 const stickySlack = 8
 
 // sticky returns the member of set that the index says holds the prefix
-// (-1 if none does), whether that is a move, and the member it relieved
-// (-1 unless the key moves off an over-share home). Request share is kept
+// (-1 if none does), and whether that is a move. Request share is kept
 // even by moving a few keys (each move costs a cold prefill) rather than
 // letting busy keys pile up on one instance, but a key over MoveSlack × the
 // average moves only onto one of its own first choices that is within
@@ -299,7 +294,7 @@ const stickySlack = 8
 // The key lives on the entry's current holder (the highest version, see
 // indexEntry), or on its former holder when the current one is not in the
 // set; when two holders are tied, on the one earlier in the key's order.
-func (p *Policy) sticky(t *table, set []int, e indexEntry, anchor uint64) (int, bool, int) {
+func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
 	home := -1
 	for _, m := range set {
 		tok := t.members[m].stat.token
@@ -319,11 +314,11 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry, anchor uint64) (int, 
 			}
 		}
 		if home < 0 {
-			return -1, false, -1
+			return -1, false
 		}
 	}
 	if p.tuning.ShareSlack < 0 {
-		return home, moved, -1
+		return home, moved
 	}
 	avg := p.averageShare(t, set)
 	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(p.globalShare(first)) <= p.tuning.ShareSlack*avg {
@@ -332,33 +327,13 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry, anchor uint64) (int, 
 		// placed since, on its second choice because the newcomer was
 		// over the bound then, comes back too: a move the joining period
 		// bounds.)
-		return set[0], true, -1
+		return set[0], true
 	}
-	share := float64(p.globalShare(t.members[home].stat))
-	if share <= max(p.tuning.MoveSlack*avg, avg+stickySlack) || !relievable(anchor, share, avg) {
-		return home, moved, -1
+	if float64(p.globalShare(t.members[home].stat)) <= max(p.tuning.MoveSlack*avg, avg+stickySlack) {
+		return home, moved
 	}
 	m := p.relieve(t, set, home, avg)
-	if m == home {
-		return home, moved, -1
-	}
-	return m, true, home
-}
-
-// relievable reports whether the key anchored at anchor is one of those
-// an over-share member sheds: a fraction (share − avg) / share of its keys,
-// picked by the anchor's hash, which is what brings its share back to the
-// average. Shares are counts of past decisions and every replica compares
-// them as last reported, so until the next report the member looks as far
-// over as before, whatever it has shed: moving every key of it that comes
-// by meanwhile moved far more than that (in a two-replica fleet of 240
-// conversations after a 4 → 5 scale-out, one instance shed 10 keys where 3
-// brought it under the bound). The pick depends on shared inputs only, so
-// replicas shed the same keys; moveShare then takes what was shed off the
-// member's count, so the next report shows it relieved.
-func relievable(anchor uint64, share, avg float64) bool {
-	u := float64((anchor*0x9e3779b97f4a7c15)>>11) / (1 << 53)
-	return u < (share-avg)/share
+	return m, moved || m != home
 }
 
 // relieve picks where a key living on the over-share member m goes: the
