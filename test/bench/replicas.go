@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/freeport"
 	"github.com/warmroute/warmroute/test/process"
 	"github.com/warmroute/warmroute/test/vllmsim"
 	"github.com/warmroute/warmroute/test/workload"
@@ -445,7 +445,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	}
 	// Every replica must be told every peer's address before any starts,
 	// so the addresses are chosen first.
-	addrs, err := freeAddrs(2 * n)
+	addrs, err := freeport.Loopback(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -562,28 +562,6 @@ func (f *replicaFleet) stop() {
 	}
 	wg.Wait()
 	closeSims(f.sims)
-}
-
-// freeAddrs returns n loopback addresses free right now. Another process
-// could take one before the router listens there; the router then fails to
-// start and the run says so.
-func freeAddrs(n int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // spreaderURL is the base URL the driver sends to; the spreader replaces

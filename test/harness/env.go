@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/test/freeport"
 	"github.com/warmroute/warmroute/test/localcluster"
 	"github.com/warmroute/warmroute/test/process"
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -191,13 +191,14 @@ func (e *Env) Stop() {
 // LogDir is where every process logs.
 func (e *Env) LogDir() string { return e.Cluster.WorkDir }
 
+// freeAddr is a loopback address for a process the harness may restart
+// on it (see freeport).
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := freeport.Loopback(1)
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return a[0], nil
 }
 
 // waitHTTP polls url until it answers 200.

@@ -1,0 +1,94 @@
+// Package freeport picks loopback addresses for processes a test starts,
+// stops and starts again on the same address (router replicas, whose peers
+// find them there).
+//
+// A port the kernel handed out for "127.0.0.1:0" lies in its ephemeral
+// range, from which it also picks the local port of every outgoing
+// connection. While a process is down between a stop and a start, a
+// connection of anything else on the machine can be given its port, and
+// the restarted process then fails with "address already in use": a CI run
+// of the benchmark's restart (2026-12-03) did. Ports below the ephemeral
+// range are never given to outgoing connections, so only another listener
+// choosing the same one of some twenty thousand ports can take it.
+package freeport
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// lowest is the lowest port picked: above the well-known and commonly
+// configured ones.
+const lowest = 10000
+
+// rangeFile holds the kernel's ephemeral port range on Linux.
+const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// Loopback returns n distinct addresses on 127.0.0.1 that are free now,
+// with ports below the kernel's ephemeral range when it is known (Linux),
+// else any free ports.
+func Loopback(n int) ([]string, error) {
+	high, ok := ephemeralStart()
+	if !ok || high <= lowest+n {
+		return anyFree(n)
+	}
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("no free port in %d–%d after %d tries", lowest, high-1, tries)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(high-lowest)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		held = append(held, l)
+		out = append(out, addr)
+	}
+	return out, nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range.
+func ephemeralStart() (int, bool) {
+	b, err := os.ReadFile(rangeFile)
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	low, err := strconv.Atoi(f[0])
+	return low, err == nil
+}
+
+// anyFree returns n free loopback addresses the kernel picks.
+func anyFree(n int) ([]string, error) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(errors.New("pick a free port"), err)
+		}
+		held = append(held, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
