@@ -19,8 +19,8 @@ func moves(before, after map[int]string, keep map[string]bool) (moved, between f
 		}
 	}
 	n, m, b := 0, 0, 0
-	for g, from := range before {
-		to, ok := after[g]
+	for key, from := range before {
+		to, ok := after[key]
 		if !ok {
 			continue
 		}
@@ -29,7 +29,7 @@ func moves(before, after map[int]string, keep map[string]bool) (moved, between f
 			m++
 			if keep[from] && keep[to] {
 				b++
-				group, via := pairOf(g)
+				group, via := pairOf(key)
 				sideways = append(sideways, fmt.Sprintf("group %d via router %d: %s → %s", group, via, from, to))
 			}
 		}

@@ -72,17 +72,21 @@ func (rs *replicaSet) newReplica() *Policy {
 }
 
 // exchange has every replica pull every other's report.
-func (rs *replicaSet) exchange() {
-	for to, p := range rs.ps {
-		for from, q := range rs.ps {
+func (rs *replicaSet) exchange() { pullAll(rs.ps, rs.names, rs.seen) }
+
+// pullAll has every replica pull every other's report since the last one
+// it pulled (seen, by (from, to)) and acknowledge it, as the exchange does.
+func pullAll(ps []*Policy, names []string, seen map[[2]int]uint64) {
+	for to, p := range ps {
+		for from, q := range ps {
 			if from == to {
 				continue
 			}
-			r := q.LocalReport(rs.names[to], rs.seen[[2]int{from, to}])
-			r.Replica = rs.names[from]
+			r := q.LocalReport(names[to], seen[[2]int{from, to}])
+			r.Replica = names[from]
 			p.ApplyPeer(r)
-			q.PeerApplied(rs.names[to], r.Seq) // as the puller acknowledges
-			rs.seen[[2]int{from, to}] = r.Seq
+			q.PeerApplied(names[to], r.Seq) // as the puller acknowledges
+			seen[[2]int{from, to}] = r.Seq
 		}
 	}
 }

@@ -158,19 +158,7 @@ func scaleWithReplicas(t *testing.T, seed uint64, groups int) float64 {
 		ps[i].SetReplicas(len(names))
 	}
 	seen := map[[2]int]uint64{}
-	exchange := func() {
-		for to, p := range ps {
-			for from, q := range ps {
-				if from != to {
-					r := q.LocalReport(names[to], seen[[2]int{from, to}])
-					r.Replica = names[from]
-					p.ApplyPeer(r)
-					q.PeerApplied(names[to], r.Seq)
-					seen[[2]int{from, to}] = r.Seq
-				}
-			}
-		}
-	}
+	exchange := func() { pullAll(ps, names, seen) }
 	last := map[[2]int]string{}
 	var inFlight []*Choice
 	n := 0
