@@ -305,17 +305,6 @@ func hotBurstPeak(t *testing.T, names []string, n, every int, seed uint64) int64
 	return peak
 }
 
-// exchangeAll has every replica pull and apply every peer's report, and
-// acknowledge it (see pullers).
-func exchangeAll(ps []*Policy, names []string) {
-	for a, pa := range ps {
-		for b, pb := range ps {
-			if a != b {
-				r := pb.LocalReport(names[a], 0)
-				r.Replica = names[b]
-				pa.ApplyPeer(r)
-				pb.PeerApplied(names[a], r.Seq)
-			}
-		}
-	}
-}
+// exchangeAll has every replica pull and apply every peer's whole report,
+// and acknowledge it (see pullers).
+func exchangeAll(ps []*Policy, names []string) { pullAll(ps, names, map[[2]int]uint64{}) }
