@@ -6,8 +6,8 @@
 // range, from which it also picks the local port of every outgoing
 // connection. While a process is down between a stop and a start, a
 // connection of anything else on the machine can be given its port, and
-// the restarted process then fails with "address already in use": a CI run
-// of the benchmark's restart (2026-12-03) did. Ports below the ephemeral
+// the restarted process then fails with "address already in use", as the
+// benchmark's restarted replica did in a fresh-clone run of .ci/run. Ports below the ephemeral
 // range are never given to outgoing connections, so only another listener
 // choosing the same one of some twenty thousand ports can take it.
 package freeport
