@@ -18,6 +18,7 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/harness"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
@@ -75,6 +76,30 @@ func mustMetric(r *harness.Router, name string, labels map[string]string) float6
 	v, err := harness.Metric(r, name, labels)
 	Expect(err).NotTo(HaveOccurred())
 	return v
+}
+
+// moveCounts is warmroute_router_key_moves_total by reason, summed over
+// routers.
+type moveCounts map[string]float64
+
+// keyMoves reads the routers' key moves now.
+func keyMoves(routers []*harness.Router) moveCounts {
+	out := moveCounts{}
+	for _, r := range routers {
+		for _, reason := range []string{policy.MoveShare, policy.MoveJoining, policy.MoveHolderLeft} {
+			out[reason] += mustMetric(r, "warmroute_router_key_moves_total", map[string]string{"reason": reason})
+		}
+	}
+	return out
+}
+
+// minus is the moves counted since earlier.
+func (m moveCounts) minus(earlier moveCounts) moveCounts {
+	out := moveCounts{}
+	for reason, n := range m {
+		out[reason] = n - earlier[reason]
+	}
+	return out
 }
 
 func describe(m map[int]string) string {

@@ -19,6 +19,7 @@ type Metrics struct {
 	Requests         *prometheus.CounterVec   // backend, strategy, outcome
 	Spills           *prometheus.CounterVec   // reason
 	ColdPlacements   prometheus.Counter       // PREFIX_AWARE: see policy.coldPlacement
+	KeyMoves         *prometheus.CounterVec   // PREFIX_AWARE: see policy.Choice.Moved
 	DecisionDuration prometheus.Histogram     // seconds
 	TimeToFirstByte  *prometheus.HistogramVec // stream
 	// TimeToFirstToken is observed at a stream's first event carrying
@@ -67,6 +68,8 @@ func New(g Gauges) *Metrics {
 			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy, token_load)."}, []string{"reason"}),
 		ColdPlacements: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cold_placements_total",
 			Help: "PREFIX_AWARE: new keys with a long prompt placed where their prefill would finish first rather than on their first choice."}),
+		KeyMoves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "key_moves_total",
+			Help: "PREFIX_AWARE: known prefix keys placed off the instance the prefix index held them on, each at the cost of a cold prefill, by reason (share: that instance's request share was over move-slack × the average; joining: the key's first choice joined the fleet; holder_left: that instance left, back to the one before)."}, []string{"reason"}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time to extract the routing key and pick an instance.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)}),
@@ -99,7 +102,7 @@ func New(g Gauges) *Metrics {
 		Forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forwards_total",
 			Help: "Requests sent on to the router replica that owns their instance, by result (forwarded; fallback: the owner could not be reached, so this replica decided; received: forwarded here by a peer)."}, []string{"result"}),
 	}
-	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
+	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
 		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.Forwards,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),

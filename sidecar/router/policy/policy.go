@@ -23,6 +23,16 @@ const (
 	SpillUnhealthy   = "unhealthy"             // preferred instance ejected by health checks
 )
 
+// Key move reasons, as counted in metrics: why PREFIX_AWARE placed a key
+// its prefix index knew off the instance the index held it on (see
+// sticky). Each move costs the key a cold prefill.
+const (
+	MoveNone       = ""
+	MoveShare      = "share"       // its instance's share was over MoveSlack × the average
+	MoveJoining    = "joining"     // its first choice joined the fleet lately
+	MoveHolderLeft = "holder_left" // its instance left its set; back to the one before
+)
+
 // Errors the transport turns into HTTP statuses.
 var (
 	ErrUnknownModel = errors.New("model is neither the served model nor a known adapter")
@@ -381,6 +391,11 @@ type Choice struct {
 	// prefill would finish first rather than on its first choice
 	// (PREFIX_AWARE, see coldPlacement).
 	ColdPlaced bool
+	// Moved says why a key the prefix index knew left the instance the
+	// index held it on (PREFIX_AWARE, one of the Move reasons); MoveNone
+	// when it stayed, was new, or the guard spilled the request (the index
+	// then keeps the key where it was).
+	Moved string
 	// placed is the member the strategy chose before the overload guard
 	// (-1: the first of order, for strategies without a guard).
 	placed int

@@ -74,7 +74,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		p.pop.record(w.hashes)
 		p.log.addSeen(w.hashes)
 	}
-	placed, ver := p.place(t, w)
+	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
 	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
 	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
@@ -87,6 +87,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 		// instance once the overload is over instead of following the spill.
 		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
 		p.log.add(w.hashes, depths, m.stat.token, ver)
+		c.Moved = moved
 	}
 }
 
@@ -146,23 +147,24 @@ func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint
 	return w
 }
 
-// place chooses the anchor's instance in its parent set (step 2), and the
-// version of the placement: the entry's own when the key stays where it
-// lives, one more when it goes anywhere else.
-func (p *Policy) place(t *table, w walk) (int, uint32) {
+// place chooses the anchor's instance in its parent set (step 2), the
+// version of the placement (the entry's own when the key stays where it
+// lives, one more when it goes anywhere else), and why a key the index
+// knew moved (MoveNone if it stayed or was new).
+func (p *Policy) place(t *table, w walk) (int, uint32, string) {
 	var ver uint32
 	if w.choices == placementChoices {
 		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
 			ver = e.ver
 			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
-				if moved {
+				if moved != MoveNone {
 					ver++
 				}
-				return m, ver
+				return m, ver, moved
 			}
 		}
 	}
-	return p.byShare(t, w.parent, w.choices), ver + 1
+	return p.byShare(t, w.parent, w.choices), ver + 1, MoveNone
 }
 
 // fallbackOrder is the order to try instances in: chosen, the rest of the
@@ -281,7 +283,7 @@ const maxRecordDepths = 16
 const stickySlack = 8
 
 // sticky returns the member of set that the index says holds the prefix
-// (-1 if none does), and whether that is a move. Request share is kept
+// (-1 if none does), and why that is a move (MoveNone if it is not). Request share is kept
 // even by moving a few keys (each move costs a cold prefill) rather than
 // letting busy keys pile up on one instance, but a key over MoveSlack × the
 // average moves only onto one of its own first choices that is within
@@ -294,7 +296,7 @@ const stickySlack = 8
 // The key lives on the entry's current holder (the highest version, see
 // indexEntry), or on its former holder when the current one is not in the
 // set; when two holders are tied, on the one earlier in the key's order.
-func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
+func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, string) {
 	home := -1
 	for _, m := range set {
 		tok := t.members[m].stat.token
@@ -303,18 +305,18 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
 			break
 		}
 	}
-	moved := false
+	moved := MoveNone
 	if home < 0 {
 		// The current holder left the set (scaled in, or the set shrank):
 		// the former holder, if still there, is warm.
 		for _, m := range set {
 			if e.tok[1] != 0 && t.members[m].stat.token == e.tok[1] {
-				home, moved = m, true
+				home, moved = m, MoveHolderLeft
 				break
 			}
 		}
 		if home < 0 {
-			return -1, false
+			return -1, MoveNone
 		}
 	}
 	if p.tuning.ShareSlack < 0 {
@@ -327,13 +329,15 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, bool) {
 		// placed since, on its second choice because the newcomer was
 		// over the bound then, comes back too: a move the joining period
 		// bounds.)
-		return set[0], true
+		return set[0], MoveJoining
 	}
 	if float64(p.globalShare(t.members[home].stat)) <= max(p.tuning.MoveSlack*avg, avg+stickySlack) {
 		return home, moved
 	}
-	m := p.relieve(t, set, home, avg)
-	return m, moved || m != home
+	if m := p.relieve(t, set, home, avg); m != home {
+		return m, MoveShare
+	}
+	return home, moved
 }
 
 // relieve picks where a key living on the over-share member m goes: the

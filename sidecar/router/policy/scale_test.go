@@ -197,3 +197,40 @@ func scaleWithReplicas(t *testing.T, seed uint64, groups int) float64 {
 	}
 	return float64(between) / float64(len(before))
 }
+
+// TestKeyMovesSayWhy: a key the index knew that goes to a newcomer whose
+// first choice it is moves as "joining", and back to the instance it came
+// from when that newcomer leaves again as "holder_left"; a key that stays
+// does not count as moved.
+func TestKeyMovesSayWhy(t *testing.T) {
+	reqs := scaleStream(700, 2)
+	p := newPolicy(t, PrefixAware, 7, Tuning{DecayEvery: 1 << 20})
+	routeAll(t, p, reqs)
+	moves := func() map[string]map[string]int {
+		out := map[string]map[string]int{}
+		for _, r := range reqs {
+			c := pick(t, p, r)
+			if out[c.Moved] == nil {
+				out[c.Moved] = map[string]int{}
+			}
+			out[c.Moved][c.Instance().ID]++
+			c.Done()
+		}
+		return out
+	}
+	grow(t, p, 8)
+	out := moves()
+	t.Logf("7→8: moved by reason and instance: %v", out)
+	if len(out[MoveJoining]) != 1 || out[MoveJoining]["vllm-7"] == 0 {
+		t.Errorf("7→8: joining moves went to %v, want only the newcomer vllm-7", out[MoveJoining])
+	}
+	if n := len(out[MoveHolderLeft]); n != 0 {
+		t.Errorf("7→8: %d instances took keys whose holder left, want none", n)
+	}
+	grow(t, p, 7)
+	out = moves()
+	t.Logf("8→7: moved by reason and instance: %v", out)
+	if out[MoveHolderLeft]["vllm-7"] != 0 || len(out[MoveHolderLeft]) == 0 {
+		t.Errorf("8→7: holder_left moves went to %v, want the instances the newcomer's keys came from", out[MoveHolderLeft])
+	}
+}

@@ -437,6 +437,9 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	if choice.ColdPlaced {
 		r.opts.Metrics.ColdPlacements.Inc()
 	}
+	if choice.Moved != policy.MoveNone {
+		r.opts.Metrics.KeyMoves.WithLabelValues(choice.Moved).Inc()
+	}
 	if choice.Strategy == policy.PrefixAware {
 		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
 	}
