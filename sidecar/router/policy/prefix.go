@@ -283,15 +283,18 @@ const maxRecordDepths = 16
 const stickySlack = 8
 
 // sticky returns the member of set that the index says holds the prefix
-// (-1 if none does), and why that is a move (MoveNone if it is not). Request share is kept
-// even by moving a few keys (each move costs a cold prefill) rather than
-// letting busy keys pile up on one instance, but a key over MoveSlack × the
-// average moves only onto one of its own first choices that is within
-// ShareSlack of the average (see relieve), never sideways between busy
-// instances: after a scale-out every old instance is above the new
-// average, so the keys that leave go to the new one and none moves between
-// two instances that were both there before. MoveSlack is above ShareSlack
-// (hysteresis), so keys near the bound do not ping-pong.
+// (-1 if none does), and why that is a move (MoveNone if it is not).
+// Request share is kept even by moving a few keys (each move costs a cold
+// prefill) rather than letting busy keys pile up on one instance, but a
+// key over MoveSlack × the average moves only onto one of its own first
+// choices that is within ShareSlack of the average (see relieve), never
+// sideways between busy instances. MoveSlack is above ShareSlack
+// (hysteresis), so keys near the bound do not ping-pong. A scale-out moves
+// a known key to the newcomer only while it is joining and the key's first
+// choice; the newcomer's random fifth of the keys can leave an old instance
+// over MoveSlack, which then sheds keys to other old ones, more than it
+// must because its share counts past decisions
+// (TestScaleOutWithReplicasMovesLittleBetweenSurvivors).
 //
 // The key lives on the entry's current holder (the highest version, see
 // indexEntry), or on its former holder when the current one is not in the
