@@ -29,25 +29,26 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 			w, n, 100*before.HitRate, 100*after.HitRate, secs(eb.P50), secs(ea.P50), secs(eb.P90), secs(ea.P90),
 			100*(ratio(ea.P90, eb.P90)-1), maxBefore, maxAfter, before.Summary.Failures, after.Summary.Failures)
 	}
+	after := r.beforeAfterPairs()
+	replicaRow := func(i int) {
+		if ax, ok := after[i]; ok {
+			bx := r.BeforeReplicas[i]
+			row(bx.Workload, bx.Replicas, bx.RunResult, ax.RunResult, fmt.Sprint(bx.MaxInFlight), fmt.Sprint(ax.MaxInFlight))
+		}
+	}
 	for _, before := range r.Before {
 		if after, ok := r.run(before.Workload, before.Strategy); ok {
 			row(before.Workload, 1, before, after, "", "")
 		}
-		for _, bx := range r.BeforeReplicas {
-			if bx.Workload != before.Workload {
-				continue
-			}
-			if ax, ok := r.replicaRun(bx.Workload, bx.Replicas); ok {
-				row(bx.Workload, bx.Replicas, bx.RunResult, ax.RunResult, fmt.Sprint(bx.MaxInFlight), fmt.Sprint(ax.MaxInFlight))
+		for i, bx := range r.BeforeReplicas {
+			if bx.Workload == before.Workload {
+				replicaRow(i)
 			}
 		}
 	}
-	for _, bx := range r.BeforeReplicas {
-		if r.hasBefore(bx.Workload) {
-			continue
-		}
-		if ax, ok := r.replicaRun(bx.Workload, bx.Replicas); ok {
-			row(bx.Workload, bx.Replicas, bx.RunResult, ax.RunResult, fmt.Sprint(bx.MaxInFlight), fmt.Sprint(ax.MaxInFlight))
+	for i, bx := range r.BeforeReplicas {
+		if !r.hasBefore(bx.Workload) {
+			replicaRow(i)
 		}
 	}
 	if bp := r.BeforeProxy; bp != nil {
@@ -64,6 +65,38 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 		}
 		p("\np99 change: %+.1f %%; p50 change: %+.1f %%.\n", 100*(ratio(ad.P99us, bd.P99us)-1), 100*(ratio(ad.P50us, bd.P50us)-1))
 	}
+}
+
+// beforeAfterPairs pairs each of the baseline's replica runs (by index in
+// BeforeReplicas) with this revision's run it was measured next to: the
+// k-th baseline run of a workload and count goes with the k-th first run
+// (Repeat 0) of the same. A workload can be measured twice with the same
+// count (hot-prefix: as a workload, then as the threshold measurement),
+// and pairing every baseline run with the first such run put the
+// threshold run's "before" next to the workload run's "after" (11 next
+// to 10, where the threshold run read 15).
+func (r *Report) beforeAfterPairs() map[int]ReplicaRun {
+	type key struct {
+		w string
+		n int
+	}
+	runs := map[key][]ReplicaRun{}
+	for _, x := range r.Replicas {
+		if x.Repeat == 0 {
+			k := key{x.Workload, x.Replicas}
+			runs[k] = append(runs[k], x)
+		}
+	}
+	out := map[int]ReplicaRun{}
+	taken := map[key]int{}
+	for i, bx := range r.BeforeReplicas {
+		k := key{bx.Workload, bx.Replicas}
+		if j := taken[k]; j < len(runs[k]) {
+			out[i] = runs[k][j]
+		}
+		taken[k]++
+	}
+	return out
 }
 
 func (r *Report) hasBefore(w string) bool {

@@ -88,3 +88,29 @@ func TestSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestBeforeAfterPairsEachMeasurement: hot-prefix runs twice with two
+// replicas (as a workload, then as the threshold measurement), and each
+// baseline run is compared with the run of this revision measured next to
+// it, not both with the first.
+func TestBeforeAfterPairsEachMeasurement(t *testing.T) {
+	run := func(n, repeat, most int) ReplicaRun {
+		x := ReplicaRun{Replicas: n, Repeat: repeat}
+		x.Workload, x.MaxInFlight = "hot-prefix", most
+		return x
+	}
+	r := &Report{
+		BaselineRevision: "abc1234",
+		Replicas:         []ReplicaRun{run(1, 0, 10), run(2, 0, 10), run(2, 1, 12), run(3, 0, 11), run(2, 0, 15), run(3, 0, 10)},
+		BeforeReplicas:   []ReplicaRun{run(2, 0, 10), run(2, 0, 11)},
+	}
+	pairs := r.beforeAfterPairs()
+	if got := []int{pairs[0].MaxInFlight, pairs[1].MaxInFlight}; got[0] != 10 || got[1] != 15 {
+		t.Fatalf("after runs paired with the baseline's: most in flight %v, want [10 15]", got)
+	}
+	var b strings.Builder
+	r.baselineMarkdown(&b)
+	if !strings.Contains(b.String(), "| 11 | 15 |") {
+		t.Errorf("the threshold row does not compare 11 with 15:\n%s", b.String())
+	}
+}
