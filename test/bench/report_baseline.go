@@ -29,9 +29,9 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 			w, n, 100*before.HitRate, 100*after.HitRate, secs(eb.P50), secs(ea.P50), secs(eb.P90), secs(ea.P90),
 			100*(ratio(ea.P90, eb.P90)-1), maxBefore, maxAfter, before.Summary.Failures, after.Summary.Failures)
 	}
-	after := r.beforeAfterPairs()
+	paired := r.beforeAfterPairs()
 	replicaRow := func(i int) {
-		if ax, ok := after[i]; ok {
+		if ax, ok := paired[i]; ok {
 			bx := r.BeforeReplicas[i]
 			row(bx.Workload, bx.Replicas, bx.RunResult, ax.RunResult, fmt.Sprint(bx.MaxInFlight), fmt.Sprint(ax.MaxInFlight))
 		}

@@ -13,7 +13,6 @@
 package freeport
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -31,30 +30,36 @@ const rangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 
 // Loopback returns n distinct addresses on 127.0.0.1 that are free now,
 // with ports below the kernel's ephemeral range when it is known (Linux),
-// else any free ports.
+// else ports the kernel picks.
 func Loopback(n int) ([]string, error) {
-	high, ok := ephemeralStart()
-	if !ok || high <= lowest+n {
-		return anyFree(n)
+	candidate := func() string { return "127.0.0.1:0" }
+	if high, ok := ephemeralStart(); ok && high > lowest+n {
+		candidate = func() string {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(high-lowest)))
+		}
 	}
+	// Each address is held until all are picked, so that they differ.
 	var held []net.Listener
 	defer func() {
 		for _, l := range held {
 			_ = l.Close()
 		}
 	}()
-	out := make([]string, 0, n)
-	for tries := 0; len(out) < n; tries++ {
+	var lastErr error
+	for tries := 0; len(held) < n; tries++ {
 		if tries > 100*n {
-			return nil, fmt.Errorf("no free port in %d–%d after %d tries", lowest, high-1, tries)
+			return nil, fmt.Errorf("no free loopback port after %d tries: %w", tries, lastErr)
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lowest+rand.IntN(high-lowest)))
-		l, err := net.Listen("tcp", addr)
+		l, err := net.Listen("tcp", candidate())
 		if err != nil {
-			continue // taken
+			lastErr = err // taken
+			continue
 		}
 		held = append(held, l)
-		out = append(out, addr)
+	}
+	out := make([]string, len(held))
+	for i, l := range held {
+		out[i] = l.Addr().String()
 	}
 	return out, nil
 }
@@ -71,24 +76,4 @@ func ephemeralStart() (int, bool) {
 	}
 	low, err := strconv.Atoi(f[0])
 	return low, err == nil
-}
-
-// anyFree returns n free loopback addresses the kernel picks.
-func anyFree(n int) ([]string, error) {
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			_ = l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, errors.Join(errors.New("pick a free port"), err)
-		}
-		held = append(held, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
