@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,26 @@ type Target struct {
 	Gap string
 }
 
+// oneRouterHits are the hit rates of every run of workload w through one
+// PREFIX_AWARE router: the strategy table's run and the replica section's
+// one-replica runs, the same configuration. The oracle target is judged by
+// their median, as the replica targets are. On Mooncake one run's hit rate
+// depends on which long prompts happen to be evicted between two uses of
+// their key: a reuse hits when fewer than ~200k tokens were written to the
+// instance since the key's last use and misses past ~250k (one run, 2,000
+// reuses), and a handful of keys with 10–24 long requests each decide most
+// of the difference between runs. Eleven runs of the same decisions spread
+// 19.9–21.7 % (mean 21.1 %, oracle 21.9 %), so one run says little.
+func (r *Report) oneRouterHits(w string, run RunResult) []float64 {
+	hits := []float64{run.HitRate}
+	for _, x := range r.Replicas {
+		if x.Workload == w && x.Replicas == 1 {
+			hits = append(hits, x.HitRate)
+		}
+	}
+	return hits
+}
+
 // Targets evaluates the targets the report is judged by. TTFT targets use
 // the engine-side TTFT: exact in simulated time, whereas the client-side
 // one carries the host's scheduling delays multiplied by 1/time scale.
@@ -54,10 +75,17 @@ func (r *Report) Targets() []Target {
 		if !ok || !hasOracle || o.HitRate == 0 || req == 0 {
 			continue
 		}
-		frac := run.HitRate / o.HitRate
+		hits := r.oneRouterHits(w, run)
+		hit := median(hits)
+		frac := hit / o.HitRate
+		measured := fmt.Sprintf("%.1f %% of %.1f %% = %.1f %%", 100*hit, 100*o.HitRate, 100*frac)
+		if len(hits) > 1 {
+			measured = fmt.Sprintf("the median %.1f %% of %d runs (%.1f–%.1f %%; the table's run %.1f %% = %.1f %%) of %.1f %% = %.1f %%",
+				100*hit, len(hits), 100*slices.Min(hits), 100*slices.Max(hits), 100*run.HitRate, 100*run.HitRate/o.HitRate, 100*o.HitRate, 100*frac)
+		}
 		out = append(out, Target{
 			Name: "PREFIX_AWARE hit rate as a share of the pooled oracle's", Workload: w,
-			Measured: fmt.Sprintf("%.1f %% of %.1f %% = %.1f %%", 100*run.HitRate, 100*o.HitRate, 100*frac),
+			Measured: measured,
 			Required: fmt.Sprintf("≥ %.0f %%", 100*req), Met: frac >= req, Gap: points(req - frac),
 		})
 	}
@@ -197,7 +225,7 @@ func (r *Report) Markdown() string {
 		p("| %s | %s | %d | %d | %.1f M | %.0f s | %g |\n", w, f.Description, f.Requests, f.Sessions, float64(f.PromptTokens)/1e6, f.Duration.Seconds(), f.TimeScale)
 	}
 
-	p("\n## Targets\n\n| target | workload | measured | required | verdict |\n|---|---|---|---|---|\n")
+	p("\n## Targets\n\nA hit rate against the pooled oracle is the median of every run of PREFIX_AWARE through one router (the strategy table's and the replica section's one-replica runs, the same configuration), as the replica targets compare medians: one run's hit rate on Mooncake depends on which long prompts happen to be evicted between two uses of their key.\n\n| target | workload | measured | required | verdict |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets() {
 		v := "met"
 		if !t.Met {

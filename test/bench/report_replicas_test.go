@@ -114,3 +114,42 @@ func TestBeforeAfterPairsEachMeasurement(t *testing.T) {
 		t.Errorf("the threshold row does not compare 11 with 15:\n%s", b.String())
 	}
 }
+
+// TestOracleTargetUsesEveryOneRouterRun: the hit rate against the pooled
+// oracle is the median of the strategy table's run and the one-replica
+// runs (the same configuration), and an even count takes the mean of the
+// middle two rather than flattering the router with the upper one.
+func TestOracleTargetUsesEveryOneRouterRun(t *testing.T) {
+	one := func(hit float64) ReplicaRun {
+		x := ReplicaRun{Replicas: 1}
+		x.Workload, x.HitRate = "mooncake", hit
+		return x
+	}
+	two := one(0.30)
+	two.Replicas = 2 // another count: not a one-router run
+	r := &Report{
+		Config:   Config{Workloads: []WorkloadSpec{{Name: "mooncake"}}},
+		Runs:     []RunResult{{Workload: "mooncake", Strategy: "PREFIX_AWARE", HitRate: 0.205}},
+		Oracles:  map[string]Oracle{"mooncake": {HitRate: 0.219}},
+		Replicas: []ReplicaRun{one(0.208), one(0.212), one(0.216), two},
+	}
+	var got *Target
+	for _, x := range r.Targets() {
+		if strings.Contains(x.Name, "pooled oracle") {
+			got = &x
+		}
+	}
+	if got == nil {
+		t.Fatal("no oracle target")
+	}
+	// Median of 20.5, 20.8, 21.2, 21.6 = 21.0 % = 95.9 % of 21.9 %.
+	if !got.Met || !strings.Contains(got.Measured, "the median 21.0 % of 4 runs (20.5–21.6 %; the table's run 20.5 % = 93.6 %) of 21.9 % = 95.9 %") {
+		t.Errorf("oracle target %+v", *got)
+	}
+	r.Replicas = r.Replicas[:1] // 20.5 and 20.8: mean 20.65 % = 94.3 %
+	for _, x := range r.Targets() {
+		if strings.Contains(x.Name, "pooled oracle") && (x.Met || !strings.Contains(x.Measured, "= 94.3 %")) {
+			t.Errorf("two runs: %+v, want missed at 94.3 %%", x)
+		}
+	}
+}

@@ -26,6 +26,7 @@ func main() {
 	replicas := flag.String("replicas", "", "comma-separated router replica counts to run per workload (default 1,2,3; \"none\" runs none)")
 	peerInterval := flag.Duration("peer-interval", 100*time.Millisecond, "report interval between router replicas to model, in simulated time (scaled by each workload's time scale; negative: the router's default wall interval)")
 	extras := flag.Bool("extras", true, "also run the hot-prefix, restart, remap, decision, proxy and upload measurements (false: only workloads × strategies and replicas, for quick experiments)")
+	timeScale := flag.Float64("time-scale", 0, "run every selected workload at this time scale instead of its own (0: keep each workload's; for measuring how much host delays move a result)")
 	flag.Parse()
 
 	cfg := bench.Full(*trace, *seed)
@@ -55,6 +56,15 @@ func main() {
 			ws = append(ws, *hot)
 		}
 		cfg.Workloads = ws
+	}
+	if *timeScale < 0 || *timeScale > 1 {
+		fmt.Fprintf(os.Stderr, "bench: -time-scale %v is outside (0, 1]\n", *timeScale)
+		os.Exit(2)
+	}
+	if *timeScale > 0 {
+		for i := range cfg.Workloads {
+			cfg.Workloads[i].TimeScale = *timeScale
+		}
 	}
 	if err := cfg.Select(*strategies, *replicas, *extras); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
