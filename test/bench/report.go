@@ -48,10 +48,10 @@ type Target struct {
 // their median, as the replica targets are. On Mooncake one run's hit rate
 // depends on which long prompts happen to be evicted between two uses of
 // their key: a reuse hits when fewer than ~200k tokens were written to the
-// instance since the key's last use and misses past ~250k (one run, 2,000
-// reuses), and a handful of keys with 10–24 long requests each decide most
-// of the difference between runs. Eleven runs of the same decisions spread
-// 19.9–21.7 % (mean 21.1 %, oracle 21.9 %), so one run says little.
+// instance since the key's last use and misses past ~250k (1,765 reuses
+// in one run), and a handful of keys with 10–24 long requests each decide
+// most of the difference between runs. Eleven runs of the same decisions
+// spread 19.9–21.7 % (mean 21.1 %, oracle 21.9 %), so one run says little.
 func (r *Report) oneRouterHits(w string, run RunResult) []float64 {
 	hits := []float64{run.HitRate}
 	for _, x := range r.Replicas {
