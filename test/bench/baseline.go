@@ -198,10 +198,11 @@ func median(xs []float64) float64 {
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
+	n := len(s)
+	if n%2 == 0 {
 		// The mean of the middle two: the upper one alone would flatter
 		// every even count of runs.
 		return (s[n/2-1] + s[n/2]) / 2
 	}
-	return s[len(s)/2]
+	return s[n/2]
 }

@@ -53,13 +53,8 @@ type Target struct {
 // most of the difference between runs. Eleven runs of the same decisions
 // spread 19.9–21.7 % (mean 21.1 %, oracle 21.9 %), so one run says little.
 func (r *Report) oneRouterHits(w string, run RunResult) []float64 {
-	hits := []float64{run.HitRate}
-	for _, x := range r.Replicas {
-		if x.Workload == w && x.Replicas == 1 {
-			hits = append(hits, x.HitRate)
-		}
-	}
-	return hits
+	ref, _ := r.reference(w)
+	return append([]float64{run.HitRate}, ref.hits...)
 }
 
 // Targets evaluates the targets the report is judged by. TTFT targets use

@@ -34,6 +34,7 @@ var agreementWorkloads = []string{workload.NameSupportBot, workload.NameRAG}
 // agreement pooled over the runs.
 type reference struct {
 	runs                          int
+	hits                          []float64 // each run's, in run order
 	hit, p90                      float64
 	p90Low, p90High               float64
 	samples, agreed, placedAgreed int
@@ -45,20 +46,20 @@ func (r *Report) reference(w string) (reference, bool) { return r.runsOf(w, 1) }
 // runsOf sums up the runs of workload w through n replicas.
 func (r *Report) runsOf(w string, n int) (reference, bool) {
 	var ref reference
-	var hits, p90s []float64
+	var p90s []float64
 	for _, x := range r.Replicas {
 		if x.Workload == w && x.Replicas == n {
-			hits = append(hits, x.HitRate)
+			ref.hits = append(ref.hits, x.HitRate)
 			p90s = append(p90s, x.Summary.EngineTTFT.P90)
 			ref.samples += x.Samples
 			ref.agreed += x.Agreed
 			ref.placedAgreed += x.PlacedAgreed
 		}
 	}
-	if len(hits) == 0 {
+	if len(ref.hits) == 0 {
 		return reference{}, false
 	}
-	ref.runs, ref.hit, ref.p90 = len(hits), median(hits), median(p90s)
+	ref.runs, ref.hit, ref.p90 = len(ref.hits), median(ref.hits), median(p90s)
 	ref.p90Low, ref.p90High = slices.Min(p90s), slices.Max(p90s)
 	return ref, true
 }

@@ -7,9 +7,10 @@
 // connection. While a process is down between a stop and a start, a
 // connection of anything else on the machine can be given its port, and
 // the restarted process then fails with "address already in use", as the
-// benchmark's restarted replica did in a fresh-clone run of .ci/run. Ports below the ephemeral
-// range are never given to outgoing connections, so only another listener
-// choosing the same one of some twenty thousand ports can take it.
+// benchmark's restarted replica did in a fresh-clone run of .ci/run. Ports
+// below the ephemeral range are never given to outgoing connections, so
+// only another listener choosing the same one of some twenty thousand
+// ports can take it.
 package freeport
 
 import (
