@@ -116,8 +116,8 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# aaab680, before cold placement (coldPlacement); empty skips it).
-BENCH_BASELINE ?= aaab680
+# 9da087d, before cold spills were remembered (coldAt); empty skips it).
+BENCH_BASELINE ?= 9da087d
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 50 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.

@@ -394,7 +394,8 @@ type Choice struct {
 	// Moved says why a key the prefix index knew left the instance the
 	// index held it on (PREFIX_AWARE, one of the Move reasons); MoveNone
 	// when it stayed, was new, or the guard spilled the request (the index
-	// then keeps the key where it was).
+	// then keeps the key where it was, but for a long prompt cold there:
+	// see remembersSpill).
 	Moved string
 	// placed is the member the strategy chose before the overload guard
 	// (-1: the first of order, for strategies without a guard).

@@ -204,6 +204,73 @@ func TestTokenGuardSpillsOffALongPrefill(t *testing.T) {
 	}
 }
 
+// TestColdLongSpillIsRemembered: a long prompt spilled off an instance that
+// holds none of it leaves the prompt only where it went, so its key's next
+// request goes there once the overload is over; a short one, cheap to
+// prefill again, returns to its first choice, as a warm key returns home
+// (TestOverloadGuardSpillsAlongOwnOrder).
+func TestColdLongSpillIsRemembered(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		promptBytes int
+		remembered  bool
+	}{
+		{"long prompt (20k tokens)", 80_000, true},
+		{"short prompt", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
+			hot := textReq(strings.Repeat("hot prefix ", 300))
+			var held []*Choice
+			for range 10 { // one instance at the threshold, decoding
+				c := pick(t, p, hot)
+				c.Prefilled()
+				held = append(held, c)
+			}
+			full := held[0].Instance().ID
+			// The others deep in prefills, so that the new key's prefill
+			// would still finish first on the full one (coldPlacement keeps
+			// it there) and only the threshold moves it.
+			for _, in := range p.Instances() {
+				if in.ID != full {
+					p.stats.get(in.ID).prefill.Store(50_000)
+				}
+			}
+			var key Request
+			for i := 0; ; i++ {
+				if i == 1000 {
+					t.Fatalf("no new key placed on %s in 1000 tries", full)
+				}
+				text := fmt.Sprintf("new key %d: %s", i, strings.Repeat("cold ", 200))
+				key = Request{Text: []byte(text), WindowBytes: len(text), PromptBytes: tc.promptBytes}
+				if d, err := p.Peek(key); err == nil && d.Placed == full {
+					break
+				}
+			}
+			c := pick(t, p, key)
+			if c.Spill != SpillConcurrency || c.Instance().ID == full {
+				t.Fatalf("new key went to %s (spill %q); want a concurrency spill off %s", c.Instance().ID, c.Spill, full)
+			}
+			went := c.Instance().ID
+			c.Prefilled()
+			c.Done()
+			for _, h := range held {
+				h.Done()
+			}
+			for _, in := range p.Instances() {
+				p.stats.get(in.ID).prefill.Store(0)
+			}
+			want := full
+			if tc.remembered {
+				want = went
+			}
+			if c := pick(t, p, key); c.Instance().ID != want || c.Spill != SpillNone {
+				t.Fatalf("next request of the key went to %s (spill %q); want %s (spilled to %s)", c.Instance().ID, c.Spill, want, went)
+			}
+		})
+	}
+}
+
 func TestSnapshotRoundTrip(t *testing.T) {
 	a := newPolicy(t, PrefixAware, 7, Tuning{SketchWidth: 1 << 10, IndexEntries: 1 << 12})
 	r := rand.New(rand.NewPCG(13, 14))
