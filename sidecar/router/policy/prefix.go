@@ -103,8 +103,8 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 // every cold spill made two replicas agree on 96.5 % of support-bot, not
 // 97.5 %, in TestReplicasAgree). On the Mooncake trace, one router, hit
 // rate (TTFT p90 median): no spill remembered, 19.8–21.4 % in ten runs,
-// median 20.9 % (1.96 s); every cold spill, 20.6–21.8 % in twelve, median
-// 21.2 % (1.95 s); long prompts only, 20.5–21.7 % in six, median 21.2 %
+// median 20.9 % (1.95 s); every cold spill, 20.6–21.8 % in twelve, median
+// 21.2 % (1.94 s); long prompts only, 20.5–21.7 % in six, median 21.15 %
 // (1.96 s). The pooled oracle: 21.9 %.
 func (p *Policy) remembersSpill(x *expectation, s *stat) bool {
 	return x.hitBytes(s.token, false) == 0 && x.own(s.token) >= p.tuning.TokenFloor
