@@ -116,7 +116,8 @@ demo-down: ## Stop everything `make demo` started.
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
 # before/after figures (the router before the last change to its decisions:
-# 9da087d, before cold spills were remembered (coldAt); empty skips it).
+# 9da087d, before long cold spills were remembered (remembersSpill);
+# empty skips it).
 BENCH_BASELINE ?= 9da087d
 
 .PHONY: bench

@@ -107,7 +107,21 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 // 21.2 % (1.94 s); long prompts only, 20.5–21.7 % in six, median 21.15 %
 // (1.96 s). The pooled oracle: 21.9 %.
 func (p *Policy) remembersSpill(x *expectation, s *stat) bool {
-	return x.hitBytes(s.token, false) == 0 && x.own(s.token) >= p.tuning.TokenFloor
+	_, long := p.longAndCold(x, s)
+	return long
+}
+
+// longAndCold returns the prefill the request would bring to the instance
+// with stat s, and whether it is a long prompt new there: the index records
+// none of its blocks on s and that prefill is at least TokenFloor. Such a
+// prompt has no cache to wait for on s (coldPlacement) and, spilled, lives
+// only where it went (remembersSpill).
+func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
+	if x.hitBytes(s.token, false) > 0 {
+		return 0, false
+	}
+	own := x.own(s.token)
+	return own, own >= p.tuning.TokenFloor
 }
 
 // replicaSets walks the block chain (step 1), using the given buffers.
@@ -438,11 +452,11 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // rate mean 21.2 → 20.9 % (spread 20.8–21.8 → 19.8–21.7 %).
 func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
 	s := t.members[chosen].stat
-	if len(set) < 2 || x.hitBytes(s.token, false) > 0 {
+	if len(set) < 2 {
 		return chosen
 	}
-	own := x.own(s.token)
-	if own < p.tuning.TokenFloor {
+	own, long := p.longAndCold(x, s)
+	if !long {
 		return chosen
 	}
 	bound := math.Inf(1)
