@@ -58,7 +58,6 @@ func main() {
 		secureMetrics, enableLeaderElection bool
 		enableHTTP2                         bool
 		vllmImage, routerImage              string
-		vllmRunAsUser                       int64
 		maxConcurrentReconciles             int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
@@ -68,7 +67,8 @@ func main() {
 	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Serve metrics and webhooks over HTTP/2 too (off: CVE-2023-44487, CVE-2023-39325).")
 	flag.StringVar(&vllmImage, "vllm-image", defaultVLLMImage, "vLLM image for endpoints whose spec.model.image is empty.")
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
-	flag.Int64Var(&vllmRunAsUser, "vllm-run-as-user", -1, "UID for the vLLM containers; -1 leaves it to the image or the platform (OpenShift assigns one). The stock vLLM image needs a UID here on clusters that do not assign one.")
+	var pods podFlags
+	pods.bind(flag.CommandLine)
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LLMEndpoints reconciled in parallel.")
 	var metricsAPI metricsAPIFlags
 	metricsAPI.bind(flag.CommandLine)
@@ -110,9 +110,13 @@ func main() {
 	}
 
 	opts := controllers.Options{VLLMImage: vllmImage, RouterImage: routerImage}
-	if vllmRunAsUser >= 0 {
-		opts.VLLMRunAsUser = &vllmRunAsUser
+	if err := pods.apply(mgr.GetConfig(), &opts, metricsAPI.port != 0); err != nil {
+		log.Error(err, "unable to settle the pods' identity and network access")
+		os.Exit(1)
 	}
+	log.Info("operand pods", "platform", pods.resolved,
+		"vllmRunAsUser", ptrString(opts.VLLM.RunAsUser), "vllmFSGroup", ptrString(opts.VLLM.FSGroup),
+		"metricsScraperAdmitted", opts.MetricsScraper != nil)
 	if err := (&controllers.LLMEndpointReconciler{
 		Client:  mgr.GetClient(),
 		Options: opts,

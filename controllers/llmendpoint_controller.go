@@ -30,6 +30,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,11 +58,16 @@ type Options struct {
 	VLLMImage string
 	// RouterImage is the router image for endpoints that do not name one.
 	RouterImage string
-	// VLLMRunAsUser, when set, runs the vLLM containers as this UID. The
-	// stock vLLM image declares no user (so it would run as root, which the
-	// pods refuse); platforms that assign a UID per namespace, like
-	// OpenShift's restricted-v2, need it unset.
-	VLLMRunAsUser *int64
+	// VLLM is the identity of the vLLM pods. The stock vLLM image declares
+	// no user (so it would run as root, which the pods refuse): outside
+	// OpenShift it needs a UID here; OpenShift's restricted-v2 assigns the
+	// UID and fsGroup from the namespace's range and refuses pods that fix
+	// them, so there it is empty.
+	VLLM PodIdentity
+	// MetricsScraper, when set, selects the operator's own pods, which
+	// scrape the routers' and instances' metrics for the custom metrics
+	// API: the endpoints' NetworkPolicies admit it to those ports.
+	MetricsScraper *networkingv1.NetworkPolicyPeer
 }
 
 // LLMEndpointReconciler reconciles LLMEndpoint objects.
@@ -79,7 +85,8 @@ type LLMEndpointReconciler struct {
 	saltSecrets sync.Map
 }
 
-// +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints,verbs=get;list;watch
+// The endpoint is patched to record the default images its instances run.
+// +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=serving.warmroute.dev,resources=llmendpoints/finalizers,verbs=update
 // Every owned kind may be deleted: the prune phase removes objects the
@@ -93,6 +100,7 @@ type LLMEndpointReconciler struct {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
 // Pods are read for the routing configuration and annotated with their deletion cost.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -142,6 +150,8 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	obs.routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods, obs.placements)
 	errs = appendErr(errs, "routing ConfigMap", err)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
+	errs = appendErr(errs, "default images", r.recordDefaultImages(ctx, ep))
+	errs = appendErr(errs, "model cache", r.reconcileModelCache(ctx, ep))
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))

@@ -28,18 +28,18 @@ import (
 )
 
 // buildPodDisruptionBudget lets voluntary disruptions (a node drain, a
-// cluster autoscaler's scale-down) evict one pod of a role at a time, so
+// cluster autoscaler's scale-down) evict maxUnavailable pods of a role at a time, so
 // that a drain never takes the whole fleet (or every router) at once and
 // each evicted instance drains its requests while the others serve. It
 // counts unavailable pods rather than requiring a number available, so it
 // follows replica changes and never blocks a drain of an endpoint scaled
 // to one.
-func buildPodDisruptionBudget(ep *v1alpha1.LLMEndpoint, name, role, app string) *policyv1.PodDisruptionBudget {
+func buildPodDisruptionBudget(ep *v1alpha1.LLMEndpoint, name, role, app string, maxUnavailable int32) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: objectMeta(ep, name, role, app),
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			MaxUnavailable: ptr.To(intstr.FromInt32(maxUnavailable)),
 			Selector:       &metav1.LabelSelector{MatchLabels: selectorLabels(ep, role)},
 			// An instance that never became ready (a failing model load)
 			// may be evicted whatever the budget says: it serves nothing,
@@ -53,7 +53,20 @@ func buildPodDisruptionBudget(ep *v1alpha1.LLMEndpoint, name, role, app string) 
 // the routers.
 func (r *LLMEndpointReconciler) reconcileDisruptionBudgets(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
 	return r.applyInOrder(ctx, ep,
-		buildPodDisruptionBudget(ep, vllmName(ep), roleVLLM, "vllm"),
-		buildPodDisruptionBudget(ep, routerName(ep), roleRouter, "warmroute-router"),
+		buildPodDisruptionBudget(ep, vllmName(ep), roleVLLM, "vllm", vllmMaxUnavailable(ep)),
+		buildPodDisruptionBudget(ep, routerName(ep), roleRouter, "warmroute-router", 1),
 	)
+}
+
+// vllmMaxUnavailable is how many instances a drain may evict at once: as
+// many as a rollout may stop (spec.rollout.maxUnavailable, a percentage
+// rounded down as the Deployment does), and at least one, since a budget
+// of none would block every drain.
+func vllmMaxUnavailable(ep *v1alpha1.LLMEndpoint) int32 {
+	mu := v1alpha1.MaxUnavailable(ep)
+	n, err := intstr.GetScaledValueFromIntOrPercent(&mu, int(v1alpha1.Replicas(ep)), false)
+	if err != nil {
+		return 1 // the CRD admits no other form
+	}
+	return int32(max(n, 1))
 }

@@ -226,7 +226,7 @@ func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
 func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Container {
 	return corev1.Container{
 		Name:    loraAgentContainer,
-		Image:   opts.RouterImage,
+		Image:   loraAgentImage(ep, opts),
 		Command: []string{loraAgentBinary},
 		Args: []string{
 			"--config-dir=" + loraAgentConfigDir,

@@ -35,22 +35,30 @@ import (
 // let through.
 
 // buildVLLMNetworkPolicy lets only the endpoint's routers (and the
-// monitoring peers) reach the vLLM port: no other pod can bypass the
-// routers' tenant handling or load and unload adapters through vLLM's
-// runtime API.
-func buildVLLMNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPolicy {
+// monitoring peers and the operator's scraper) reach the vLLM port: no
+// other pod can bypass the routers' tenant handling or load and unload
+// adapters through vLLM's runtime API.
+func buildVLLMNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkingv1.NetworkPolicy {
 	// vLLM serves /metrics on its API port: a scraper needs the same port.
 	return ingressPolicy(ep, vllmName(ep), roleVLLM, "vllm", networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(vllmPort)},
-		From:  routersAndMonitoring(ep),
+		From:  metricsReaders(ep, opts),
 	})
 }
 
-// routersAndMonitoring are the endpoint's routers and the monitoring peers.
-func routersAndMonitoring(ep *v1alpha1.LLMEndpoint) []networkingv1.NetworkPolicyPeer {
-	return append([]networkingv1.NetworkPolicyPeer{{
+// metricsReaders are the endpoint's routers, the monitoring peers and the
+// operator's own metrics scraper (internal/custommetrics), which reads
+// the instances' and routers' /metrics for the custom metrics API: without
+// it an enforcing network plugin leaves a HorizontalPodAutoscaler with no
+// metric.
+func metricsReaders(ep *v1alpha1.LLMEndpoint, opts Options) []networkingv1.NetworkPolicyPeer {
+	peers := append([]networkingv1.NetworkPolicyPeer{{
 		PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)},
 	}}, copyPeers(ep.Spec.NetworkPolicy.MonitoringFrom)...)
+	if opts.MetricsScraper != nil {
+		peers = append(peers, *opts.MetricsScraper.DeepCopy())
+	}
+	return peers
 }
 
 // ingressPolicy is a NetworkPolicy that admits to the pods of one role of
@@ -71,8 +79,8 @@ func ingressPolicy(ep *v1alpha1.LLMEndpoint, name, role, app string, rules ...ne
 // spec.networkPolicy.routerFrom (anyone when empty) and to the routers
 // themselves, which forward each request to the replica that owns its
 // instance, and their metrics port to their peers, which share load
-// reports over it, and to the monitoring peers.
-func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPolicy {
+// reports over it, to the monitoring peers and to the operator's scraper.
+func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkingv1.NetworkPolicy {
 	clients := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerHTTPPort)},
 		// No peers lets every source in, as a LoadBalancer or NodePort
@@ -86,7 +94,7 @@ func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint) *networkingv1.NetworkPol
 	}
 	metrics := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerMetricsPort)},
-		From:  routersAndMonitoring(ep),
+		From:  metricsReaders(ep, opts),
 	}
 	return ingressPolicy(ep, routerName(ep), roleRouter, "warmroute-router", clients, metrics)
 }
@@ -119,5 +127,5 @@ func (r *LLMEndpointReconciler) reconcileNetworkPolicies(ctx context.Context, ep
 	if !v1alpha1.NetworkPolicyEnabled(ep) {
 		return nil
 	}
-	return r.applyInOrder(ctx, ep, buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep))
+	return r.applyInOrder(ctx, ep, buildVLLMNetworkPolicy(ep, r.Options), buildRouterNetworkPolicy(ep, r.Options))
 }

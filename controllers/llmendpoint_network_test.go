@@ -79,6 +79,16 @@ var prometheusPeer = networkingv1.NetworkPolicyPeer{
 	PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
 }
 
+// scraperLabels and scraperPeer are the operator's pods, as cmd/manager
+// selects them from its flags.
+var (
+	scraperLabels = map[string]string{"app.kubernetes.io/name": "warmroute", "control-plane": "controller-manager", "pod-template-hash": "5d8f"}
+	scraperPeer   = networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "warmroute-system"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "warmroute", "control-plane": "controller-manager"}},
+	}
+)
+
 func TestNetworkPolicies(t *testing.T) {
 	withLoRA := func(ep *v1alpha1.LLMEndpoint) {
 		ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "sql", URI: "org/sql-lora"}}
@@ -100,6 +110,9 @@ func TestNetworkPolicies(t *testing.T) {
 	neighbour := source{"team", nil, map[string]string{"app": "notebook"}, "another pod in the namespace"}
 	prometheus := source{"monitoring", map[string]string{corev1.LabelMetadataName: "monitoring"}, map[string]string{"app.kubernetes.io/name": "prometheus"}, "Prometheus"}
 	appPod := source{"apps", map[string]string{"team": "apps"}, map[string]string{"app": "web"}, "a client in the apps namespace"}
+	scraper := source{"warmroute-system", map[string]string{corev1.LabelMetadataName: "warmroute-system"}, scraperLabels, "the operator's metrics scraper"}
+	operatorNeighbour := source{"warmroute-system", scraper.nsLabels, map[string]string{"app": "other"}, "another pod in the operator's namespace"}
+	scraperLookalike := source{"team", nil, scraperLabels, "a pod labelled like the operator in the endpoint's namespace"}
 
 	type reach struct {
 		src   source
@@ -109,11 +122,15 @@ func TestNetworkPolicies(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		changes       []func(*v1alpha1.LLMEndpoint)
+		noScraper     bool // an operator that does not scrape
 		vllm, routers []reach
 	}{{
 		name: "defaults",
 		vllm: []reach{
 			{routerPod, vllmPort, true},
+			{scraper, vllmPort, true},
+			{operatorNeighbour, vllmPort, false},
+			{scraperLookalike, vllmPort, false},
 			{otherRouter, vllmPort, false},
 			{neighbour, vllmPort, false},
 			{vllmPod, vllmPort, false},
@@ -126,6 +143,9 @@ func TestNetworkPolicies(t *testing.T) {
 			{routerPod, routerMetricsPort, true}, // peers share load
 			{neighbour, routerMetricsPort, false},
 			{prometheus, routerMetricsPort, false},
+			{scraper, routerMetricsPort, true},
+			{operatorNeighbour, routerMetricsPort, false},
+			{scraperLookalike, routerMetricsPort, false},
 		},
 	}, {
 		name:    "LoRA",
@@ -159,11 +179,30 @@ func TestNetworkPolicies(t *testing.T) {
 			// Replicas forward requests to the owner of their instance.
 			{routerPod, routerHTTPPort, true},
 			{otherRouter, routerHTTPPort, false},
+			// The scraper reads metrics, nothing else.
+			{scraper, routerMetricsPort, true},
+			{scraper, routerHTTPPort, false},
+		},
+	}, {
+		name:      "no scraper",
+		noScraper: true,
+		vllm: []reach{
+			{routerPod, vllmPort, true},
+			{scraper, vllmPort, false},
+		},
+		routers: []reach{
+			{routerPod, routerMetricsPort, true},
+			{scraper, routerMetricsPort, false},
 		},
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			ep := newEndpoint(tt.changes...)
-			vp, rp := buildVLLMNetworkPolicy(ep), buildRouterNetworkPolicy(ep)
+			opts := testOptions
+			opts.MetricsScraper = &scraperPeer
+			if tt.noScraper {
+				opts.MetricsScraper = nil
+			}
+			vp, rp := buildVLLMNetworkPolicy(ep, opts), buildRouterNetworkPolicy(ep, opts)
 			for _, p := range []*networkingv1.NetworkPolicy{vp, rp} {
 				if p.Namespace != "team" || len(p.OwnerReferences) != 1 || !ptr.Deref(p.OwnerReferences[0].Controller, false) {
 					t.Errorf("%s: namespace %q owners %+v", p.Name, p.Namespace, p.OwnerReferences)

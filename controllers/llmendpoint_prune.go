@@ -55,6 +55,7 @@ var ownedKinds = []ownedKind{
 	{rbacv1.SchemeGroupVersion.WithKind("RoleBinding"), func() client.Object { return &rbacv1.RoleBinding{} }, func() client.ObjectList { return &rbacv1.RoleBindingList{} }},
 	{policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), func() client.Object { return &policyv1.PodDisruptionBudget{} }, func() client.ObjectList { return &policyv1.PodDisruptionBudgetList{} }},
 	{networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), func() client.Object { return &networkingv1.NetworkPolicy{} }, func() client.ObjectList { return &networkingv1.NetworkPolicyList{} }},
+	{corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), func() client.Object { return &corev1.PersistentVolumeClaim{} }, func() client.ObjectList { return &corev1.PersistentVolumeClaimList{} }},
 }
 
 // wantedObjects records every object one reconcile applies. Whatever the

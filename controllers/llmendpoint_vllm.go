@@ -162,8 +162,12 @@ func vllmEnv(ep *v1alpha1.LLMEndpoint) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		// Any UID can write the caches: the image's HOME may belong to root.
 		{Name: "HOME", Value: cacheMountPath},
+		// Torch names its compile cache after getpass.getuser(), which
+		// fails for a UID without a passwd entry (OpenShift's, or any but
+		// the image's own) unless USER is set.
+		{Name: "USER", Value: "vllm"},
 		{Name: "XDG_CACHE_HOME", Value: cacheMountPath},
-		{Name: "HF_HOME", Value: cacheMountPath + "/huggingface"},
+		{Name: "HF_HOME", Value: hfHome},
 		{Name: "VLLM_CACHE_ROOT", Value: cacheMountPath + "/vllm"},
 		{Name: "VLLM_NO_USAGE_STATS", Value: "1"},
 	}
@@ -306,10 +310,6 @@ func httpProbe(path, port string, period, failures int32) *corev1.Probe {
 // buildVLLMDeployment is the Deployment of the endpoint's vLLM instances.
 func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deployment {
 	m := ep.Spec.Model
-	image := m.Image
-	if image == "" {
-		image = opts.VLLMImage
-	}
 
 	volumes := []corev1.Volume{
 		// vLLM's workers share tensors through /dev/shm, which the
@@ -321,13 +321,16 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		{Name: "dshm", MountPath: "/dev/shm"},
 		{Name: "cache", MountPath: cacheMountPath},
 	}
+	cache, cacheMounts := modelCacheVolumes(ep)
+	volumes = append(volumes, cache...)
+	mounts = append(mounts, cacheMounts...)
 	weights, weightMounts := weightsVolumes(ep)
 	volumes = append(volumes, weights...)
 	mounts = append(mounts, weightMounts...)
 
 	container := corev1.Container{
 		Name:    "vllm",
-		Image:   image,
+		Image:   vllmImage(ep, opts),
 		Command: []string{"vllm", "serve"},
 		Args:    vllmArgs(ep),
 		Env:     vllmEnv(ep),
@@ -356,7 +359,7 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		serviceAccount = loraAgentName(ep)
 	}
 
-	return newDeployment(ep, vllmName(ep), roleVLLM, "vllm", v1alpha1.Replicas(ep), corev1.PodSpec{
+	d := newDeployment(ep, vllmName(ep), roleVLLM, "vllm", v1alpha1.Replicas(ep), corev1.PodSpec{
 		Containers:         containers,
 		Volumes:            volumes,
 		ServiceAccountName: serviceAccount,
@@ -370,10 +373,20 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 		// generation.
 		TerminationGracePeriodSeconds: ptr.To(v1alpha1.TerminationGracePeriodSeconds(ep)),
 		AutomountServiceAccountToken:  ptr.To(false),
-		SecurityContext:               restrictedPodSecurityContext(opts.VLLMRunAsUser),
+		SecurityContext:               vllmPodSecurityContext(opts),
 		NodeSelector:                  m.NodeSelector,
 		Tolerations:                   m.Tolerations,
 	})
+	// Each instance holds whole GPUs: a surge instance needs a spare one,
+	// and without it the rollout waits on a Pending pod forever.
+	d.Spec.Strategy = appsv1.DeploymentStrategy{
+		Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxSurge:       ptr.To(v1alpha1.MaxSurge(ep)),
+			MaxUnavailable: ptr.To(v1alpha1.MaxUnavailable(ep)),
+		},
+	}
+	return d
 }
 
 // buildVLLMService is the headless Service of the vLLM instances: stable

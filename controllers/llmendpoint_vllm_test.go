@@ -32,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -47,8 +48,9 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 var vllmShapes = []struct {
 	name string
 	ep   *v1alpha1.LLMEndpoint
-	// runAsUser is the operator's VLLMRunAsUser (testOptions otherwise).
-	runAsUser *int64
+	// identity is the operator's VLLM identity (testOptions' none, as on
+	// OpenShift, otherwise).
+	identity PodIdentity
 }{
 	{name: "defaults", ep: newEndpoint()},
 	{name: "image-tp-from-gpus-context-length-args", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
@@ -99,7 +101,23 @@ var vllmShapes = []struct {
 		ep.Spec.Model.NodeSelector = map[string]string{"gpu": "l40s"}
 		ep.Spec.Model.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
 		ep.Spec.Model.TerminationGracePeriodSeconds = ptr.To[int64](600)
-	}), runAsUser: ptr.To[int64](1000)},
+	}), identity: PodIdentity{RunAsUser: ptr.To[int64](1000)}},
+	{name: "kubernetes-identity", ep: newEndpoint(), identity: DefaultVLLMIdentity(false)},
+	{name: "model-cache-provisioned", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("40Gi"))}
+	}), identity: DefaultVLLMIdentity(false)},
+	{name: "model-cache-claim", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.URI = "pvc://models/llama"
+		ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{ClaimName: "shared-hf-cache"}
+	})},
+	{name: "rollout-with-surge", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Rollout = v1alpha1.RolloutSpec{MaxSurge: ptr.To(intstr.FromString("25%")), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+	})},
+	{name: "recorded-images", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		// The images an older operator recorded win over testOptions'.
+		ep.Annotations = map[string]string{AnnotationVLLMImage: "vllm/vllm-openai:recorded", AnnotationLoRAAgentImage: "router:recorded"}
+		ep.Spec.Model.MaxLoras = ptr.To[int32](2)
+	})},
 }
 
 // TestBuildVLLMDeployment compares the vLLM Deployment of each shape with
@@ -108,7 +126,7 @@ func TestBuildVLLMDeployment(t *testing.T) {
 	for _, tt := range vllmShapes {
 		t.Run(tt.name, func(t *testing.T) {
 			opts := testOptions
-			opts.VLLMRunAsUser = tt.runAsUser
+			opts.VLLM = tt.identity
 			before := tt.ep.DeepCopy()
 			d := buildVLLMDeployment(tt.ep, opts)
 			if diff := cmp.Diff(before, tt.ep); diff != "" {
@@ -202,8 +220,22 @@ func checkVLLMInvariants(t *testing.T, ep *v1alpha1.LLMEndpoint, d *appsv1.Deplo
 		t.Error("the service-account token is mounted into every container")
 	}
 	for _, v := range ps.Volumes {
-		if pvc := v.PersistentVolumeClaim; pvc != nil && !pvc.ReadOnly {
+		if pvc := v.PersistentVolumeClaim; pvc != nil && !pvc.ReadOnly && v.Name != modelCacheVolume {
 			t.Errorf("claim volume %s is writable", v.Name)
+		}
+	}
+	// The model cache is where Hugging Face looks.
+	if ep.Spec.Model.Cache != nil {
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == modelCacheVolume })
+		j := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "HF_HOME" })
+		if i < 0 || j < 0 || c.VolumeMounts[i].MountPath != c.Env[j].Value || c.VolumeMounts[i].ReadOnly {
+			t.Errorf("model cache mounts %v, env %v: not writable at HF_HOME", c.VolumeMounts, c.Env)
+		}
+	}
+	// No surge instance unless the spec asks: it would need a spare GPU.
+	if ep.Spec.Rollout.MaxSurge == nil {
+		if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+			t.Errorf("strategy %+v surges", d.Spec.Strategy)
 		}
 	}
 	for _, m := range c.VolumeMounts {

@@ -67,7 +67,7 @@ var _ = Describe("Network boundary and pruning", func() {
 				stored := &v1alpha1.LLMEndpoint{}
 				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), stored)).To(Succeed())
 				g.Expect(stored.Spec.NetworkPolicy.Enabled).To(HaveValue(BeTrue()), "the CRD defaults enabled")
-				for _, want := range []*networkingv1.NetworkPolicy{buildVLLMNetworkPolicy(stored), buildRouterNetworkPolicy(stored)} {
+				for _, want := range []*networkingv1.NetworkPolicy{buildVLLMNetworkPolicy(stored, suiteOptions), buildRouterNetworkPolicy(stored, suiteOptions)} {
 					got := &networkingv1.NetworkPolicy{}
 					g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(want), got)).To(Succeed())
 					g.Expect(got.Spec).To(Equal(want.Spec), "%s as stored", want.Name)

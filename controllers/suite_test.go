@@ -123,6 +123,15 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// suiteOptions are the settings of the suite's operator, which scrapes
+// metrics from warmroute-system.
+var suiteOptions = Options{
+	VLLMImage:      "vllm/vllm-openai:test",
+	RouterImage:    "warmroute-router:test",
+	VLLM:           DefaultVLLMIdentity(false),
+	MetricsScraper: &scraperPeer,
+}
+
 // startOperator runs the operator's manager against cfg until ctx ends,
 // with its client counting writes and its reconciler counting runs.
 func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *reconcileCounter) {
@@ -136,10 +145,7 @@ func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *recon
 	})
 	Expect(err).NotTo(HaveOccurred())
 	w := &writeCounter{Client: mgr.GetClient(), byNamespace: map[string]int{}}
-	r := &LLMEndpointReconciler{
-		Client:  w,
-		Options: Options{VLLMImage: "vllm/vllm-openai:test", RouterImage: "warmroute-router:test"},
-	}
+	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions}
 	counted := &reconcileCounter{Reconciler: r, byName: map[types.NamespacedName]int{}}
 	Expect(r.setup(mgr, 2, counted)).To(Succeed())
 	go func() {

@@ -81,6 +81,12 @@ type LLMEndpointSpec struct {
 	// +required
 	Model ModelSpec `json:"model"`
 
+	// rollout is how the instances are replaced when their pod template
+	// changes: by default one at a time, with no surge instance (which
+	// would need a spare GPU).
+	// +optional
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+
 	// routing is how the router spreads requests over the instances.
 	// +kubebuilder:default={}
 	// +optional
@@ -244,6 +250,12 @@ type ModelSpec struct {
 	// The nvidia.com/gpu limit comes from gpus and overrides any set here.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// cache is a persistent model cache shared by the instances; without it
+	// every instance downloads the weights into an emptyDir each time it
+	// starts.
+	// +optional
+	Cache *ModelCacheSpec `json:"cache,omitempty"`
 
 	// hfTokenSecretRef names a Secret key holding a Hugging Face token, given
 	// to vLLM as HF_TOKEN to download gated models.
