@@ -36,10 +36,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -265,7 +267,48 @@ var _ = Describe("LLMEndpoint validation", func() {
 		Entry("a name too long for the derived names", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Name = strings.Repeat("a", 56)
 		}, "metadata.name must be at most 55 characters"),
+		Entry("a rollout that can replace nothing", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(0))
+		}, "spec.rollout", "must not both be 0", "maxSurge defaults to 0"),
+		Entry("a rollout that can replace nothing, in percent", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Rollout = v1alpha1.RolloutSpec{MaxSurge: ptr.To(intstr.FromString("0%")), MaxUnavailable: ptr.To(intstr.FromString("0%"))}
+		}, "spec.rollout", "must not both be 0"),
+		Entry("maxUnavailable over 100%", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromString("150%"))
+		}, "spec.rollout.maxUnavailable", "0% to 100%"),
+		Entry("a negative maxSurge", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Rollout.MaxSurge = ptr.To(intstr.FromInt32(-1))
+		}, "spec.rollout.maxSurge", "0-512"),
+		Entry("a model cache that is both a claim and a size", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{ClaimName: "hf", Size: ptr.To(resource.MustParse("10Gi"))}
+		}, "spec.model.cache", "exactly one of claimName", "size"),
+		Entry("a model cache that is neither", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{}
+		}, "spec.model.cache", "exactly one of claimName"),
+		Entry("a storage class for a claim the operator does not provision", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{ClaimName: "hf", StorageClassName: ptr.To("fast")}
+		}, "spec.model.cache", "apply only to a claim the operator provisions"),
+		Entry("an unknown cache access mode", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("10Gi")), AccessModes: []corev1.PersistentVolumeAccessMode{"ReadOnlyMany"}}
+		}, "spec.model.cache.accessModes[0]", "Unsupported value"),
 	)
+
+	It("accepts rollouts and model caches in every documented form", func() {
+		for i, change := range []func(*v1alpha1.LLMEndpoint){
+			func(ep *v1alpha1.LLMEndpoint) {
+				ep.Spec.Rollout = v1alpha1.RolloutSpec{MaxSurge: ptr.To(intstr.FromString("25%")), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+			},
+			func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromString("50%")) },
+			func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{ClaimName: "hf-cache"} },
+			func(ep *v1alpha1.LLMEndpoint) {
+				ep.Spec.Model.Cache = &v1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("160Gi")), StorageClassName: ptr.To("nfs"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
+			},
+		} {
+			ep := minimalEndpoint(ns, fmt.Sprintf("ok-%d", i))
+			change(ep)
+			Expect(k8sClient.Create(suiteCtx, ep, client.DryRunAll)).To(Succeed(), "form %d", i)
+		}
+	})
 
 	It("defaults what the user leaves out", func() {
 		ep := minimalEndpoint(ns, "defaults")

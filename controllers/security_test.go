@@ -82,6 +82,7 @@ var _ = Describe("Network boundary and pruning", func() {
 		Expect(got.Spec.Ingress[0].From).To(Equal([]networkingv1.NetworkPolicyPeer{
 			{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelEndpoint: "lora", LabelRole: roleRouter}}},
 			monitoring,
+			scraperPeer, // the operator's metrics scraper
 		}))
 	})
 

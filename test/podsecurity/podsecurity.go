@@ -39,16 +39,16 @@ var (
 	evaluatorErr  error
 )
 
-// RestrictedV2 returns why the pod template would be refused under
-// restricted-v2, one reason per line; none when it would be admitted.
-func RestrictedV2(template *corev1.PodTemplateSpec) []string {
+// Restricted returns why the pod template would be refused by the
+// Kubernetes "restricted" Pod Security Standard, one reason per line; none
+// when it would be admitted.
+func Restricted(template *corev1.PodTemplateSpec) []string {
 	evaluatorOnce.Do(func() {
 		evaluator, evaluatorErr = policy.NewEvaluator(policy.DefaultChecks(), nil)
 	})
 	if evaluatorErr != nil {
 		return []string{fmt.Sprintf("pod security evaluator: %v", evaluatorErr)}
 	}
-
 	var reasons []string
 	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
 	for _, r := range evaluator.EvaluatePod(lv, &template.ObjectMeta, &template.Spec) {
@@ -56,6 +56,13 @@ func RestrictedV2(template *corev1.PodTemplateSpec) []string {
 			reasons = append(reasons, fmt.Sprintf("restricted: %s: %s", r.ForbiddenReason, r.ForbiddenDetail))
 		}
 	}
+	return reasons
+}
+
+// RestrictedV2 returns why the pod template would be refused under
+// restricted-v2, one reason per line; none when it would be admitted.
+func RestrictedV2(template *corev1.PodTemplateSpec) []string {
+	reasons := Restricted(template)
 
 	spec := &template.Spec
 	if sc := spec.SecurityContext; sc != nil {
@@ -105,6 +112,57 @@ func RestrictedV2(template *corev1.PodTemplateSpec) []string {
 	for i := range spec.EphemeralContainers {
 		c := &spec.EphemeralContainers[i]
 		visit("ephemeral container", c.Name, c.SecurityContext)
+	}
+	return reasons
+}
+
+// KubeletStartsNonRoot returns why the kubelet would refuse to start the
+// template's containers, one reason per container; none when it would
+// start them. It is the kubelet's runAsNonRoot check: a container that
+// must not run as root runs as its own runAsUser, else the pod's, else
+// assignedUID (what the platform's admission set, nil outside
+// OpenShift), else its image's user (imageUIDs by image; a missing entry
+// is a user the kubelet cannot verify, which it refuses too).
+func KubeletStartsNonRoot(template *corev1.PodTemplateSpec, imageUIDs map[string]int64, assignedUID *int64) []string {
+	spec := &template.Spec
+	var reasons []string
+	check := func(c *corev1.Container) {
+		var nonRoot *bool
+		var uid *int64
+		if sc := spec.SecurityContext; sc != nil {
+			nonRoot, uid = sc.RunAsNonRoot, sc.RunAsUser
+		}
+		if sc := c.SecurityContext; sc != nil {
+			if sc.RunAsNonRoot != nil {
+				nonRoot = sc.RunAsNonRoot
+			}
+			if sc.RunAsUser != nil {
+				uid = sc.RunAsUser
+			}
+		}
+		if nonRoot == nil || !*nonRoot {
+			return
+		}
+		if uid == nil {
+			uid = assignedUID
+		}
+		if uid == nil {
+			image, ok := imageUIDs[c.Image]
+			if !ok {
+				reasons = append(reasons, fmt.Sprintf("container %q: image %s has a user the kubelet cannot verify is non-root", c.Name, c.Image))
+				return
+			}
+			uid = &image
+		}
+		if *uid == 0 {
+			reasons = append(reasons, fmt.Sprintf("container %q: runAsNonRoot and image %s will run as root", c.Name, c.Image))
+		}
+	}
+	for i := range spec.InitContainers {
+		check(&spec.InitContainers[i])
+	}
+	for i := range spec.Containers {
+		check(&spec.Containers[i])
 	}
 	return reasons
 }

@@ -22,6 +22,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -172,10 +174,46 @@ func TestManagerFromBundleIsRestrictedV2(t *testing.T) {
 	}
 }
 
-// The pods the operator renders for LLMEndpoints: the reconciler runs
-// against a real API server, and what it applied is checked, for every
-// sample and for the variants that change the pod templates.
-func TestOperatorRenderedPodsAreRestrictedV2(t *testing.T) {
+// Images of the rendered pods, and the user each runs as when neither the
+// pod nor the platform sets one: the stock vLLM image runs as root, the
+// router image (which also carries the LoRA agent) as its numeric USER.
+const (
+	vllmTestImage   = "registry.example/vllm:test"
+	routerTestImage = "registry.example/router:test"
+	// openShiftUID is a UID restricted-v2 assigns from a namespace's range.
+	openShiftUID int64 = 1000680000
+)
+
+func imageUIDs(t *testing.T) map[string]int64 {
+	return map[string]int64{vllmTestImage: 0, routerTestImage: dockerfileUID(t, filepath.Join(repoRoot, "sidecar", "Dockerfile.router"))}
+}
+
+// dockerfileUID is the numeric UID of a Dockerfile's last USER line: a
+// named user is one the kubelet cannot check against runAsNonRoot.
+func dockerfileUID(t *testing.T, path string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "USER" {
+			user = f[1]
+		}
+	}
+	uid, err := strconv.ParseInt(strings.SplitN(user, ":", 2)[0], 10, 64)
+	if err != nil {
+		t.Fatalf("%s: USER %q is not numeric: the kubelet cannot verify runAsNonRoot", path, user)
+	}
+	return uid
+}
+
+// renderedPods runs the reconciler with opts against a real API server and
+// returns the pod templates it applied, by Deployment, for every sample
+// and for the variants that change the pod templates.
+func renderedPods(t *testing.T, opts controllers.Options) map[string]*corev1.PodTemplateSpec {
+	t.Helper()
 	endpoints := samples(t)
 	cpu := endpoints[0].DeepCopy()
 	cpu.Name = "on-cpu"
@@ -183,12 +221,13 @@ func TestOperatorRenderedPodsAreRestrictedV2(t *testing.T) {
 	cpu.Spec.Model.TensorParallelSize = nil
 	cpu.Spec.Model.URI = "/models/tiny"
 	cpu.Spec.Model.HFTokenSecretRef = nil
-	endpoints = append(endpoints, cpu)
+	cached := endpoints[0].DeepCopy()
+	cached.Name = "cached"
+	cached.Spec.Model.Cache = &servingv1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("20Gi"))}
+	endpoints = append(endpoints, cpu, cached)
 
-	c, stop := startOperator(t, controllers.Options{
-		VLLMImage:   "registry.example/vllm:test",
-		RouterImage: "registry.example/router:test",
-	})
+	opts.VLLMImage, opts.RouterImage = vllmTestImage, routerTestImage
+	c, stop := startOperator(t, opts)
 	defer stop()
 
 	ctx := context.Background()
@@ -202,37 +241,61 @@ func TestOperatorRenderedPodsAreRestrictedV2(t *testing.T) {
 			t.Fatalf("create LLMEndpoint %s: %v", e.Name, err)
 		}
 	}
+	out := map[string]*corev1.PodTemplateSpec{}
 	for _, e := range endpoints {
 		for _, name := range []string{e.Name + "-vllm", e.Name + "-router"} {
-			d := waitForDeployment(t, c, ns.Name, name)
-			checkTemplate(t, "Deployment "+ns.Name+"/"+name, &d.Spec.Template)
+			out[name] = &waitForDeployment(t, c, ns.Name, name).Spec.Template
 		}
+	}
+	return out
+}
+
+// On OpenShift the operator fixes no UID: restricted-v2 admits every pod
+// and assigns it one, as which the kubelet starts the containers. The same
+// pods on a cluster that assigns no UID would not start: the stock vLLM
+// image runs as root.
+func TestOpenShiftShapeStartsUnderRestrictedV2(t *testing.T) {
+	pods := renderedPods(t, controllers.Options{VLLM: controllers.DefaultVLLMIdentity(true)})
+	uids := imageUIDs(t)
+	var refusedElsewhere int
+	for name, p := range pods {
+		checkTemplate(t, "Deployment "+name, p)
+		for _, r := range podsecurity.KubeletStartsNonRoot(p, uids, ptr.To(openShiftUID)) {
+			t.Errorf("Deployment %s on OpenShift: %s", name, r)
+		}
+		if len(podsecurity.KubeletStartsNonRoot(p, uids, nil)) > 0 {
+			refusedElsewhere++
+		}
+	}
+	if refusedElsewhere == 0 {
+		t.Error("the OpenShift shape would start on plain Kubernetes too: the kubelet check proves nothing")
 	}
 }
 
-// --vllm-run-as-user exists for clusters that assign no UID; the check
-// must notice that its result is not for OpenShift.
-func TestFixedVLLMUserIsNotRestrictedV2(t *testing.T) {
-	c, stop := startOperator(t, controllers.Options{
-		VLLMImage:     "registry.example/vllm:test",
-		RouterImage:   "registry.example/router:test",
-		VLLMRunAsUser: ptr.To[int64](2000),
-	})
-	defer stop()
-
-	ctx := context.Background()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fixed-uid"}}); err != nil {
-		t.Fatal(err)
-	}
-	e := samples(t)[0]
-	e.Namespace = "fixed-uid"
-	if err := c.Create(ctx, e); err != nil {
-		t.Fatal(err)
-	}
-	d := waitForDeployment(t, c, e.Namespace, e.Name+"-vllm")
-	reasons := podsecurity.RestrictedV2(&d.Spec.Template)
-	if !strings.Contains(strings.Join(reasons, "\n"), "runAsUser 2000") {
-		t.Fatalf("a fixed vLLM UID passed the restricted-v2 check: %q", reasons)
+// Elsewhere the vLLM pods run as the vLLM image's own non-root user with
+// a matching fsGroup: the restricted Pod Security Standard admits them and
+// the kubelet starts the root image. restricted-v2 would refuse the fixed
+// UID, which is why OpenShift gets the other shape.
+func TestKubernetesShapeStartsUnderRestricted(t *testing.T) {
+	pods := renderedPods(t, controllers.Options{VLLM: controllers.DefaultVLLMIdentity(false)})
+	uids := imageUIDs(t)
+	for name, p := range pods {
+		for _, r := range podsecurity.Restricted(p) {
+			t.Errorf("Deployment %s: %s", name, r)
+		}
+		for _, r := range podsecurity.KubeletStartsNonRoot(p, uids, nil) {
+			t.Errorf("Deployment %s on Kubernetes: %s", name, r)
+		}
+		if strings.HasSuffix(name, "-vllm") {
+			sc := p.Spec.SecurityContext
+			if sc.FSGroup == nil || *sc.FSGroup != controllers.DefaultVLLMUID {
+				t.Errorf("Deployment %s: fsGroup %v, want %d (the model cache must be writable)", name, sc.FSGroup, controllers.DefaultVLLMUID)
+			}
+			reasons := strings.Join(podsecurity.RestrictedV2(p), "\n")
+			if !strings.Contains(reasons, "runAsUser 2000") || !strings.Contains(reasons, "fsGroup 2000") {
+				t.Errorf("Deployment %s: a fixed vLLM UID and fsGroup passed the restricted-v2 check: %q", name, reasons)
+			}
+		}
 	}
 }
 
