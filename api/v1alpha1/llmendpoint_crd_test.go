@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -163,3 +164,26 @@ func itoa(i int) string {
 	b, _ := yaml.Marshal(i)
 	return string(b[:len(b)-1])
 }
+
+// The CRD says what the operator does when concurrencyThreshold is unset.
+func TestCRDStatesTheThresholdDefault(t *testing.T) {
+	d := strings.Join(strings.Fields(field(t, loadSchema(t), "spec", "routing", "prefixAware", "concurrencyThreshold").Description), " ")
+	for _, want := range []string{
+		itoa(int(v1alpha1.ConcurrencyPerGPU)) + " per GPU of an instance",
+		itoa(int(v1alpha1.CPUConcurrency)) + " for instances without GPUs",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("concurrencyThreshold's description %q does not say %q", d, want)
+		}
+	}
+	gpu := &v1alpha1.LLMEndpoint{Spec: v1alpha1.LLMEndpointSpec{Model: v1alpha1.ModelSpec{GPUs: ptrInt32(2)}}}
+	cpu := &v1alpha1.LLMEndpoint{Spec: v1alpha1.LLMEndpointSpec{Model: v1alpha1.ModelSpec{GPUs: ptrInt32(0)}}}
+	if got := v1alpha1.DefaultConcurrencyThreshold(gpu); got != 2*v1alpha1.ConcurrencyPerGPU {
+		t.Errorf("2 GPUs: default %d", got)
+	}
+	if got := v1alpha1.DefaultConcurrencyThreshold(cpu); got != v1alpha1.CPUConcurrency {
+		t.Errorf("no GPU: default %d", got)
+	}
+}
+
+func ptrInt32(v int32) *int32 { return &v }

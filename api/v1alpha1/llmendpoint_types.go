@@ -347,7 +347,8 @@ type PrefixAwareSpec struct {
 
 	// concurrencyThreshold is the most requests in flight the preferred
 	// instance may have before a request overflows to the next instance in
-	// its order. 1 to 1024; the operator uses 10 when unset.
+	// its order. 1 to 1024; when unset, 10 per GPU of an instance
+	// (spec.model.gpus), or 4 for instances without GPUs.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
 	// +optional

@@ -171,6 +171,17 @@ func TestManagerFromBundleIsRestrictedV2(t *testing.T) {
 	}
 	for _, d := range deps {
 		checkTemplate(t, "CSV deployment "+d.Name, &d.Spec.Template)
+		// On OpenShift the operator must fix no vLLM UID: it detects the
+		// platform itself, unless an argument decides for it.
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, a := range c.Args {
+				for _, fixed := range []string{"--platform=kubernetes", "--vllm-run-as-user", "--vllm-run-as-group", "--vllm-fs-group"} {
+					if strings.HasPrefix(a, fixed) {
+						t.Errorf("CSV deployment %s: %s fixes the vLLM pods' identity on OpenShift", d.Name, a)
+					}
+				}
+			}
+		}
 	}
 }
 
