@@ -192,6 +192,7 @@ func (v *LLMEndpointValidator) validate(ctx context.Context, old, e *servingv1al
 	}
 	warnings := specWarnings(e)
 	warnings = append(warnings, v.referenceWarnings(ctx, e)...)
+	warnings = append(warnings, v.cacheWarnings(ctx, e)...)
 	return warnings, nil
 }
 

@@ -399,6 +399,39 @@ var _ = Describe("LLMEndpoint admission", func() {
 			Expect(warnings).To(BeEmpty())
 		})
 
+		It("warns about a model cache claim that cannot serve instances on several nodes", func() {
+			e := endpoint(ns, "cache-rwo")
+			e.Spec.Model.Cache = &servingv1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("20Gi")), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}
+			warnings, err := create(e)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix("spec.model.cache.accessModes:"), ContainSubstring("with 2 instances attaches to one node only"))))
+
+			// One instance needs no sharing.
+			e.Spec.Replicas = ptr.To[int32](1)
+			warnings, err = update(e)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).NotTo(ContainElement(HavePrefix("spec.model.cache")))
+
+			theirs := endpoint(ns, "cache-claim")
+			theirs.Spec.Model.Cache = &servingv1alpha1.ModelCacheSpec{ClaimName: "hf-cache"}
+			warnings, err = create(theirs)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix("spec.model.cache.claimName:"), ContainSubstring("hf-cache does not exist"))))
+
+			Expect(k8s.Create(suiteCtx, pvc(ns, "hf-cache"))).To(Succeed()) // ReadOnlyMany
+			theirs.Spec.Routing.PrefixAware.PrefixLength = ptr.To[int32](8192)
+			warnings, err = update(theirs)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix("spec.model.cache.claimName:"), ContainSubstring("[ReadOnlyMany]"), ContainSubstring("ReadWriteMany"))))
+
+			// The default, ReadWriteMany, is quiet.
+			shared := endpoint(ns, "cache-rwx")
+			shared.Spec.Model.Cache = &servingv1alpha1.ModelCacheSpec{Size: ptr.To(resource.MustParse("20Gi"))}
+			warnings, err = create(shared)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(BeEmpty())
+		})
+
 		It("warns that a GPU resource in spec.model.resources is ignored", func() {
 			e := endpoint(ns, "gpu-resource")
 			e.Spec.Model.Resources = &corev1.ResourceRequirements{
