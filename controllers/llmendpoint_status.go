@@ -155,12 +155,19 @@ var startFailures = []string{"CreateContainerConfigError", "ErrImagePull", "Imag
 // podStartProblem is why the first instance the kubelet cannot start is
 // stuck: a missing Secret (spec.model.hfTokenSecretRef) shows here as
 // CreateContainerConfigError, which the operator learns without the right
-// to read Secrets. Empty when no instance is stuck so.
+// to read Secrets; an instance no node takes (no free GPU, a model cache
+// claim that is unbound or attached to another node) as the scheduler's
+// Unschedulable. Empty when no instance is stuck so.
 func podStartProblem(pods []corev1.Pod) string {
 	for i := range pods {
 		for _, cs := range pods[i].Status.ContainerStatuses {
 			if w := cs.State.Waiting; w != nil && slices.Contains(startFailures, w.Reason) {
 				return fmt.Sprintf("pod %s container %s: %s: %s", pods[i].Name, cs.Name, w.Reason, w.Message)
+			}
+		}
+		for _, c := range pods[i].Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return fmt.Sprintf("pod %s: %s: %s", pods[i].Name, c.Reason, c.Message)
 			}
 		}
 	}

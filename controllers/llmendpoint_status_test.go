@@ -192,11 +192,18 @@ func TestAvailableNamesWhyNoInstanceStarts(t *testing.T) {
 	starting.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name: "vllm", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
 	}}
+	unscheduled := newPod("chat-vllm-c", "", podUnready, time.Now())
+	unscheduled.Status.Phase = corev1.PodPending
+	unscheduled.Status.Conditions = []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: `0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.`,
+	}}
 	for _, tt := range []struct {
 		pods []corev1.Pod
 		want string
 	}{
 		{[]corev1.Pod{starting, stuck}, `0 of 2 vLLM instances are ready; pod chat-vllm-a container vllm: CreateContainerConfigError: secret "hf-token" not found`},
+		{[]corev1.Pod{starting, unscheduled}, `0 of 2 vLLM instances are ready; pod chat-vllm-c: Unschedulable: 0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.`},
 		{[]corev1.Pod{starting}, "0 of 2 vLLM instances are ready"},
 	} {
 		st := buildStatus(newEndpoint(), observed{pods: tt.pods})
