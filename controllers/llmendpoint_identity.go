@@ -47,15 +47,14 @@ func DefaultVLLMIdentity(openShift bool) PodIdentity {
 
 // vllmPodSecurityContext is the restricted pod security context with the
 // identity of opts.VLLM (each part left to the platform when unset). With
-// an fsGroup, the kubelet changes a volume's group only when its root
-// does not have it already: a model cache of a few hundred thousand files
-// would otherwise be walked on every start.
+// an fsGroup, ours or the one OpenShift's SCC assigns, the kubelet changes
+// a volume's group only when its root does not have it already: a model
+// cache of a few hundred thousand files would otherwise be walked on
+// every start.
 func vllmPodSecurityContext(opts Options) *corev1.PodSecurityContext {
 	sc := restrictedPodSecurityContext(opts.VLLM.RunAsUser)
 	sc.RunAsGroup = opts.VLLM.RunAsGroup
 	sc.FSGroup = opts.VLLM.FSGroup
-	if sc.FSGroup != nil {
-		sc.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
-	}
+	sc.FSGroupChangePolicy = ptr.To(corev1.FSGroupChangeOnRootMismatch)
 	return sc
 }
