@@ -35,7 +35,11 @@ const (
 	// endpoint without spec.model.image.
 	AnnotationVLLMImage = "serving.warmroute.dev/vllm-image"
 	// AnnotationLoRAAgentImage is the recorded image of the LoRA agent,
-	// which runs in the vLLM pods.
+	// which runs in the vLLM pods. A recorded agent reads the routing
+	// documents of every later operator, and decodes them strictly: a
+	// release that adds a field the agent reads must move this record (a
+	// rollout of the instances it announces) or keep the field out of the
+	// documents older agents see.
 	AnnotationLoRAAgentImage = "serving.warmroute.dev/lora-agent-image"
 )
 
