@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -42,4 +43,32 @@ func exposureWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 		return admission.Warnings{fmt.Sprintf("spec.router.serviceType: %s exposes the router outside the cluster with spec.router.auth.mode TrustedHeader: clients that reach it without the gateway can set the header themselves; use APIKeys or a ClusterIP Service behind the gateway", t)}
 	}
 	return nil
+}
+
+// validateTrustedHeader refuses mode TrustedHeader with an empty
+// spec.networkPolicy.routerFrom while the endpoint's NetworkPolicies are
+// on. The header is worth only what the path to the router is: with
+// routerFrom empty the routers' NetworkPolicy admits every pod of the
+// cluster, and any of them could name whichever tenant it likes and read
+// that tenant's cached prefixes by timing. routerFrom must name the
+// gateway.
+func validateTrustedHeader(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
+	auth := e.Spec.Router.Auth
+	if auth == nil || auth.Mode != servingv1alpha1.RouterAuthTrustedHeader ||
+		!servingv1alpha1.NetworkPolicyEnabled(e) || len(e.Spec.NetworkPolicy.RouterFrom) > 0 {
+		return nil
+	}
+	return field.ErrorList{field.Required(field.NewPath("spec", "networkPolicy", "routerFrom"),
+		"spec.router.auth.mode TrustedHeader needs routerFrom to admit only the gateway (its namespace and pods): with it empty every pod of the cluster reaches the router and can set the tenant header itself")}
+}
+
+// trustedHeaderWarnings warns about mode TrustedHeader with the endpoint's
+// NetworkPolicies off: whatever limits who reaches the router is then the
+// user's own, and the operator cannot check it.
+func trustedHeaderWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
+	auth := e.Spec.Router.Auth
+	if auth == nil || auth.Mode != servingv1alpha1.RouterAuthTrustedHeader || servingv1alpha1.NetworkPolicyEnabled(e) {
+		return nil
+	}
+	return admission.Warnings{"spec.networkPolicy.enabled: false with spec.router.auth.mode TrustedHeader: no NetworkPolicy limits who reaches the router, and any client that reaches it without the gateway can set the tenant header itself; make sure only the gateway can reach it"}
 }

@@ -207,8 +207,8 @@ func validateUpdate(old, e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 }
 
 // validateSpec checks what the CRD's schema and CEL rules do not: label
-// syntax, resource quantities, and weights URIs that stay inside their
-// claim. The schema refuses the rest before the webhook is called (owned
+// syntax, resource quantities, weights URIs that stay inside their claim,
+// and a trusted tenant header only the gateway can reach. The schema refuses the rest before the webhook is called (owned
 // vLLM flags in spec.model.args, the minimum grace period, the shape of
 // every URI), so none of it is repeated here.
 func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
@@ -226,6 +226,7 @@ func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 	}
 	errs = append(errs, validateResources(e.Spec.Model.Resources, spec.Child("model", "resources"))...)
 	errs = append(errs, validateResources(e.Spec.Router.Resources, spec.Child("router", "resources"))...)
+	errs = append(errs, validateTrustedHeader(e)...)
 	return errs
 }
 
@@ -307,6 +308,7 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 			w = append(w, fmt.Sprintf("spec.loraAdapters[%d].replicas: %d is more than the %d instances; the adapter %q is placed on all of them", i, *a.Replicas, instances, a.Name))
 		}
 	}
+	w = append(w, trustedHeaderWarnings(e)...)
 	return append(w, exposureWarnings(e)...)
 }
 

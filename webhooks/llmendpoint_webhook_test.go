@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -107,6 +109,17 @@ func TestValidateSpecRefusals(t *testing.T) {
 		{"adapter path escaping its claim", func(e *servingv1alpha1.LLMEndpoint) {
 			e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "a", URI: "pvc://adapters/../x"}}
 		}, "spec.loraAdapters[0].uri"},
+		{"trusted header, routerFrom empty", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Router.Auth = &servingv1alpha1.RouterAuth{Mode: servingv1alpha1.RouterAuthTrustedHeader, TrustedHeader: &servingv1alpha1.TrustedHeaderAuth{Name: "X-T"}}
+		}, "spec.networkPolicy.routerFrom"},
+		{"trusted header, routerFrom set", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Router.Auth = &servingv1alpha1.RouterAuth{Mode: servingv1alpha1.RouterAuthTrustedHeader, TrustedHeader: &servingv1alpha1.TrustedHeaderAuth{Name: "X-T"}}
+			e.Spec.NetworkPolicy.RouterFrom = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+		}, ""},
+		{"trusted header, NetworkPolicies off (warned instead)", func(e *servingv1alpha1.LLMEndpoint) {
+			e.Spec.Router.Auth = &servingv1alpha1.RouterAuth{Mode: servingv1alpha1.RouterAuthTrustedHeader, TrustedHeader: &servingv1alpha1.TrustedHeaderAuth{Name: "X-T"}}
+			e.Spec.NetworkPolicy.Enabled = ptr.To(false)
+		}, ""},
 		{"model claim name longer than a PVC's", func(e *servingv1alpha1.LLMEndpoint) {
 			e.Spec.Model.URI = "pvc://" + strings.Repeat("m", 254) + "/llama"
 		}, "spec.model.uri"},

@@ -32,6 +32,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -486,6 +487,29 @@ var _ = Describe("LLMEndpoint admission", func() {
 			}
 			_, err := create(e)
 			Expect(causeFields(err)).To(ConsistOf("spec.model.resources.requests[memory]", "spec.router.resources.requests[cpu]"))
+		})
+
+		It("refuses a trusted tenant header that every pod could set, and warns when the NetworkPolicies are off", func() {
+			gated := func(name string) *servingv1alpha1.LLMEndpoint {
+				e := endpoint(ns, name)
+				e.Spec.Router.Auth = &servingv1alpha1.RouterAuth{Mode: servingv1alpha1.RouterAuthTrustedHeader, TrustedHeader: &servingv1alpha1.TrustedHeaderAuth{Name: "X-Gateway-Tenant"}}
+				return e
+			}
+			_, err := create(gated("open"))
+			Expect(causeFields(err)).To(ConsistOf("spec.networkPolicy.routerFrom"))
+			Expect(err.Error()).To(ContainSubstring("mode TrustedHeader needs routerFrom"))
+
+			e := gated("behind-gateway")
+			e.Spec.NetworkPolicy.RouterFrom = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "gateway"}}}}
+			warnings, err := create(e)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(BeEmpty())
+
+			off := gated("own-network")
+			off.Spec.NetworkPolicy.Enabled = ptr.To(false)
+			warnings, err = create(off)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix("spec.networkPolicy.enabled: false"), ContainSubstring("TrustedHeader"))))
 		})
 
 		It("refuses a claim path that leaves the claim, which the CRD's URI rule lets through", func() {

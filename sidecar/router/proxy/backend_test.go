@@ -194,7 +194,7 @@ func postURL(t testing.TB, url, body string, header ...string) (*http.Response, 
 func do(t testing.TB, req *http.Request, header ...string) (*http.Response, string) {
 	t.Helper()
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1]) // a name given twice is sent twice
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

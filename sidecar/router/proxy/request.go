@@ -69,15 +69,24 @@ func policyRequest(x extract.Request) policy.Request {
 }
 
 // identify resolves who the client is from its headers (tenancy.Auth):
-// with API keys a request without a known key is refused here, before its
-// body is read, with 401 and an OpenAI-style body that never quotes the key.
+// with API keys a request without a known key, and with a trusted header a
+// request without exactly one value of it, is refused here, before its
+// body is read, with an OpenAI-style body that never quotes the key.
 func (r *Router) identify(w http.ResponseWriter, req *http.Request) (tenancy.Identity, *badRequest) {
 	id, outcome := r.opts.Auth.Identify(req.Header)
 	if outcome == tenancy.Resolved {
 		return id, nil
 	}
 	w.Header().Set("Connection", "close") // the body is left unread
-	w.Header().Set("WWW-Authenticate", `Bearer realm="warmroute"`)
+	if outcome == tenancy.AmbiguousHeader {
+		return id, invalid(http.StatusBadRequest, "ambiguous_tenant", id.Param,
+			fmt.Sprintf("the %s header must be given once, with one value", id.Param))
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="warmroute"`) // every 401 names a scheme (RFC 9110 §15.5.2)
+	if outcome == tenancy.MissingHeader {
+		return id, invalid(http.StatusUnauthorized, "missing_tenant", id.Param,
+			fmt.Sprintf("the %s header is required: requests must come through the authenticating gateway", id.Param))
+	}
 	msg := "Incorrect API key provided."
 	if outcome == tenancy.MissingKey {
 		msg = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."

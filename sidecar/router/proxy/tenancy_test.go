@@ -236,17 +236,34 @@ func TestTrustedHeader(t *testing.T) {
 		t.Fatal(body)
 	}
 	received(t, b, wantSalt(testSaltKey, "bravo"), "acme", "bravo")
-	// Without the gateway's header the request has no tenant, whatever it
-	// claims: unsalted, apart from every tenant's blocks.
-	resp, body = f.post(t, "/v1/chat/completions", claims, "X-Prefix-Aware-Id", "acme")
-	if resp.StatusCode != 200 {
-		t.Fatal(body)
+	// Without the gateway's header, with it twice (a gateway that appends
+	// leaves the client's first), as a list, or too long: refused, before
+	// anything reaches vLLM.
+	n := b.count()
+	for _, tc := range []struct {
+		name   string
+		header []string
+		status int
+	}{
+		{"absent", []string{"X-Prefix-Aware-Id", "acme"}, http.StatusUnauthorized},
+		{"empty", []string{"X-Gateway-Tenant", ""}, http.StatusUnauthorized},
+		{"twice", []string{"X-Gateway-Tenant", "victim", "X-Gateway-Tenant", "attacker"}, http.StatusBadRequest},
+		{"a list", []string{"X-Gateway-Tenant", "victim, attacker"}, http.StatusBadRequest},
+		{"too long", []string{"X-Gateway-Tenant", strings.Repeat("x", 65)}, http.StatusBadRequest},
+	} {
+		for _, path := range []string{"/v1/chat/completions", "/invocations"} {
+			resp, body := f.post(t, path, claims, tc.header...)
+			var e errorBody
+			if resp.StatusCode != tc.status || json.Unmarshal([]byte(body), &e) != nil || e.Error.Param == nil || *e.Error.Param != "X-Gateway-Tenant" {
+				t.Fatalf("%s header on %s: %d %s", tc.name, path, resp.StatusCode, body)
+			}
+		}
 	}
-	received(t, b, "", "acme")
-	resp, body = f.post(t, "/v1/chat/completions", claims, "X-Gateway-Tenant", strings.Repeat("x", 65))
-	var e errorBody
-	if resp.StatusCode != 400 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Param == nil || *e.Error.Param != "X-Gateway-Tenant" {
-		t.Fatalf("bad trusted header: %d %s", resp.StatusCode, body)
+	if b.count() != n {
+		t.Fatalf("%d refused requests reached vLLM", b.count()-n)
+	}
+	if resp, body := f.get(t, "/v1/models"); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("/v1/models without the header: %d %s", resp.StatusCode, body)
 	}
 }
 

@@ -117,6 +117,12 @@ func TestUpstreamAPIKey(t *testing.T) {
 		if got := k.last(t); got != "Bearer "+upstreamKey {
 			t.Fatalf("vLLM got Authorization %q", got)
 		}
+		// A request that did not come through the gateway never gets
+		// vLLM's key: it is refused before anything is sent.
+		n := k.count()
+		if code := send(t, base, "Authorization", "Bearer gateway-token"); code != http.StatusUnauthorized || k.count() != n {
+			t.Fatalf("without the header: status %d, %d requests reached vLLM", code, k.count()-n)
+		}
 	})
 
 	t.Run("auth off", func(t *testing.T) {

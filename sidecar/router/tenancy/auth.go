@@ -17,7 +17,9 @@ type Auth struct {
 	Keys *KeyStore
 	// TrustedHeader, when set (and Keys is not), names the one header the
 	// tenant is taken from, set by a gateway that authenticated the
-	// client; the client's other claims are ignored.
+	// client; the client's other claims are ignored. A request without it
+	// did not come through the gateway and is refused (401), and so is one
+	// with more than one value (400).
 	TrustedHeader string
 }
 
@@ -34,6 +36,15 @@ const (
 	// MissingKey and WrongKey are refusals (401).
 	MissingKey
 	WrongKey
+	// MissingHeader is a request without the trusted header (401): it did
+	// not come through the gateway, and without a tenant it would reach
+	// vLLM with vLLM's own key, in the shared unsalted pool.
+	MissingHeader
+	// AmbiguousHeader is a trusted header given more than once or as a
+	// comma list (400). A gateway that appends its value to the client's
+	// instead of replacing it leaves the client's first: taking any one of
+	// them would let a client choose its tenant.
+	AmbiguousHeader
 )
 
 // Identity is who a request is.
@@ -60,7 +71,16 @@ func (a Auth) Identify(h http.Header) (Identity, Outcome) {
 		}
 		return Identity{Tenant: tenant}, Resolved
 	case a.TrustedHeader != "":
-		return Identity{Tenant: h.Get(a.TrustedHeader), Param: a.TrustedHeader}, Resolved
+		id := Identity{Param: a.TrustedHeader}
+		vs := h.Values(a.TrustedHeader)
+		switch {
+		case len(vs) > 1 || len(vs) == 1 && strings.Contains(vs[0], ","):
+			return id, AmbiguousHeader
+		case len(vs) == 0 || strings.TrimSpace(vs[0]) == "":
+			return id, MissingHeader
+		}
+		id.Tenant = vs[0]
+		return id, Resolved
 	}
 	t := h.Get(extract.TenantHeader)
 	if t == "" {

@@ -109,7 +109,10 @@ func TestIdentify(t *testing.T) {
 		{"empty bearer", Auth{Keys: keys}, h("Authorization", "Bearer "), Identity{}, MissingKey},
 		{"wrong key", Auth{Keys: keys}, h("Authorization", "Bearer sk-acme-0123456789aX"), Identity{}, WrongKey},
 		{"trusted header", Auth{TrustedHeader: "X-Tenant"}, h("X-Tenant", "g", "X-Prefix-Aware-Id", "b"), Identity{Tenant: "g", Param: "X-Tenant"}, Resolved},
-		{"trusted header absent", Auth{TrustedHeader: "X-Tenant"}, h("X-Prefix-Aware-Id", "b"), Identity{Param: "X-Tenant"}, Resolved},
+		{"trusted header absent", Auth{TrustedHeader: "X-Tenant"}, h("X-Prefix-Aware-Id", "b"), Identity{Param: "X-Tenant"}, MissingHeader},
+		{"trusted header empty", Auth{TrustedHeader: "X-Tenant"}, h("X-Tenant", " "), Identity{Param: "X-Tenant"}, MissingHeader},
+		{"trusted header twice", Auth{TrustedHeader: "X-Tenant"}, http.Header{"X-Tenant": {"victim", "attacker"}}, Identity{Param: "X-Tenant"}, AmbiguousHeader},
+		{"trusted header as a list", Auth{TrustedHeader: "X-Tenant"}, h("X-Tenant", "victim, attacker"), Identity{Param: "X-Tenant"}, AmbiguousHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, outcome := tc.auth.Identify(tc.header)
