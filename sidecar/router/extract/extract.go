@@ -98,14 +98,86 @@ func ValidTenant(id string) error {
 	return nil
 }
 
-// Invocations extracts from the native invoke API, whose body is opaque: the
-// routing text is its first bytes.
+// Invocations extracts from the native invoke API (vLLM's /invocations,
+// which reads the body as a chat or completions request): the routing text
+// is its first bytes, and the body must be a JSON object, read whole for
+// its stream flag and its tenant claims, as on the OpenAI paths. A body
+// the router cannot read is refused: forwarded as it came, vLLM might read
+// it (see jsonText) with the client's own cache_salt.
 func Invocations(body []byte, tenant string, lim Limits) (Request, error) {
 	if err := ValidTenant(tenant); err != nil {
 		return Request{}, err
 	}
+	req := Request{Tenant: tenant}
+	body, err := readObject(body, &req, nil)
+	if err != nil {
+		return Request{}, err
+	}
 	n := min(len(body), lim.Window+lim.Lookahead)
-	return Request{Tenant: tenant, Text: body[:n:n], WindowBytes: min(n, lim.Window), PromptBytes: len(body)}, nil
+	req.Text, req.WindowBytes, req.PromptBytes = body[:n:n], min(n, lim.Window), len(body)
+	return req, nil
+}
+
+// readObject reads a body that must be one JSON object (after jsonText)
+// into req: the members every inference body has alike (sharedMember),
+// then those member reads (reporting whether it did; nil for none),
+// skipping the rest. It returns the body without a byte order mark.
+func readObject(body []byte, req *Request, member func(s *scanner, key jsonString) (bool, error)) ([]byte, error) {
+	body, err := jsonText(body)
+	if err != nil {
+		return nil, err
+	}
+	s := &scanner{data: body}
+	if s.peek() != '{' {
+		return nil, s.fail("the body must be a JSON object")
+	}
+	err = s.object(0, func(key jsonString) error {
+		if ok, err := s.sharedMember(key, req); ok {
+			return err
+		}
+		if member != nil {
+			if ok, err := member(s, key); ok {
+				return err
+			}
+		}
+		_, err := s.skip(1)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.peek() != 0 {
+		return nil, s.fail("trailing data after the JSON object")
+	}
+	return body, nil
+}
+
+// sharedMember reads the top-level members every inference body has alike
+// (stream and the tenant claims), reporting whether key was one of them.
+func (s *scanner) sharedMember(key jsonString, req *Request) (bool, error) {
+	switch {
+	case key.is("stream"):
+		switch s.peek() {
+		case 't':
+			req.Stream = true
+			return true, s.literal("true")
+		case 'f':
+			req.Stream = false
+			return true, s.literal("false")
+		case 'n':
+			return true, s.literal("null")
+		}
+		return true, &fieldError{field: "stream", msg: "must be a boolean"}
+	case key.is("prompt_cache_key"):
+		v, err := s.optString("prompt_cache_key")
+		req.PromptCacheKey, req.TenantFields = v, true
+		return true, err
+	case key.is("cache_salt"):
+		v, err := s.optString("cache_salt")
+		req.ClientSalt, req.TenantFields = v, true
+		return true, err
+	}
+	return false, nil
 }
 
 // Kind is which OpenAI endpoint a body was sent to.
@@ -136,51 +208,23 @@ func OpenAI(kind Kind, body []byte, tenant string, lim Limits) (Request, error) 
 	tb := textBuilder{window: lim.Window, lookahead: lim.Lookahead}
 	// Pooled: the text is needed only until the decision is made.
 	tb.buf = getBuffer(min(len(body), 4*lim.Window+lim.Lookahead))
-	s := &scanner{data: body}
-	if s.peek() != '{' {
-		return Request{}, s.fail("the body must be a JSON object")
-	}
-	err := s.object(0, func(key jsonString) error {
+	_, err := readObject(body, &req, func(s *scanner, key jsonString) (bool, error) {
 		switch {
 		case key.is("model"):
 			v, err := s.optString("model")
 			req.Model = v
-			return err
-		case key.is("stream"):
-			switch s.peek() {
-			case 't':
-				req.Stream = true
-				return s.literal("true")
-			case 'f':
-				req.Stream = false
-				return s.literal("false")
-			case 'n':
-				return s.literal("null")
-			}
-			return &fieldError{field: "stream", msg: "must be a boolean"}
-		case key.is("prompt_cache_key"):
-			v, err := s.optString("prompt_cache_key")
-			req.PromptCacheKey, req.TenantFields = v, true
-			return err
-		case key.is("cache_salt"):
-			v, err := s.optString("cache_salt")
-			req.ClientSalt, req.TenantFields = v, true
-			return err
+			return true, err
 		case kind == Chat && key.is("messages"):
 			tb.reset() // a repeated key replaces the earlier one, as in encoding/json
-			return s.messages(&tb)
+			return true, s.messages(&tb)
 		case kind == Completions && key.is("prompt"):
 			tb.reset()
-			return s.prompt(&tb)
+			return true, s.prompt(&tb)
 		}
-		_, err := s.skip(1)
-		return err
+		return false, nil
 	})
 	if err != nil {
 		return Request{}, err
-	}
-	if s.peek() != 0 {
-		return Request{}, s.fail("trailing data after the JSON object")
 	}
 	req.Tenant = tenant
 	req.Text, req.WindowBytes, req.PromptBytes, req.owned = tb.buf, tb.windowBytes(), tb.prompt, true

@@ -175,8 +175,8 @@ func TestWindowAndLookahead(t *testing.T) {
 		t.Fatalf("escaped: %q/%d, want %q/20", r2.Text, r2.WindowBytes, r.Text)
 	}
 	// Invocations: bytes of the raw body.
-	inv, _ := Invocations([]byte(strings.Repeat("é", 100)), "", small)
-	if len(inv.Text) != 15 || inv.WindowBytes != 10 {
+	inv, _ := Invocations([]byte(`{"inputs":"`+strings.Repeat("é", 100)+`"}`), "", small)
+	if len(inv.Text) != 15 || inv.WindowBytes != 10 || string(inv.Text[:10]) != `{"inputs":` {
 		t.Fatalf("invocations: %d bytes, window %d", len(inv.Text), inv.WindowBytes)
 	}
 }
@@ -307,12 +307,61 @@ func topLevelKeys(t *testing.T, body []byte) map[string]int {
 }
 
 func TestInvocationsTenant(t *testing.T) {
-	if _, err := Invocations([]byte("x"), strings.Repeat("a", 65), lim); !errors.Is(err, ErrBadTenant) {
+	if _, err := Invocations([]byte("{}"), strings.Repeat("a", 65), lim); !errors.Is(err, ErrBadTenant) {
 		t.Fatalf("err %v", err)
 	}
-	r, err := Invocations([]byte("x"), "t", lim)
+	r, err := Invocations([]byte("{}"), "t", lim)
 	if err != nil || r.Tenant != "t" {
 		t.Fatalf("%+v %v", r, err)
+	}
+	// The body's claims and stream flag are read as on the OpenAI paths.
+	r, err = Invocations([]byte(`{"prompt":"hi","stream":true,"prompt_cache_key":"k","cache_salt":"s"}`), "", lim)
+	if err != nil || !r.Stream || r.PromptCacheKey != "k" || r.ClientSalt != "s" || !r.TenantFields {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// TestRefusesWhatPythonAloneReads: vLLM parses bodies with Python's json,
+// which reads more than JSON. The router reads a body after a UTF-8 byte
+// order mark as vLLM does, and refuses the rest by name, on every path.
+func TestRefusesWhatPythonAloneReads(t *testing.T) {
+	utf16LE := func(s string) []byte {
+		var b []byte
+		for _, c := range s {
+			b = append(b, byte(c), 0)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want string // in the error; "" to be read
+	}{
+		{"UTF-8 BOM", []byte("\xef\xbb\xbf{\"prompt\":\"hi\",\"cache_salt\":\"s\"}"), ""},
+		{"NaN", []byte(`{"prompt":"hi","temperature":NaN}`), "NaN and Infinity"},
+		{"Infinity", []byte(`{"prompt":"hi","top_p":Infinity}`), "NaN and Infinity"},
+		{"-Infinity", []byte(`{"prompt":"hi","top_p":-Infinity}`), "NaN and Infinity"},
+		{"UTF-16-LE", utf16LE(`{"prompt":"hi"}`), "UTF-16 or UTF-32"},
+		{"UTF-16-BE with a BOM", append([]byte{0xfe, 0xff, 0, '{'}, 0, '}'), "UTF-16 or UTF-32"},
+		{"UTF-32-LE", []byte{'{', 0, 0, 0, '}', 0, 0, 0}, "UTF-16 or UTF-32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for name, read := range map[string]func() (Request, error){
+				"invocations": func() (Request, error) { return Invocations(tc.body, "", lim) },
+				"completions": func() (Request, error) { return OpenAI(Completions, tc.body, "", lim) },
+			} {
+				r, err := read()
+				switch {
+				case tc.want == "" && (err != nil || r.ClientSalt != "s"):
+					t.Errorf("%s: %+v %v", name, r, err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("%s: error %v, want one saying %q", name, err, tc.want)
+				}
+			}
+			if _, err := SaltedBody(tc.body, "salt", true); (err == nil) != (tc.want == "") {
+				t.Errorf("SaltedBody: %v", err)
+			}
+		})
 	}
 }
 
@@ -347,9 +396,10 @@ func TestPromptBytes(t *testing.T) {
 			}
 		})
 	}
-	r, _ := Invocations([]byte(big), "", lim)
-	if r.PromptBytes != len(big) {
-		t.Fatalf("invocations: PromptBytes %d, want %d", r.PromptBytes, len(big))
+	inv := `{"inputs":"` + big + `"}`
+	r, _ := Invocations([]byte(inv), "", lim)
+	if r.PromptBytes != len(inv) {
+		t.Fatalf("invocations: PromptBytes %d, want %d", r.PromptBytes, len(inv))
 	}
 }
 

@@ -141,17 +141,20 @@ func isObject(b []byte) bool {
 }
 
 func FuzzInvocations(f *testing.F) {
-	f.Add([]byte("raw body"), "tenant")
+	f.Add([]byte(`{"inputs":"raw body","cache_salt":"s"}`), "tenant")
+	f.Add([]byte("\xef\xbb\xbf{\"stream\":true}"), "")
 	f.Add([]byte{0xff, 0}, "")
 	f.Fuzz(func(t *testing.T, body []byte, tenant string) {
 		r, err := Invocations(body, tenant, Limits{Window: 8, Lookahead: 4})
 		if err != nil {
-			if ValidTenant(tenant) == nil {
-				t.Fatalf("valid tenant refused: %v", err)
+			// Whatever encoding/json reads as an object (not nested past
+			// the scanner's bound) must be read.
+			if ValidTenant(tenant) == nil && json.Valid(body) && isObject(body) && bytes.Count(body, []byte("{"))+bytes.Count(body, []byte("[")) < maxDepth {
+				t.Fatalf("valid body refused: %v", err)
 			}
 			return
 		}
-		if !bytes.HasPrefix(body, r.Text) || r.WindowBytes > len(r.Text) || len(r.Text) > 12 {
+		if !bytes.HasPrefix(bytes.TrimPrefix(body, utf8BOM), r.Text) || r.WindowBytes > len(r.Text) || len(r.Text) > 12 {
 			t.Fatalf("text %q window %d of %q", r.Text, r.WindowBytes, body)
 		}
 	})

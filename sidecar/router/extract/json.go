@@ -357,6 +357,8 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 		err = s.literal("null")
 	case c == '-' || '0' <= c && c <= '9':
 		err = s.number()
+	case c == 'N' || c == 'I':
+		err = s.fail(errNonStandardNumber)
 	case c == 0:
 		err = s.fail("unexpected end, want a value")
 	default:
@@ -364,6 +366,11 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	}
 	return s.data[start:s.pos], err
 }
+
+// errNonStandardNumber refuses the numbers Python's json reads and JSON
+// has not (NaN, Infinity, -Infinity): vLLM would read such a body, so the
+// client is told why the router does not.
+const errNonStandardNumber = "NaN and Infinity are not JSON numbers"
 
 // maxDepth bounds nesting so hostile bodies cannot exhaust the stack.
 const maxDepth = 128
@@ -391,6 +398,8 @@ func (s *scanner) number() error {
 	}
 	if s.pos < len(s.data) && s.data[s.pos] == '0' {
 		s.pos++
+	} else if s.pos < len(s.data) && s.data[s.pos] == 'I' {
+		return s.fail(errNonStandardNumber)
 	} else if digits() == 0 {
 		return s.fail("bad number")
 	}

@@ -6,8 +6,8 @@ import (
 	"unicode/utf8"
 )
 
-// SaltedBody returns the body of an OpenAI request (one OpenAI accepted)
-// as it goes to vLLM: with "cache_salt" set to salt as its only
+// SaltedBody returns the body of a request (one OpenAI or Invocations
+// accepted) as it goes to vLLM, without a UTF-8 byte order mark: with "cache_salt" set to salt as its only
 // cache_salt member (none when salt is ""), and without the client's own
 // cache_salt and prompt_cache_key members when tenantFields (Request's
 // TenantFields) says it has some. vLLM keeps a salted request's KV blocks
@@ -22,6 +22,10 @@ import (
 // Without tenant fields the rest is left byte for byte; with them the
 // whitespace between top-level members is dropped.
 func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
+	body, err := jsonText(body) // as Request was read
+	if err != nil {
+		return nil, err
+	}
 	s := &scanner{data: body}
 	if s.peek() != '{' {
 		return nil, s.fail("the body must be a JSON object")
@@ -42,7 +46,7 @@ func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
 	// member (key to the end of its value) with a comma, then '}' and
 	// what followed it.
 	out := [][]byte{body[:open], member}
-	err := s.object(0, func(key jsonString) error {
+	err = s.object(0, func(key jsonString) error {
 		start := s.keyStart
 		if _, err := s.skip(1); err != nil {
 			return err

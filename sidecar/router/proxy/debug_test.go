@@ -40,7 +40,7 @@ func TestDebugRoute(t *testing.T) {
 		!strings.Contains(string(seen[1].Text), "complete me") {
 		t.Fatalf("completions: %d %s", status, body)
 	}
-	if status, body := post("?endpoint=/invocations", `raw bytes`); status != 200 || string(seen[2].Text) != "raw bytes" {
+	if status, body := post("?endpoint=/invocations", `{"raw":"bytes"}`); status != 200 || string(seen[2].Text) != `{"raw":"bytes"}` {
 		t.Fatalf("invocations: %d %s", status, body)
 	}
 	for _, tc := range []struct {

@@ -46,7 +46,8 @@ func TestResponses(t *testing.T) {
 	}{
 		{name: "chat", path: "/v1/chat/completions", body: chatBody("m", "hi", ""), status: 200},
 		{name: "completions", path: "/v1/completions", body: `{"model":"m","prompt":"hi"}`, status: 200},
-		{name: "invocations", path: "/invocations", body: `anything at all`, status: 200},
+		{name: "invocations", path: "/invocations", body: `{"inputs":"anything at all"}`, status: 200},
+		{name: "invocations, no JSON", path: "/invocations", body: `anything at all`, status: 400},
 		{name: "unknown model", path: "/v1/chat/completions", body: chatBody("gpt-9", "hi", ""), status: 404, code: "model_not_found", param: "model"},
 		{name: "adapter without ready instances", path: "/v1/chat/completions", body: chatBody("lora-cold", "hi", ""), status: 503, code: "no_instance", retryAfter: true},
 		{name: "malformed JSON", path: "/v1/chat/completions", body: `{"model":"m","messages":[`, status: 400},

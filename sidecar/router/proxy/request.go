@@ -127,21 +127,11 @@ func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.
 
 // saltedBody is the body as it goes to vLLM: with the router's cache_salt
 // for the tenant as its only one, and neither the client's cache_salt nor
-// its prompt_cache_key (extract.SaltedBody). /invocations bodies are
-// opaque to routing, but vLLM reads them as OpenAI JSON: a JSON object
-// there is salted the same way (read whole for its members), anything else
-// goes as it is, for vLLM to refuse.
-func (r *Router) saltedBody(ep endpoint, body []byte, x extract.Request) ([][]byte, *badRequest) {
-	salt := r.opts.Salts.Salt(x.Tenant)
-	if ep == endpointInvocations {
-		pieces, err := extract.SaltedBody(body, salt, true)
-		if err != nil {
-			return [][]byte{body}, nil
-		}
-		return pieces, nil
-	}
-	pieces, err := extract.SaltedBody(body, salt, x.TenantFields)
-	if err != nil { // the body was read whole already: not expected
+// its prompt_cache_key (extract.SaltedBody). Every path's body was read
+// whole as JSON by extractRouting already, /invocations included.
+func (r *Router) saltedBody(body []byte, x extract.Request) ([][]byte, *badRequest) {
+	pieces, err := extract.SaltedBody(body, r.opts.Salts.Salt(x.Tenant), x.TenantFields)
+	if err != nil { // not expected: the body was read whole already
 		return nil, invalid(http.StatusBadRequest, "", "", err.Error())
 	}
 	return pieces, nil

@@ -414,7 +414,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	}
 	var pieces [][]byte
 	if bad == nil {
-		pieces, bad = r.saltedBody(ep, body, x)
+		pieces, bad = r.saltedBody(body, x)
 	}
 	if bad != nil {
 		r.reject(w, st.strategy, bad)

@@ -120,12 +120,6 @@ func TestSaltIsDerivedServerSide(t *testing.T) {
 			received(t, b, want, tc.secrets...)
 		})
 	}
-	// An /invocations body that is no JSON object goes as it is, for vLLM
-	// to refuse.
-	raw := `not json at all`
-	if resp, body := f.post(t, "/invocations", raw, "X-Prefix-Aware-Id", "t"); resp.StatusCode != 200 || body != raw {
-		t.Fatalf("invocations body changed: %q", body)
-	}
 }
 
 // TestTwoTenantsSamePrefixDifferentSalts.
