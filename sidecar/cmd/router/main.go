@@ -46,6 +46,7 @@ type flags struct {
 	verbosity                                    int
 	peers                                        peerFlags
 	tenancy                                      tenancyFlags
+	upstream                                     upstreamFlags
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -60,7 +61,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
 	fs.Int64Var(&f.maxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
-	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block (431 above)")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, on the traffic and metrics listeners (431 above)")
 	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
 	fs.DurationVar(&f.streamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
 	fs.BoolVar(&f.allowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
@@ -71,7 +72,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.ejectMax, "eject-max", proxy.DefaultEjectMax, "longest ejection")
 	fs.IntVar(&f.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "instances tried when connections fail before anything was sent")
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections, on the traffic and metrics listeners")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving (not ready, connections closed after each response) before closing the listener, while endpoints stop sending traffic")
 	fs.IntVar(&f.tuning.LookaheadBytes, "lookahead-bytes", d.LookaheadBytes, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
@@ -90,6 +91,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
 	f.peers.register(fs)
 	f.tenancy.register(fs)
+	f.upstream.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -164,6 +166,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		MaxBufferedBytes:      budget,
 		BodyReadTimeout:       f.bodyReadTimeout,
 		StreamIdleTimeout:     f.streamIdleTimeout,
+		ResponseHeaderTimeout: f.upstream.responseHeaderTimeout,
 		AllowLoopbackBackends: f.allowLoopbackBackends,
 		MaxAttempts:           f.maxAttempts,
 		EjectBase:             f.ejectBase,
@@ -211,8 +214,8 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	conns := newUnusedConns()
-	traffic := trafficServer(f, r.Handler(), log)
-	adminSrv := &http.Server{Addr: f.metricsListen, Handler: admin, ReadHeaderTimeout: f.readHeaderTimeout, ErrorLog: proxy.StdLogger(log.WithName("http"))}
+	traffic := listenerServer(f.listen, f, r.Handler(), log)
+	adminSrv := listenerServer(f.metricsListen, f, admin, log)
 	traffic.ConnState, adminSrv.ConnState = conns.track, conns.track
 
 	errc := make(chan error, 2)
@@ -247,14 +250,6 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil
-}
-
-// trafficServer is the client-facing server with its limits: header size
-// (431 above), header time, idle keep-alive; net/http's own errors go to
-// the structured log.
-func trafficServer(f *flags, h http.Handler, log logr.Logger) *http.Server {
-	return &http.Server{Addr: f.listen, Handler: h, ReadHeaderTimeout: f.readHeaderTimeout, IdleTimeout: f.idleTimeout,
-		MaxHeaderBytes: f.maxHeaderBytes, ErrorLog: proxy.StdLogger(log.WithName("http"))}
 }
 
 func configPath(f *flags) string {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -207,25 +209,47 @@ func TestBufferBudgetFromTheContainerLimit(t *testing.T) {
 	}
 }
 
-func TestLargeHeadersGet431(t *testing.T) {
-	f, err := parseFlags([]string{"--config-file", "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	srv.Config = trafficServer(f, srv.Config.Handler, logr.Discard())
-	srv.Start()
-	defer srv.Close()
-	for size, want := range map[int]int{32 << 10: 200, 128 << 10: http.StatusRequestHeaderFieldsTooLarge} {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ping", nil)
-		req.Header.Set("X-Big", strings.Repeat("h", size))
-		resp, err := http.DefaultClient.Do(req)
+// TestListenerLimits: the traffic and the metrics listener, as run starts
+// them, both refuse a header block over --max-header-bytes with 431 and
+// close a kept-alive connection once it has been idle for --idle-timeout
+// (net/http's defaults are 1 MiB and never).
+func TestListenerLimits(t *testing.T) {
+	started := make(chan struct{})
+	backend := slowBackend(started)
+	defer backend.Close()
+	f, _, _ := startRouter(t, backend.URL, logr.Discard(), "--idle-timeout", "200ms")
+	for _, addr := range []string{f.listen, f.metricsListen} {
+		for size, want := range map[int]int{32 << 10: 200, 128 << 10: http.StatusRequestHeaderFieldsTooLarge} {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/healthz", nil)
+			req.Header.Set("X-Big", strings.Repeat("h", size))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("%s, %d-byte header: %d, want %d", addr, size, resp.StatusCode, want)
+			}
+		}
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: router\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("%d-byte header: %d, want %d", size, resp.StatusCode, want)
+		// Far past the idle timeout: a connection still open then is kept.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s: an idle kept-alive connection was not closed (read: %v)", addr, err)
 		}
 	}
 }

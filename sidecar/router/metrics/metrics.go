@@ -85,7 +85,7 @@ func New(g Gauges) *Metrics {
 		StaleConnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "stale_connection_retries_total",
 			Help: "Requests resent on a new connection after a pooled one turned out closed by the backend."}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_errors_total",
-			Help: "Failures talking to a backend, by kind (connect, response; reset and stream_idle: a response cut mid-way)."}, []string{"backend", "kind"}),
+			Help: "Failures talking to a backend, by kind (connect, response, header_timeout: no response headers in time; reset and stream_idle: a response cut mid-way)."}, []string{"backend", "kind"}),
 		Retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "retries_total",
 			Help: "Requests retried on the next instance after a connection failure."}),
 		Ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "ejections_total",

@@ -39,8 +39,13 @@ type Options struct {
 	// BodyReadTimeout bounds the time a client has to send its body (408).
 	BodyReadTimeout time.Duration
 	// StreamIdleTimeout bounds the silence between chunks of a backend's
-	// response; a backend that stalls is cut off and ejected.
+	// response, and a stream's wait for its response headers; a backend
+	// that stalls is cut off and ejected.
 	StreamIdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds a response that is not streamed from
+	// the request written to its headers, which come with the whole
+	// completion; past it the client gets 504 and the backend is ejected.
+	ResponseHeaderTimeout time.Duration
 	// AllowLoopbackBackends accepts loopback instance addresses (local
 	// clusters and tests); in a cluster they would point at the router's
 	// own pod.
@@ -130,6 +135,7 @@ func New(opts Options) *Router {
 	opts.MaxBufferedBytes = cmp.Or(max(opts.MaxBufferedBytes, 0), DefaultMaxBufferedBytes)
 	opts.BodyReadTimeout = cmp.Or(max(opts.BodyReadTimeout, 0), DefaultBodyReadTimeout)
 	opts.StreamIdleTimeout = cmp.Or(max(opts.StreamIdleTimeout, 0), DefaultStreamIdleTimeout)
+	opts.ResponseHeaderTimeout = cmp.Or(max(opts.ResponseHeaderTimeout, 0), DefaultResponseHeaderTimeout)
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
@@ -167,6 +173,10 @@ const (
 	DefaultMaxBufferedBytes  = 1 << 30
 	DefaultBodyReadTimeout   = 30 * time.Second
 	DefaultStreamIdleTimeout = 60 * time.Second
+	// DefaultResponseHeaderTimeout: a response that is not streamed has
+	// its headers only once the whole completion is generated; 16 K tokens
+	// at 20 tokens/s, a slow decode under load, take 13.7 minutes.
+	DefaultResponseHeaderTimeout = 15 * time.Minute
 )
 
 // upstreamIdleConnTimeout closes pooled backend connections before vLLM
@@ -488,6 +498,10 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "stream_idle").Inc()
 		r.failed(id, "passive", true)
 		return "upstream_timeout"
+	case errors.Is(context.Cause(rt.upstream), errHeaderTimeout):
+		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "header_timeout").Inc()
+		r.failed(id, "passive", true)
+		return "upstream_timeout"
 	case client.Err() != nil || sw.writeErr != nil:
 		return "client_disconnect"
 	case resp != nil && resp.readErr != nil:
@@ -582,10 +596,13 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		var reused bool
+		deadline := newHeaderDeadline(rt, r.headerTimeout(rt.stream))
 		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
-			GotConn: func(c httptrace.GotConnInfo) { reused = c.Reused },
+			GotConn:      func(c httptrace.GotConnInfo) { reused = c.Reused; deadline.arm() },
+			WroteRequest: func(httptrace.WroteRequestInfo) { deadline.arm() },
 		}))
 		resp, err := r.upstream.RoundTrip(out)
+		deadline.stop()
 		if err == nil {
 			r.readmitAfterConnect(in.ID)
 			return resp, nil
@@ -687,11 +704,15 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 }
 
 func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {
+	rt := req.Context().Value(routeKey{}).(*route)
+	if headerTimedOut(w, rt) {
+		r.opts.Log.Info("backend sent no response headers in time", "backend", rt.choice.Instance().ID, "timeout", r.headerTimeout(rt.stream).String())
+		return
+	}
 	if req.Context().Err() != nil {
 		// The client went away; nobody is left to answer.
 		return
 	}
-	rt := req.Context().Value(routeKey{}).(*route)
 	r.opts.Log.Error(err, "upstream request failed", "backend", rt.choice.Instance().ID, "attempts", rt.attempts)
 	status, code := http.StatusBadGateway, "upstream_error"
 	if isConnectError(err) {
