@@ -160,8 +160,12 @@ var _ = Describe("Network boundary and pruning", func() {
 var loraAgentPolicyFile = filepath.Join("..", "config", "admission", "lora_agent_policy.yaml")
 
 // installLoRAAgentPolicy creates the objects of config/admission.
-func installLoRAAgentPolicy() {
-	data, err := os.ReadFile(loraAgentPolicyFile)
+func installLoRAAgentPolicy() { createObjectsOf(loraAgentPolicyFile) }
+
+// createObjectsOf creates the objects of a manifest file, leaving those
+// that exist already.
+func createObjectsOf(path string) {
+	data, err := os.ReadFile(path)
 	Expect(err).NotTo(HaveOccurred())
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
