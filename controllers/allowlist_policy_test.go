@@ -51,6 +51,12 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 				Expect(client.IgnoreNotFound(k8sClient.Delete(suiteCtx, o))).To(Succeed())
 			}
 		})
+		// The list holds the images the operator records by default (the
+		// suite's), as the sample says it must.
+		cm := &corev1.ConfigMap{}
+		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: "warmroute-system", Name: "warmroute-llmendpoint-allowlist"}, cm)).To(Succeed())
+		cm.Data["images"] += "warmroute-router:\n"
+		Expect(k8sClient.Update(suiteCtx, cm)).To(Succeed())
 		enforced := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-", Labels: map[string]string{"serving.warmroute.dev/allowlist": "enforce"}}}
 		Expect(k8sClient.Create(suiteCtx, enforced)).To(Succeed())
 		ns, other := enforced.Name, newNamespace()
@@ -75,6 +81,12 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 		}{
 			{"image vllm/vllm-openai-evil:1", func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.Image = "vllm/vllm-openai-evil:1" }},
 			{"image evil.example/router:1", func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Router.Image = "evil.example/router:1" }},
+			{"image evil.example/vllm:1", func(ep *v1alpha1.LLMEndpoint) {
+				ep.Annotations = map[string]string{AnnotationVLLMImage: "evil.example/vllm:1"}
+			}},
+			{"image evil.example/agent:1", func(ep *v1alpha1.LLMEndpoint) {
+				ep.Annotations = map[string]string{AnnotationLoRAAgentImage: "evil.example/agent:1"}
+			}},
 			{"Secret db-password", func(ep *v1alpha1.LLMEndpoint) {
 				ep.Spec.Model.HFTokenSecretRef = &v1alpha1.SecretKeyRef{Name: "db-password"}
 			}},
@@ -98,6 +110,11 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 			ep.Spec.Router.Auth = &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthAPIKeys, APIKeys: &v1alpha1.APIKeysAuth{SecretName: "tenant-api-keys"}}
 		})
 		Expect(k8sClient.Create(suiteCtx, allowed)).To(Succeed())
+		Eventually(func(g Gomega) {
+			ep := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(allowed), ep)).To(Succeed())
+			g.Expect(ep.Annotations).To(HaveKeyWithValue(AnnotationLoRAAgentImage, suiteOptions.RouterImage), "the operator records its default")
+		}).Should(Succeed())
 
 		By("leaving namespaces without the label alone")
 		Expect(k8sClient.Create(suiteCtx, endpoint(other, "anything", func(ep *v1alpha1.LLMEndpoint) {
@@ -106,7 +123,6 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 		}))).To(Succeed())
 
 		By("refusing spec changes once a Secret leaves the list, but never an update that keeps the spec")
-		cm := &corev1.ConfigMap{}
 		Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: "warmroute-system", Name: "warmroute-llmendpoint-allowlist"}, cm)).To(Succeed())
 		cm.Data["secrets"] = "vllm-api-key\ntenant-api-keys\n"
 		Expect(k8sClient.Update(suiteCtx, cm)).To(Succeed())
