@@ -137,6 +137,10 @@ func vllmArgs(ep *v1alpha1.LLMEndpoint) []string {
 		"--served-model-name="+m.Name,
 		// Prefix-aware routing is pointless without it; it is never off.
 		"--enable-prefix-caching",
+		// Tenants share the cache and are kept apart by their salts in
+		// the block hashes, so the hash must be collision-resistant; the
+		// operator's flag comes last and so wins over any user spelling.
+		"--prefix-caching-hash-algo="+v1alpha1.PrefixCachingHashAlgo(m.Args),
 		"--tensor-parallel-size="+strconv.Itoa(int(v1alpha1.TensorParallelSize(ep))),
 		// Without it vLLM aborts every running request on SIGTERM.
 		"--shutdown-timeout="+strconv.FormatInt(v1alpha1.ShutdownTimeoutSeconds(ep), 10),

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,11 +22,13 @@ func (b simBackend) Kill() { _ = b.srv.Close() }
 
 // SimFactory starts a simulator for a vLLM pod with the pod's own served
 // model name, adapter limit and shutdown timeout (read from the vllm
-// container's `vllm serve` flags, the last of a repeated flag winning as
-// in vLLM), and a file system made of the container's claim mounts: an
-// adapter path exists when it lies under one. It is configured otherwise
-// by template.
+// container's `vllm serve` arguments, parsed as the pinned vLLM release
+// parses them: an argument that release would refuse fails the pod's start,
+// as the real container would crash), and a file system made of the
+// container's claim mounts: an adapter path exists when it lies under one.
+// It is configured otherwise by template.
 func SimFactory(template vllmsim.Config, sims *SimRegistry) BackendFactory {
+	cli := vllmsim.PinnedServeCLI()
 	return func(pod *corev1.Pod, addr string) (Backend, error) {
 		cfg := template
 		cfg.Listen = addr
@@ -33,20 +37,22 @@ func SimFactory(template vllmsim.Config, sims *SimRegistry) BackendFactory {
 			if c.Name != vllmContainer {
 				continue
 			}
-			for _, a := range c.Args {
-				name, value, _ := strings.Cut(a, "=")
-				switch name {
-				case "--served-model-name":
-					cfg.Model = value
-				case "--max-loras":
-					if n, err := strconv.Atoi(value); err == nil {
-						cfg.MaxLoRAs = n
-					}
-				case "--shutdown-timeout":
-					if n, err := strconv.ParseFloat(value, 64); err == nil {
-						cfg.ShutdownTimeout = time.Duration(n * float64(time.Second))
-					}
-				}
+			if !slices.Equal(c.Command, []string{"vllm", "serve"}) {
+				return nil, fmt.Errorf("container %s runs %q, not vllm serve", c.Name, c.Command)
+			}
+			args, err := cli.Parse(c.Args)
+			if err != nil {
+				return nil, fmt.Errorf("vLLM %s would exit: %w", cli.Release, err)
+			}
+			if names := args.Values("--served-model-name"); len(names) > 0 {
+				cfg.Model = names[0] // the first is the name vLLM reports
+			}
+			if v, ok := args.Value("--max-loras"); ok {
+				cfg.MaxLoRAs, _ = strconv.Atoi(v) // the parser checked it is an int
+			}
+			if v, ok := args.Value("--shutdown-timeout"); ok {
+				n, _ := strconv.Atoi(v)
+				cfg.ShutdownTimeout = time.Duration(n) * time.Second
 			}
 			if cfg.LoRAPathExists == nil {
 				cfg.LoRAPathExists = claimMounts(pod, c)

@@ -3,14 +3,23 @@
 //
 //	vllmsim --listen 127.1.0.5:8000 --instance-id pod-3 --time-scale 0.01
 //
+// Or as a stand-in for `vllm serve`, with the command line of the pinned
+// vLLM release (vllmsim.PinnedRelease), which it parses as vLLM does: an
+// argument that release would refuse exits with status 2 and argparse's
+// message, as vLLM would.
+//
+//	vllmsim serve meta-llama/Llama-3.1-8B-Instruct --port=8000 --shutdown-timeout=30
+//
 // On SIGTERM (or SIGINT) it stops as vLLM does: at once, aborting the
 // requests in flight, unless --shutdown-timeout gives them time to finish.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,6 +30,22 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		args, err := serveArgs(os.Args[2:])
+		var usage *vllmsim.UsageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, usage)
+			os.Exit(2) // argparse's status
+		}
+		if err == nil {
+			err = run(args)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vllmsim:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "vllmsim:", err)
 		os.Exit(1)
@@ -95,6 +120,39 @@ func run(args []string) error {
 	t := srv.Terminate()
 	fmt.Fprintf(os.Stderr, "vllmsim: stopped: %d requests in flight, %d aborted, %d refused while draining\n", t.InFlight, t.Aborted, t.Refused)
 	return nil
+}
+
+// serveArgs turns a `vllm serve` command line into the simulator's own
+// flags: the served name (else the model), address, adapter limit,
+// shutdown timeout and API key; the rest of vLLM's options are checked and
+// otherwise ignored.
+func serveArgs(args []string) ([]string, error) {
+	parsed, err := vllmsim.PinnedServeCLI().Parse(args)
+	if err != nil {
+		return nil, err
+	}
+	model := parsed.Model
+	if names := parsed.Values("--served-model-name"); len(names) > 0 {
+		model = names[0]
+	}
+	host, _ := parsed.Value("--host")
+	port, ok := parsed.Value("--port")
+	if !ok {
+		port = "8000"
+	}
+	out := []string{"--listen", net.JoinHostPort(host, port)}
+	if model != "" {
+		out = append(out, "--model", model)
+	}
+	for vllmFlag, simFlag := range map[string]string{"--max-loras": "--max-loras", "--shutdown-timeout": "--shutdown-timeout"} {
+		if v, ok := parsed.Value(vllmFlag); ok {
+			out = append(out, simFlag, v)
+		}
+	}
+	if keys := parsed.Values("--api-key"); len(keys) > 0 {
+		out = append(out, "--api-key", keys[0])
+	}
+	return out, nil
 }
 
 // listFlag collects a repeatable string flag.
