@@ -39,9 +39,14 @@ import (
 )
 
 // Default images: pinned, so that an operator upgrade is the only thing
-// that changes what an endpoint without an explicit image runs.
+// that changes what an endpoint without an explicit image runs. The vLLM
+// tag is the release whose `vllm serve` command line the simulator speaks
+// (vllmsim.PinnedRelease), and config/manager's RELATED_IMAGE_VLLM, from
+// which the Helm chart and the OLM bundle are generated, names the same
+// image: main_test.go holds all three equal. README "Install" says how to
+// move it.
 const (
-	defaultVLLMImage   = "vllm/vllm-openai:v0.11.0"
+	defaultVLLMImage   = "docker.io/vllm/vllm-openai:v0.30.0"
 	defaultRouterImage = "ghcr.io/warmroute/warmroute-router:v0.1.0"
 )
 

@@ -208,7 +208,9 @@ func validateUpdate(old, e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 
 // validateSpec checks what the CRD's schema and CEL rules do not: label
 // syntax, resource quantities, weights URIs that stay inside their claim,
-// and a trusted tenant header only the gateway can reach. The schema refuses the rest before the webhook is called (owned
+// a trusted tenant header only the gateway can reach, and what the vLLM
+// command line would refuse or weaken (validateVLLM). The schema refuses
+// the rest before the webhook is called (owned
 // vLLM flags in spec.model.args, the minimum grace period, the shape of
 // every URI), so none of it is repeated here.
 func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
@@ -224,6 +226,7 @@ func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 	for i, a := range e.Spec.LoRAAdapters {
 		errs = append(errs, validateWeightsURI(a.URI, spec.Child("loraAdapters").Index(i).Child("uri"))...)
 	}
+	errs = append(errs, validateVLLM(e.Spec.Model, spec.Child("model"))...)
 	errs = append(errs, validateResources(e.Spec.Model.Resources, spec.Child("model", "resources"))...)
 	errs = append(errs, validateResources(e.Spec.Router.Resources, spec.Child("router", "resources"))...)
 	errs = append(errs, validateTrustedHeader(e)...)

@@ -520,6 +520,23 @@ var _ = Describe("LLMEndpoint admission", func() {
 			Expect(err.Error()).To(ContainSubstring("no '..'"))
 		})
 
+		It("refuses what vLLM would exit on or that weakens its prefix-cache hash, and admits the rest", func() {
+			e := endpoint(ns, "old-vllm")
+			e.Spec.Model.Image = "vllm/vllm-openai:v0.11.0"
+			e.Spec.Model.MaxLoraRank = ptr.To[int32](10)
+			e.Spec.Model.Args = []string{"--enforce-eager", "--prefix-caching-hash-algo=xxhash"}
+			_, err := create(e)
+			Expect(causeFields(err)).To(ConsistOf("spec.model.image", "spec.model.maxLoraRank", "spec.model.args[1]"))
+			Expect(err.Error()).To(ContainSubstring("older than " + OldestVLLMRelease))
+
+			e = endpoint(ns, "supported-vllm")
+			e.Spec.Model.Image = "vllm/vllm-openai:" + OldestVLLMRelease
+			e.Spec.Model.MaxLoraRank = ptr.To[int32](64)
+			e.Spec.Model.Args = []string{"--prefix-caching-hash-algo=sha256_cbor"}
+			_, err = create(e)
+			Expect(err).NotTo(HaveOccurred())
+		})
+
 		// The webhook does not repeat these: the API server refuses them
 		// before it calls the webhook, naming the field.
 		DescribeTable("still lets the CRD's CEL rules refuse what they cover",

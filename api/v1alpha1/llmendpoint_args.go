@@ -50,6 +50,7 @@ var CollisionResistantHashAlgos = []string{"sha256", "sha256_cbor"}
 
 // HashAlgoArg is one argument of spec.model.args that sets
 // --prefix-caching-hash-algo.
+// +kubebuilder:object:generate=false
 type HashAlgoArg struct {
 	// Index is the argument's position in spec.model.args.
 	Index int
