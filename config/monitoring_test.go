@@ -71,7 +71,7 @@ func TestKnownMetricsRefusesMadeUpNames(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"warmroute_router_request_total", "warmroute_router_requests_total_bucket",
-		"vllm:prefix_cache_hit_total", "vllm:gpu_cache_usage_perc"} {
+		"vllm:prefix_cache_hit_total", "vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"} {
 		if known.has(n) {
 			t.Errorf("%s is not a real metric, accepted", n)
 		}

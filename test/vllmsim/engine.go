@@ -385,7 +385,7 @@ func (e *engine) completeLocked(st step) {
 			s.firstToken = st.end
 			e.metrics.ttft.Observe(st.end - s.arrival)
 		} else {
-			e.metrics.tpot.Observe(st.end - s.lastToken)
+			e.metrics.itl.Observe(st.end - s.lastToken)
 		}
 		s.lastToken = st.end
 		if s.generated == s.maxTokens {

@@ -7,9 +7,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metric names as vLLM (V1 engine) exposes them on /metrics. Counters carry
-// the _total suffix that Python's prometheus_client adds on the wire, so a
-// scrape of the simulator and of vLLM read the same.
+// Metric names as vLLM (V1 engine) exposes them on /metrics at
+// PinnedRelease (vllm/v1/metrics/loggers.py). Counters carry the _total
+// suffix that Python's prometheus_client adds on the wire, so a scrape of
+// the simulator and of vLLM read the same. vllm:time_per_output_token_seconds
+// is gone (deprecated in v0.11, removed by vLLM PR #32661 in 2026): its
+// successor is vllm:inter_token_latency_seconds; vllm:gpu_cache_usage_perc
+// and vllm:gpu_prefix_cache_* were removed for the names below (#29330).
 const (
 	MetricRequestsRunning    = "vllm:num_requests_running"
 	MetricRequestsWaiting    = "vllm:num_requests_waiting"
@@ -20,7 +24,7 @@ const (
 	MetricGenerationTokens   = "vllm:generation_tokens_total"
 	MetricRequestSuccess     = "vllm:request_success_total"
 	MetricTimeToFirstToken   = "vllm:time_to_first_token_seconds"
-	MetricTimePerOutputToken = "vllm:time_per_output_token_seconds"
+	MetricInterTokenLatency  = "vllm:inter_token_latency_seconds"
 	MetricE2ERequestLatency  = "vllm:e2e_request_latency_seconds"
 	MetricRequestQueueTime   = "vllm:request_queue_time_seconds"
 	MetricRequestPrefillTime = "vllm:request_prefill_time_seconds"
@@ -36,7 +40,7 @@ const (
 var (
 	ttftBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
 		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
-	tpotBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+	itlBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
 		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 	requestLatencyBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
 		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
@@ -52,7 +56,7 @@ type metrics struct {
 	queries, hits                    prometheus.Counter
 	promptTokens, generationTokens   prometheus.Counter
 	successLength                    prometheus.Counter
-	ttft, tpot                       prometheus.Observer
+	ttft, itl                        prometheus.Observer
 	e2e, queueTime, prefill, decode  prometheus.Observer
 	requestPrompt, requestGeneration prometheus.Observer
 	loraInfo                         *prometheus.GaugeVec
@@ -105,7 +109,7 @@ func newMetrics(cfg Config) *metrics {
 		generationTokens:  counter(MetricGenerationTokens, "Number of generation tokens processed."),
 		successLength:     success.WithLabelValues("length"),
 		ttft:              histogram(MetricTimeToFirstToken, "Histogram of time to first token in seconds.", ttftBuckets),
-		tpot:              histogram(MetricTimePerOutputToken, "Histogram of time per output token in seconds.", tpotBuckets),
+		itl:               histogram(MetricInterTokenLatency, "Histogram of inter-token latency in seconds.", itlBuckets),
 		e2e:               histogram(MetricE2ERequestLatency, "Histogram of e2e request latency in seconds.", requestLatencyBuckets),
 		queueTime:         histogram(MetricRequestQueueTime, "Histogram of time spent in WAITING phase for request.", requestLatencyBuckets),
 		prefill:           histogram(MetricRequestPrefillTime, "Histogram of time spent in PREFILL phase for request.", requestLatencyBuckets),
