@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,6 +32,18 @@ var (
 var _ = JustAfterEach(func() {
 	if CurrentSpecReport().Failed() {
 		anyFailed = true
+	}
+	// A vLLM container whose arguments the pinned vLLM release refuses
+	// never serves; fail here, naming the argument, rather than in a wait
+	// that times out.
+	if env != nil {
+		for _, err := range env.Agent.Errors() {
+			var usage *vllmsim.UsageError
+			if errors.As(err, &usage) {
+				anyFailed = true
+				Fail(err.Error())
+			}
+		}
 	}
 })
 
