@@ -87,6 +87,14 @@ var vllmShapes = []struct {
 		ep.Spec.Model.MaxLoras = ptr.To[int32](4)
 		ep.Spec.Model.MaxLoraRank = ptr.To[int32](64)
 	})},
+	{name: "weak-hash-overridden", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		// The webhook refuses it; without the webhook the operator's
+		// sha256, which comes last, wins.
+		ep.Spec.Model.Args = []string{"--prefix-caching-hash-algo=xxhash"}
+	})},
+	{name: "user-sha256-cbor", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.Args = []string{"--prefix_caching_hash_algo", "sha256_cbor"}
+	})},
 	{name: "cpu-only", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
 		// gpus 0 drops the user's GPU limit, keeps the rest.
 		ep.Spec.Model.GPUs = ptr.To[int32](0)
@@ -188,6 +196,13 @@ func checkVLLMInvariants(t *testing.T, ep *v1alpha1.LLMEndpoint, d *appsv1.Deplo
 	}
 	if n := slices.Index(c.Args, "--enable-prefix-caching"); n < 0 || slices.Contains(c.Args[n+1:], "--enable-prefix-caching") {
 		t.Errorf("--enable-prefix-caching not exactly once in %v", c.Args)
+	}
+	// The prefix cache's block hash the operator passes after the user's
+	// args, so it wins, is collision-resistant.
+	user := len(ep.Spec.Model.Args)
+	if set := v1alpha1.PrefixCachingHashAlgoArgs(c.Args); len(set) == 0 || set[len(set)-1].Index <= user ||
+		!slices.Contains(v1alpha1.CollisionResistantHashAlgos, set[len(set)-1].Value) {
+		t.Errorf("no collision-resistant --prefix-caching-hash-algo after the user's args in %v", c.Args)
 	}
 	for k, v := range d.Spec.Selector.MatchLabels {
 		if d.Spec.Template.Labels[k] != v {
