@@ -521,16 +521,18 @@ var _ = Describe("LLMEndpoint admission", func() {
 		})
 
 		It("refuses what vLLM would exit on or that weakens its prefix-cache hash, and admits the rest", func() {
-			e := endpoint(ns, "old-vllm")
+			e := endpoint(ns, "old-release")
 			e.Spec.Model.Image = "vllm/vllm-openai:v0.11.0"
+			e.Spec.Model.MaxLoras = ptr.To[int32](2)
 			e.Spec.Model.MaxLoraRank = ptr.To[int32](10)
 			e.Spec.Model.Args = []string{"--enforce-eager", "--prefix-caching-hash-algo=xxhash"}
 			_, err := create(e)
-			Expect(causeFields(err)).To(ConsistOf("spec.model.image", "spec.model.maxLoraRank", "spec.model.args[1]"))
+			Expect(causeFields(err)).To(ConsistOf("spec.model.image", "spec.model.maxLoraRank", "spec.model.args[1]"), "%v", err)
 			Expect(err.Error()).To(ContainSubstring("older than " + OldestVLLMRelease))
 
-			e = endpoint(ns, "supported-vllm")
+			e = endpoint(ns, "oldest-release")
 			e.Spec.Model.Image = "vllm/vllm-openai:" + OldestVLLMRelease
+			e.Spec.Model.MaxLoras = ptr.To[int32](2)
 			e.Spec.Model.MaxLoraRank = ptr.To[int32](64)
 			e.Spec.Model.Args = []string{"--prefix-caching-hash-algo=sha256_cbor"}
 			_, err = create(e)
