@@ -4,6 +4,16 @@
 // cache, how queueing and prefill load show in time to first token, and
 // which LoRA adapters are loaded.
 //
+// # Command line
+//
+// The simulator speaks the `vllm serve` command line of PinnedRelease, the
+// operator's default vLLM: ServeCLI parses a container's arguments as that
+// release's argparse parser would, from servecli/<release>.json (the vLLM
+// source files and tag it was read from are recorded in it). The harness
+// starts no simulator for a pod whose arguments the release refuses, and
+// `vllmsim serve <vllm serve args>` exits 2 with argparse's message, as
+// vLLM does.
+//
 // # HTTP surface
 //
 //   - POST /v1/chat/completions, POST /v1/completions: streaming (SSE,
