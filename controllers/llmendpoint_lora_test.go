@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -92,25 +93,78 @@ func TestPlaceAdapters(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got[0], cmp.AllowUnexported(adapterPlacement{})); diff != "" {
 				t.Errorf("placement (-want +got):\n%s", diff)
 			}
-			if c := adaptersCondition(got); c.Reason != tt.cond {
+			if c := adaptersCondition(got, loraCapacity(ep), readyCount(tt.pods)); c.Reason != tt.cond {
 				t.Errorf("AdaptersReady reason %s (%s), want %s", c.Reason, c.Message, tt.cond)
 			}
 		})
 	}
 }
 
+func readyCount(pods []corev1.Pod) int {
+	n := 0
+	for i := range pods {
+		if isRoutable(&pods[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAdaptersShortOfRoom: three adapters on two instances that keep one
+// each leave one out, named in status and in the condition, not "loading".
+func TestAdaptersShortOfRoom(t *testing.T) {
+	now := time.Now()
+	ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.MaxLoras = ptr.To[int32](1)
+		for _, n := range []string{"a", "b", "c"} {
+			ep.Spec.LoRAAdapters = append(ep.Spec.LoRAAdapters, v1alpha1.LoRAAdapter{Name: n, URI: "org/" + n, Replicas: ptr.To[int32](2)})
+		}
+	})
+	pods := []corev1.Pod{newPod("chat-vllm-a", "10.0.0.1", podReady, now), newPod("chat-vllm-b", "10.0.0.2", podReady, now)}
+	got := placeAdapters(ep, pods)
+	var unplaced []string
+	for _, st := range adapterStatuses(got, 2) {
+		if st.Unplaced != (len(st.Desired) == 0) {
+			t.Errorf("%s: unplaced %v with desired %v", st.Name, st.Unplaced, st.Desired)
+		}
+		if st.Unplaced {
+			unplaced = append(unplaced, st.Name)
+		}
+	}
+	if len(unplaced) != 1 {
+		t.Fatalf("unplaced %v, want one of three", unplaced)
+	}
+	c := adaptersCondition(got, loraCapacity(ep), 2)
+	if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonInsufficientAdapterCapacity {
+		t.Fatalf("AdaptersReady %s %s, want False %s", c.Status, c.Reason, v1alpha1.ReasonInsufficientAdapterCapacity)
+	}
+	if want := "3 adapters, room for 2: 2 ready instances × 1 adapters each"; !strings.HasPrefix(c.Message, want) || !strings.HasSuffix(c.Message, "unplaced: "+unplaced[0]) {
+		t.Errorf("message %q, want it to start %q and name %s", c.Message, want, unplaced[0])
+	}
+	// No ready instance: nothing is placed, and that is waiting, not
+	// a lack of room.
+	if c := adaptersCondition(placeAdapters(ep, nil), 1, 0); c.Reason != v1alpha1.ReasonAdaptersLoading {
+		t.Errorf("with no ready instance: %s, want %s", c.Reason, v1alpha1.ReasonAdaptersLoading)
+	}
+}
+
 func TestLoRACapacity(t *testing.T) {
+	withArgs := func(maxLoras *int32, args ...string) *v1alpha1.LLMEndpoint {
+		return newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras, ep.Spec.Model.Args = maxLoras, args })
+	}
 	tests := []struct {
 		name string
 		ep   *v1alpha1.LLMEndpoint
 		want int
 	}{
-		{"unset: no limit", newEndpoint(), 0},
-		{"maxLoras", newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras = ptr.To[int32](4) }), 4},
-		{"--max-cpu-loras wins", newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
-			ep.Spec.Model.MaxLoras = ptr.To[int32](4)
-			ep.Spec.Model.Args = []string{"--max-cpu-loras=12"}
-		}), 12},
+		{"unset: vLLM's default --max-loras, which --max-cpu-loras follows", withArgs(nil), 1},
+		{"maxLoras", withArgs(ptr.To[int32](4)), 4},
+		{"--max-cpu-loras=N wins", withArgs(ptr.To[int32](4), "--max-cpu-loras=12"), 12},
+		{"--max-cpu-loras N", withArgs(ptr.To[int32](4), "--dtype", "half", "--max-cpu-loras", "12"), 12},
+		{"--max_cpu_loras N", withArgs(nil, "--max_cpu_loras", "6"), 6},
+		{"the last occurrence wins, as in vLLM", withArgs(nil, "--max-cpu-loras=3", "--max-cpu-loras", "9"), 9},
+		{"a flag where the value should be", withArgs(ptr.To[int32](4), "--max-cpu-loras", "--dtype=half"), 4},
+		{"not a number", withArgs(ptr.To[int32](4), "--max-cpu-loras=many"), 4},
 	}
 	for _, tt := range tests {
 		if got := loraCapacity(tt.ep); got != tt.want {

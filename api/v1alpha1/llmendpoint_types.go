@@ -458,6 +458,11 @@ const (
 	ReasonAdaptersLoaded    = "AdaptersLoaded"
 	ReasonAdaptersLoading   = "AdaptersLoading"
 	ReasonAdapterLoadFailed = "AdapterLoadFailed"
+	// ReasonInsufficientAdapterCapacity: the ready instances cannot hold
+	// every adapter once (more adapters than instances × adapters per
+	// instance); the ones left out are listed in the message and marked
+	// unplaced in status.adapters.
+	ReasonInsufficientAdapterCapacity = "InsufficientAdapterCapacity"
 )
 
 // LLMEndpointStatus is the observed state of an LLMEndpoint.
@@ -548,6 +553,15 @@ type AdapterStatus struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	Loaded []string `json:"loaded,omitempty"`
+
+	// unplaced is true when the ready instances have no room left for the
+	// adapter: each holds as many adapters as vLLM keeps loaded
+	// (--max-cpu-loras, else maxLoras), and every adapter gets one instance
+	// before any gets a second. Which adapters are left out follows a hash
+	// of their names, so the same ones stay out as the list changes. Add
+	// instances, raise the capacity or remove adapters to place it.
+	// +optional
+	Unplaced bool `json:"unplaced,omitempty"`
 
 	// failed are the desired instances whose last attempt to load the
 	// adapter failed, with vLLM's answer; the instance keeps retrying with
