@@ -665,13 +665,22 @@ func endpointHPA(ns, name string) *autoscalingv2.HorizontalPodAutoscaler {
 
 // eventReasons lists the reasons of the Events about an endpoint.
 func eventReasons(g Gomega, ns, name string) []string {
-	var events eventsv1.EventList
-	g.Expect(k8sClient.List(suiteCtx, &events, client.InNamespace(ns))).To(Succeed())
 	var reasons []string
-	for _, e := range events.Items {
-		if e.Regarding.Kind == "LLMEndpoint" && e.Regarding.Name == name {
-			reasons = append(reasons, e.Reason)
-		}
+	for _, e := range endpointEvents(g, ns, name) {
+		reasons = append(reasons, e.Reason)
 	}
 	return reasons
+}
+
+// endpointEvents are the events about the endpoint.
+func endpointEvents(g Gomega, ns, name string) []eventsv1.Event {
+	var events eventsv1.EventList
+	g.Expect(k8sClient.List(suiteCtx, &events, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range events.Items {
+		if e.Regarding.Kind == "LLMEndpoint" && e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
 }

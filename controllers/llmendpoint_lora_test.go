@@ -21,10 +21,15 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -211,3 +216,73 @@ func TestLoRAAgentGetsVLLMAPIKey(t *testing.T) {
 		})
 	}
 }
+
+var _ = Describe("LoRA adapters short of room", func() {
+	// Five adapters on two instances that keep two each (--max-cpu-loras
+	// given as "--flag N"): one is left out, and the endpoint says which
+	// in its status, its condition and an event, until a third instance
+	// makes room.
+	It("reports the unplaced adapter in status and events, and places it when room comes", func() {
+		ns := newNamespace()
+		ep := minimalEndpoint(ns, "tenants")
+		ep.Spec.Model.MaxLoras = ptr.To[int32](1)
+		ep.Spec.Model.Args = []string{"--max-cpu-loras", "2"}
+		for _, n := range []string{"acme", "globex", "hooli", "initech", "umbrella"} {
+			ep.Spec.LoRAAdapters = append(ep.Spec.LoRAAdapters, v1alpha1.LoRAAdapter{Name: n, URI: "org/" + n})
+		}
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
+		a := createInstancePod(ns, "tenants", "tenants-vllm-a")
+		b := createInstancePod(ns, "tenants", "tenants-vllm-b")
+		setPodReady(a, "10.1.0.1", true, time.Now())
+		setPodReady(b, "10.1.0.2", true, time.Now())
+		DeferCleanup(releasePods, ns)
+
+		var unplaced string
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			g.Expect(got.Status.ReadyReplicas).To(BeEquivalentTo(2))
+			var out []string
+			for _, st := range got.Status.Adapters {
+				g.Expect(st.Unplaced).To(Equal(len(st.Desired) == 0), "adapter %s", st.Name)
+				if st.Unplaced {
+					out = append(out, st.Name)
+				}
+			}
+			g.Expect(out).To(HaveLen(1))
+			unplaced = out[0]
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAdaptersReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonInsufficientAdapterCapacity))
+			g.Expect(c.Message).To(And(ContainSubstring("5 adapters, room for 4"), HaveSuffix("unplaced: "+unplaced)))
+
+			doc := routingDocument(g, ep)
+			for _, ad := range doc.Adapters {
+				g.Expect(ad.Desired).To(HaveLen(map[bool]int{true: 0, false: 1}[ad.Name == unplaced]), "adapter %s", ad.Name)
+			}
+			g.Expect(endpointEvents(g, ns, "tenants")).To(ContainElement(And(
+				HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", v1alpha1.ReasonInsufficientAdapterCapacity),
+				HaveField("Note", ContainSubstring("unplaced: "+unplaced)))))
+		}).Should(Succeed())
+		GinkgoWriter.Printf("left out on 2 instances × 2: %s\n", unplaced)
+
+		By("a third instance makes room: every adapter placed, none reported unplaced")
+		c := createInstancePod(ns, "tenants", "tenants-vllm-c")
+		setPodReady(c, "10.1.0.3", true, time.Now())
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			g.Expect(got.Status.Adapters).To(HaveLen(5))
+			for _, st := range got.Status.Adapters {
+				g.Expect(st.Unplaced).To(BeFalse(), "adapter %s", st.Name)
+				g.Expect(st.Desired).To(HaveLen(1), "adapter %s", st.Name)
+			}
+			// Nothing loads them in this test (no agent): loading, not short.
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAdaptersReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonAdaptersLoading))
+		}).Should(Succeed())
+	})
+})
