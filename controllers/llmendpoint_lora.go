@@ -47,6 +47,7 @@ const (
 // adapterPlacement is one adapter's placement and where it is loaded.
 type adapterPlacement struct {
 	name, uri string
+	s3        *routing.S3Source
 	// desired are the instances placed to hold it; ready those the routers
 	// send its requests to; failed the desired ones that could not load it.
 	desired, ready []string
@@ -122,7 +123,7 @@ func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlaceme
 
 	out := make([]adapterPlacement, 0, len(ep.Spec.LoRAAdapters))
 	for _, a := range ep.Spec.LoRAAdapters {
-		p := adapterPlacement{name: a.Name, uri: a.URI, desired: placed[a.Name]}
+		p := adapterPlacement{name: a.Name, uri: a.URI, s3: routingS3Source(a.S3), desired: placed[a.Name]}
 		var lingering []string
 		for _, id := range ids {
 			st := states[id]
@@ -155,6 +156,14 @@ func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlaceme
 // instances: with any ready instance, every adapter gets one while room
 // lasts.
 func (p adapterPlacement) unplaced(ready int) bool { return ready > 0 && len(p.desired) == 0 }
+
+// routingS3Source is an adapter's S3 options as the agent reads them.
+func routingS3Source(s *v1alpha1.S3Source) *routing.S3Source {
+	if s == nil {
+		return nil
+	}
+	return &routing.S3Source{Endpoint: s.Endpoint, Region: s.Region, CredentialsSecret: s.CredentialsSecret}
+}
 
 // adapterStatuses are the placements on ready instances as status.adapters.
 func adapterStatuses(placements []adapterPlacement, ready int) []v1alpha1.AdapterStatus {
@@ -226,26 +235,58 @@ func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccou
 }
 
 // buildLoRAAgentRole lets the agent read the routing ConfigMap through the
-// API and report its state on its pod. RBAC cannot name a pod that does not
-// exist yet, so the grant covers the namespace's pods; it is get and patch
-// only.
+// API, report its state on its pod and read the Secrets that adapters in
+// object storage name (those only: a rule without resourceNames would
+// grant every Secret, so there is none when no adapter names one). RBAC
+// cannot name a pod that does not exist yet, so the grant covers the
+// namespace's pods; it is get and patch only. A Role, unlike the pod
+// template, changes without restarting anything.
 func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
-	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
+	rules := []rbacv1.PolicyRule{readRoutingConfigMap(ep), {
 		APIGroups: []string{""},
 		Resources: []string{"pods"},
 		Verbs:     []string{"get", "patch"},
-	})
+	}}
+	var secrets []string
+	for _, a := range ep.Spec.LoRAAdapters {
+		if a.S3 != nil && a.S3.CredentialsSecret != "" && !slices.Contains(secrets, a.S3.CredentialsSecret) {
+			secrets = append(secrets, a.S3.CredentialsSecret)
+		}
+	}
+	if len(secrets) > 0 {
+		slices.Sort(secrets)
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: secrets, Verbs: []string{"get"},
+		})
+	}
+	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), rules...)
 }
 
 func buildLoRAAgentRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
 	return newRoleBinding(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"))
 }
 
+// loraDownloadsVolume is the pod's adapter directory: the agent downloads
+// adapters from object storage into it, and vLLM loads them from there.
+// It is there whenever LoRA is, so that an adapter from object storage
+// never changes the pod template. An emptyDir: each pod fetches the
+// adapters placed on it, and they go with the pod.
+const loraDownloadsVolume = "lora-downloads"
+
+// loraDownloadsMount is the adapter directory's mount in the vLLM
+// container (read-only) or the agent's.
+func loraDownloadsMount(readOnly bool) corev1.VolumeMount {
+	return corev1.VolumeMount{Name: loraDownloadsVolume, MountPath: v1alpha1.AdapterDownloadRoot, ReadOnly: readOnly}
+}
+
 // loraAgentVolumes are the routing ConfigMap (a directory mount, which the
-// kubelet keeps current) and a service-account token projected for the
-// agent alone: vLLM itself gets no credentials.
+// kubelet keeps current), the adapter directory, and a service-account
+// token projected for the agent alone: vLLM itself gets no credentials.
 func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
 	return []corev1.Volume{routingConfigMapVolume(ep), {
+		Name:         loraDownloadsVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	}, {
 		Name: "lora-agent-token",
 		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}},
@@ -272,6 +313,7 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 			"--config-dir=" + loraAgentConfigDir,
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--vllm-url=http://127.0.0.1:" + strconv.Itoa(vllmPort),
+			"--download-dir=" + v1alpha1.AdapterDownloadRoot,
 		},
 		Env: loraAgentEnv(ep),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -281,6 +323,7 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "routing", MountPath: loraAgentConfigDir, ReadOnly: true},
 			{Name: "lora-agent-token", MountPath: serviceAccountDir, ReadOnly: true},
+			loraDownloadsMount(false),
 		},
 		SecurityContext:          readOnlyRootSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
