@@ -235,31 +235,19 @@ func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccou
 }
 
 // buildLoRAAgentRole lets the agent read the routing ConfigMap through the
-// API, report its state on its pod and read the Secrets that adapters in
-// object storage name (those only: a rule without resourceNames would
-// grant every Secret, so there is none when no adapter names one). RBAC
-// cannot name a pod that does not exist yet, so the grant covers the
-// namespace's pods; it is get and patch only. A Role, unlike the pod
-// template, changes without restarting anything.
+// API and report its state on its pod. RBAC cannot name a pod that does not
+// exist yet, so the grant covers the namespace's pods; it is get and patch
+// only. It grants no Secret, not even those adapters in object storage
+// name: to grant one the operator would have to read Secrets itself (RBAC
+// lets no one grant what it does not hold), and it reads none. The owner
+// of a credentials Secret grants the agent's ServiceAccount get on it
+// (README, "Adapters in object storage").
 func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
-	rules := []rbacv1.PolicyRule{readRoutingConfigMap(ep), {
+	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
 		APIGroups: []string{""},
 		Resources: []string{"pods"},
 		Verbs:     []string{"get", "patch"},
-	}}
-	var secrets []string
-	for _, a := range ep.Spec.LoRAAdapters {
-		if a.S3 != nil && a.S3.CredentialsSecret != "" && !slices.Contains(secrets, a.S3.CredentialsSecret) {
-			secrets = append(secrets, a.S3.CredentialsSecret)
-		}
-	}
-	if len(secrets) > 0 {
-		slices.Sort(secrets)
-		rules = append(rules, rbacv1.PolicyRule{
-			APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: secrets, Verbs: []string{"get"},
-		})
-	}
-	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), rules...)
+	})
 }
 
 func buildLoRAAgentRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {

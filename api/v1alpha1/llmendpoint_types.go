@@ -412,8 +412,9 @@ type S3Source struct {
 
 	// credentialsSecret names a Secret in the endpoint's namespace with
 	// the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and, for
-	// temporary credentials, AWS_SESSION_TOKEN). Only the vLLM pods' LoRA
-	// agent may read it, and only the Secrets adapters name.
+	// temporary credentials, AWS_SESSION_TOKEN). The LoRA agent reads it
+	// as the ServiceAccount <endpoint>-lora-agent, which its owner grants
+	// get on it: the operator reads no Secret, so it can grant none.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	// +optional
