@@ -59,11 +59,14 @@ type Demand struct {
 // choice, and so on, until a slot that stays free or the last demand,
 // which is left out. Each link lands on an instance that the old placement
 // filled later than the one before, so a chain visits an instance at most
-// once: an adapter with r replicas moves at most r × (instances − 1)
-// others. A resize under binding capacity has no such bound: freed or new
-// room is taken in priority order, which reshuffles the adapters that had
-// overflowed to their later choices. Measured moves against the least
-// possible are in placement_property_test.go.
+// once: with one replica per adapter, adding or removing one moves at most
+// instances − 1 others. With more replicas a displaced adapter holds a
+// different instance in later rounds, which can start a further chain; the
+// property tests check r × (instances − 1) for an adapter of r replicas
+// on random fleets. A resize under binding capacity has no such bound:
+// freed or new room is taken in priority order, which reshuffles the
+// adapters that had overflowed to their later choices. Measured moves
+// against the least possible are in placement_property_test.go.
 func Place(adapters []Demand, instances []string, capacity int, seed uint64) map[string][]string {
 	ids := slices.Clone(instances)
 	slices.Sort(ids)
