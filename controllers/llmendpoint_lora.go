@@ -301,7 +301,9 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 			"--config-dir=" + loraAgentConfigDir,
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--vllm-url=http://127.0.0.1:" + strconv.Itoa(vllmPort),
-			"--download-dir=" + v1alpha1.AdapterDownloadRoot,
+			// No --download-dir: the agent finds the adapter volume at its
+			// default path, and an older recorded agent image, which
+			// knows no such flag, still starts.
 		},
 		Env: loraAgentEnv(ep),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
