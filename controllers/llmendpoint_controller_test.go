@@ -221,6 +221,15 @@ var _ = Describe("LLMEndpoint validation", func() {
 		Entry("an adapter named like the model", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "llama", URI: "org/a"}}
 		}, "spec.loraAdapters", "must differ from spec.model.name"),
+		Entry("s3 options on an adapter not in object storage", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "org/a", S3: &v1alpha1.S3Source{CredentialsSecret: "creds"}}}
+		}, "spec.loraAdapters[0].s3", "applies only to an s3:// uri"),
+		Entry("an s3 endpoint that is not a URL", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "s3://bucket/a", S3: &v1alpha1.S3Source{Endpoint: "minio:9000"}}}
+		}, "spec.loraAdapters[0].s3.endpoint", "should match"),
+		Entry("an s3 uri without a bucket", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "s3:///a"}}
+		}, "spec.loraAdapters[0].uri", "s3://bucket/prefix"),
 		Entry("adapter replicas 0", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "org/a", Replicas: ptr.To[int32](0)}}
 		}, "spec.loraAdapters[0].replicas", "greater than or equal to 1"),
@@ -665,13 +674,22 @@ func endpointHPA(ns, name string) *autoscalingv2.HorizontalPodAutoscaler {
 
 // eventReasons lists the reasons of the Events about an endpoint.
 func eventReasons(g Gomega, ns, name string) []string {
-	var events eventsv1.EventList
-	g.Expect(k8sClient.List(suiteCtx, &events, client.InNamespace(ns))).To(Succeed())
 	var reasons []string
-	for _, e := range events.Items {
-		if e.Regarding.Kind == "LLMEndpoint" && e.Regarding.Name == name {
-			reasons = append(reasons, e.Reason)
-		}
+	for _, e := range endpointEvents(g, ns, name) {
+		reasons = append(reasons, e.Reason)
 	}
 	return reasons
+}
+
+// endpointEvents are the events about the endpoint.
+func endpointEvents(g Gomega, ns, name string) []eventsv1.Event {
+	var events eventsv1.EventList
+	g.Expect(k8sClient.List(suiteCtx, &events, client.InNamespace(ns))).To(Succeed())
+	var out []eventsv1.Event
+	for _, e := range events.Items {
+		if e.Regarding.Kind == "LLMEndpoint" && e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
 }

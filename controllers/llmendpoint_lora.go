@@ -47,24 +47,50 @@ const (
 // adapterPlacement is one adapter's placement and where it is loaded.
 type adapterPlacement struct {
 	name, uri string
+	s3        *routing.S3Source
 	// desired are the instances placed to hold it; ready those the routers
 	// send its requests to; failed the desired ones that could not load it.
 	desired, ready []string
 	failed         []v1alpha1.AdapterFailure
 }
 
-// loraCapacity is how many adapters an instance may hold: vLLM's
-// --max-cpu-loras when the user passes it, else --max-loras; 0 (no limit)
-// when neither is set, as runtime-loaded adapters then live in vLLM's LRU.
+// vLLM's default --max-loras (LoRAConfig.max_loras): one adapter per
+// batch, and --max-cpu-loras follows it.
+const vllmDefaultMaxLoras = 1
+
+// loraCapacity is how many adapters an instance keeps loaded. vLLM's
+// /v1/load_lora_adapter registers an adapter and preloads it into the
+// worker's LRU cache of --max-cpu-loras adapters (default: --max-loras,
+// whose default is 1); registering more evicts the least recently used,
+// which is then read from disk again on every request that needs it. So
+// the capacity is --max-cpu-loras from spec.model.args when given, else
+// spec.model.maxLoras, else vLLM's default.
 func loraCapacity(ep *v1alpha1.LLMEndpoint) int {
-	for _, a := range ep.Spec.Model.Args {
-		if v, ok := strings.CutPrefix(a, "--max-cpu-loras="); ok {
-			if n, err := strconv.Atoi(v); err == nil && n > 0 {
-				return n
-			}
+	if v, ok := vllmFlagValue(ep.Spec.Model.Args, "--max-cpu-loras"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
 		}
 	}
-	return int(ptr.Deref(ep.Spec.Model.MaxLoras, 0))
+	return int(ptr.Deref(ep.Spec.Model.MaxLoras, vllmDefaultMaxLoras))
+}
+
+// vllmFlagValue is the value args give flag (in any spelling vLLM reads:
+// --flag=v, --flag v, underscores for dashes), from its last occurrence,
+// as vLLM's parser lets the last win; of a flag taking several values, the
+// first.
+func vllmFlagValue(args []string, flag string) (string, bool) {
+	value, found := "", false
+	for i, a := range args {
+		if v1alpha1.CanonicalVLLMFlag(a) != flag {
+			continue
+		}
+		if _, v, ok := strings.Cut(a, "="); ok {
+			value, found = v, true
+		} else if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			value, found = args[i+1], true
+		}
+	}
+	return value, found
 }
 
 // placeAdapters places the endpoint's adapters on the routable instances
@@ -97,7 +123,7 @@ func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlaceme
 
 	out := make([]adapterPlacement, 0, len(ep.Spec.LoRAAdapters))
 	for _, a := range ep.Spec.LoRAAdapters {
-		p := adapterPlacement{name: a.Name, uri: a.URI, desired: placed[a.Name]}
+		p := adapterPlacement{name: a.Name, uri: a.URI, s3: routingS3Source(a.S3), desired: placed[a.Name]}
 		var lingering []string
 		for _, id := range ids {
 			st := states[id]
@@ -126,23 +152,42 @@ func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlaceme
 	return out
 }
 
-// adapterStatuses are the placements as status.adapters.
-func adapterStatuses(placements []adapterPlacement) []v1alpha1.AdapterStatus {
+// unplaced is whether placement found no room for the adapter on ready
+// instances: with any ready instance, every adapter gets one while room
+// lasts.
+func (p adapterPlacement) unplaced(ready int) bool { return ready > 0 && len(p.desired) == 0 }
+
+// routingS3Source is an adapter's S3 options as the agent reads them.
+func routingS3Source(s *v1alpha1.S3Source) *routing.S3Source {
+	if s == nil {
+		return nil
+	}
+	return &routing.S3Source{Endpoint: s.Endpoint, Region: s.Region, CredentialsSecret: s.CredentialsSecret}
+}
+
+// adapterStatuses are the placements on ready instances as status.adapters.
+func adapterStatuses(placements []adapterPlacement, ready int) []v1alpha1.AdapterStatus {
 	var out []v1alpha1.AdapterStatus
 	for _, p := range placements {
 		out = append(out, v1alpha1.AdapterStatus{
 			Name: p.name, Desired: p.desired, Loaded: p.ready, Failed: p.failed,
+			Unplaced: p.unplaced(ready),
 		})
 	}
 	return out
 }
 
-// adaptersCondition is AdaptersReady for the placements.
-func adaptersCondition(placements []adapterPlacement) metav1.Condition {
+// adaptersCondition is AdaptersReady for the placements on ready
+// instances that hold capacity adapters each. A fleet too small for every
+// adapter says so first: those adapters are not loading, and will not be
+// until the fleet or its capacity grows.
+func adaptersCondition(placements []adapterPlacement, capacity, ready int) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionAdaptersReady}
-	var failed, loading []string
+	var unplaced, failed, loading []string
 	for _, p := range placements {
 		switch {
+		case p.unplaced(ready):
+			unplaced = append(unplaced, p.name)
 		case len(p.failed) > 0:
 			failed = append(failed, fmt.Sprintf("%s on %s: %s", p.name, p.failed[0].Instance, p.failed[0].Reason))
 		case len(p.desired) == 0 || !subset(p.desired, p.ready):
@@ -150,6 +195,10 @@ func adaptersCondition(placements []adapterPlacement) metav1.Condition {
 		}
 	}
 	switch {
+	case len(unplaced) > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonInsufficientAdapterCapacity
+		c.Message = truncate(fmt.Sprintf("%d adapters, room for %d: %d ready instances × %d adapters each (--max-cpu-loras, else maxLoras, else vLLM's default %d); unplaced: %s",
+			len(placements), ready*capacity, ready, capacity, vllmDefaultMaxLoras, strings.Join(unplaced, ", ")), 1024)
 	case len(failed) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdapterLoadFailed
 		c.Message = truncate(strings.Join(failed, "; "), 1024)
@@ -188,7 +237,11 @@ func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccou
 // buildLoRAAgentRole lets the agent read the routing ConfigMap through the
 // API and report its state on its pod. RBAC cannot name a pod that does not
 // exist yet, so the grant covers the namespace's pods; it is get and patch
-// only.
+// only. It grants no Secret, not even those adapters in object storage
+// name: to grant one the operator would have to read Secrets itself (RBAC
+// lets no one grant what it does not hold), and it reads none. The owner
+// of a credentials Secret grants the agent's ServiceAccount get on it
+// (README, "Adapters in object storage").
 func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
 	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
 		APIGroups: []string{""},
@@ -201,11 +254,27 @@ func buildLoRAAgentRoleBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
 	return newRoleBinding(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"))
 }
 
+// loraDownloadsVolume is the pod's adapter directory: the agent downloads
+// adapters from object storage into it, and vLLM loads them from there.
+// It is there whenever LoRA is, so that an adapter from object storage
+// never changes the pod template. An emptyDir: each pod fetches the
+// adapters placed on it, and they go with the pod.
+const loraDownloadsVolume = "lora-downloads"
+
+// loraDownloadsMount is the adapter directory's mount in the vLLM
+// container (read-only) or the agent's.
+func loraDownloadsMount(readOnly bool) corev1.VolumeMount {
+	return corev1.VolumeMount{Name: loraDownloadsVolume, MountPath: v1alpha1.AdapterDownloadRoot, ReadOnly: readOnly}
+}
+
 // loraAgentVolumes are the routing ConfigMap (a directory mount, which the
-// kubelet keeps current) and a service-account token projected for the
-// agent alone: vLLM itself gets no credentials.
+// kubelet keeps current), the adapter directory, and a service-account
+// token projected for the agent alone: vLLM itself gets no credentials.
 func loraAgentVolumes(ep *v1alpha1.LLMEndpoint) []corev1.Volume {
 	return []corev1.Volume{routingConfigMapVolume(ep), {
+		Name:         loraDownloadsVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+	}, {
 		Name: "lora-agent-token",
 		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}},
@@ -232,6 +301,9 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 			"--config-dir=" + loraAgentConfigDir,
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--vllm-url=http://127.0.0.1:" + strconv.Itoa(vllmPort),
+			// No --download-dir: the agent finds the adapter volume at its
+			// default path, and an older recorded agent image, which
+			// knows no such flag, still starts.
 		},
 		Env: loraAgentEnv(ep),
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -241,6 +313,7 @@ func buildLoRAAgentContainer(ep *v1alpha1.LLMEndpoint, opts Options) corev1.Cont
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "routing", MountPath: loraAgentConfigDir, ReadOnly: true},
 			{Name: "lora-agent-token", MountPath: serviceAccountDir, ReadOnly: true},
+			loraDownloadsMount(false),
 		},
 		SecurityContext:          readOnlyRootSecurityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
@@ -265,18 +338,8 @@ func loraAgentEnv(ep *v1alpha1.LLMEndpoint) []corev1.EnvVar {
 // the first serves. Nil when vLLM runs without a key.
 func vllmAPIKeyEnv(ep *v1alpha1.LLMEndpoint) *corev1.EnvVar {
 	const name = "VLLM_API_KEY"
-	args := ep.Spec.Model.Args
-	for i, a := range args {
-		if v1alpha1.CanonicalVLLMFlag(a) != "--api-key" {
-			continue
-		}
-		_, value, hasValue := strings.Cut(a, "=")
-		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
-			value, hasValue = args[i+1], true
-		}
-		if hasValue && value != "" {
-			return &corev1.EnvVar{Name: name, Value: value}
-		}
+	if value, ok := vllmFlagValue(ep.Spec.Model.Args, "--api-key"); ok && value != "" {
+		return &corev1.EnvVar{Name: name, Value: value}
 	}
 	for _, e := range ep.Spec.Model.Env {
 		if e.Name == name {

@@ -17,13 +17,20 @@ limitations under the License.
 package controllers
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -92,29 +99,96 @@ func TestPlaceAdapters(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got[0], cmp.AllowUnexported(adapterPlacement{})); diff != "" {
 				t.Errorf("placement (-want +got):\n%s", diff)
 			}
-			if c := adaptersCondition(got); c.Reason != tt.cond {
+			if c := adaptersCondition(got, loraCapacity(ep), readyCount(tt.pods)); c.Reason != tt.cond {
 				t.Errorf("AdaptersReady reason %s (%s), want %s", c.Reason, c.Message, tt.cond)
 			}
 		})
 	}
 }
 
+func readyCount(pods []corev1.Pod) int {
+	n := 0
+	for i := range pods {
+		if isRoutable(&pods[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAdaptersShortOfRoom: three adapters on two instances that keep one
+// each leave one out, named in status and in the condition, not "loading".
+func TestAdaptersShortOfRoom(t *testing.T) {
+	now := time.Now()
+	ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.MaxLoras = ptr.To[int32](1)
+		for _, n := range []string{"a", "b", "c"} {
+			ep.Spec.LoRAAdapters = append(ep.Spec.LoRAAdapters, v1alpha1.LoRAAdapter{Name: n, URI: "org/" + n, Replicas: ptr.To[int32](2)})
+		}
+	})
+	pods := []corev1.Pod{newPod("chat-vllm-a", "10.0.0.1", podReady, now), newPod("chat-vllm-b", "10.0.0.2", podReady, now)}
+	got := placeAdapters(ep, pods)
+	var unplaced []string
+	for _, st := range adapterStatuses(got, 2) {
+		if st.Unplaced != (len(st.Desired) == 0) {
+			t.Errorf("%s: unplaced %v with desired %v", st.Name, st.Unplaced, st.Desired)
+		}
+		if st.Unplaced {
+			unplaced = append(unplaced, st.Name)
+		}
+	}
+	if len(unplaced) != 1 {
+		t.Fatalf("unplaced %v, want one of three", unplaced)
+	}
+	c := adaptersCondition(got, loraCapacity(ep), 2)
+	if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonInsufficientAdapterCapacity {
+		t.Fatalf("AdaptersReady %s %s, want False %s", c.Status, c.Reason, v1alpha1.ReasonInsufficientAdapterCapacity)
+	}
+	if want := "3 adapters, room for 2: 2 ready instances × 1 adapters each"; !strings.HasPrefix(c.Message, want) || !strings.HasSuffix(c.Message, "unplaced: "+unplaced[0]) {
+		t.Errorf("message %q, want it to start %q and name %s", c.Message, want, unplaced[0])
+	}
+	// No ready instance: nothing is placed, and that is waiting, not
+	// a lack of room.
+	if c := adaptersCondition(placeAdapters(ep, nil), 1, 0); c.Reason != v1alpha1.ReasonAdaptersLoading {
+		t.Errorf("with no ready instance: %s, want %s", c.Reason, v1alpha1.ReasonAdaptersLoading)
+	}
+}
+
 func TestLoRACapacity(t *testing.T) {
+	withArgs := func(maxLoras *int32, args ...string) *v1alpha1.LLMEndpoint {
+		return newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras, ep.Spec.Model.Args = maxLoras, args })
+	}
 	tests := []struct {
 		name string
 		ep   *v1alpha1.LLMEndpoint
 		want int
 	}{
-		{"unset: no limit", newEndpoint(), 0},
-		{"maxLoras", newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras = ptr.To[int32](4) }), 4},
-		{"--max-cpu-loras wins", newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
-			ep.Spec.Model.MaxLoras = ptr.To[int32](4)
-			ep.Spec.Model.Args = []string{"--max-cpu-loras=12"}
-		}), 12},
+		{"unset: vLLM's default --max-loras, which --max-cpu-loras follows", withArgs(nil), 1},
+		{"maxLoras", withArgs(ptr.To[int32](4)), 4},
+		{"--max-cpu-loras=N wins", withArgs(ptr.To[int32](4), "--max-cpu-loras=12"), 12},
+		{"--max-cpu-loras N", withArgs(ptr.To[int32](4), "--dtype", "half", "--max-cpu-loras", "12"), 12},
+		{"--max_cpu_loras N", withArgs(nil, "--max_cpu_loras", "6"), 6},
+		{"the last occurrence wins, as in vLLM", withArgs(nil, "--max-cpu-loras=3", "--max-cpu-loras", "9"), 9},
+		{"a flag where the value should be", withArgs(ptr.To[int32](4), "--max-cpu-loras", "--dtype=half"), 4},
+		{"not a number", withArgs(ptr.To[int32](4), "--max-cpu-loras=many"), 4},
 	}
 	for _, tt := range tests {
 		if got := loraCapacity(tt.ep); got != tt.want {
 			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestLoRAAgentRoleGrantsNoSecret: the operator, which reads no Secret,
+// cannot grant one (RBAC refuses an escalation), so the agent's Role names
+// none even when adapters name credentials Secrets.
+func TestLoRAAgentRoleGrantsNoSecret(t *testing.T) {
+	ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "s3://bucket/a", S3: &v1alpha1.S3Source{CredentialsSecret: "s3-creds"}}}
+	})
+	for _, r := range buildLoRAAgentRole(ep).Rules {
+		if slices.Contains(r.Resources, "secrets") {
+			t.Errorf("the agent's Role grants %+v", r)
 		}
 	}
 }
@@ -157,3 +231,73 @@ func TestLoRAAgentGetsVLLMAPIKey(t *testing.T) {
 		})
 	}
 }
+
+var _ = Describe("LoRA adapters short of room", func() {
+	// Five adapters on two instances that keep two each (--max-cpu-loras
+	// given as "--flag N"): one is left out, and the endpoint says which
+	// in its status, its condition and an event, until a third instance
+	// makes room.
+	It("reports the unplaced adapter in status and events, and places it when room comes", func() {
+		ns := newNamespace()
+		ep := minimalEndpoint(ns, "tenants")
+		ep.Spec.Model.MaxLoras = ptr.To[int32](1)
+		ep.Spec.Model.Args = []string{"--max-cpu-loras", "2"}
+		for _, n := range []string{"acme", "globex", "hooli", "initech", "umbrella"} {
+			ep.Spec.LoRAAdapters = append(ep.Spec.LoRAAdapters, v1alpha1.LoRAAdapter{Name: n, URI: "org/" + n})
+		}
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
+		a := createInstancePod(ns, "tenants", "tenants-vllm-a")
+		b := createInstancePod(ns, "tenants", "tenants-vllm-b")
+		setPodReady(a, "10.1.0.1", true, time.Now())
+		setPodReady(b, "10.1.0.2", true, time.Now())
+		DeferCleanup(releasePods, ns)
+
+		var unplaced string
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			g.Expect(got.Status.ReadyReplicas).To(BeEquivalentTo(2))
+			var out []string
+			for _, st := range got.Status.Adapters {
+				g.Expect(st.Unplaced).To(Equal(len(st.Desired) == 0), "adapter %s", st.Name)
+				if st.Unplaced {
+					out = append(out, st.Name)
+				}
+			}
+			g.Expect(out).To(HaveLen(1))
+			unplaced = out[0]
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAdaptersReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonInsufficientAdapterCapacity))
+			g.Expect(c.Message).To(And(ContainSubstring("5 adapters, room for 4"), HaveSuffix("unplaced: "+unplaced)))
+
+			doc := routingDocument(g, ep)
+			for _, ad := range doc.Adapters {
+				g.Expect(ad.Desired).To(HaveLen(map[bool]int{true: 0, false: 1}[ad.Name == unplaced]), "adapter %s", ad.Name)
+			}
+			g.Expect(endpointEvents(g, ns, "tenants")).To(ContainElement(And(
+				HaveField("Type", corev1.EventTypeWarning),
+				HaveField("Reason", v1alpha1.ReasonInsufficientAdapterCapacity),
+				HaveField("Note", ContainSubstring("unplaced: "+unplaced)))))
+		}).Should(Succeed())
+		GinkgoWriter.Printf("left out on 2 instances × 2: %s\n", unplaced)
+
+		By("a third instance makes room: every adapter placed, none reported unplaced")
+		c := createInstancePod(ns, "tenants", "tenants-vllm-c")
+		setPodReady(c, "10.1.0.3", true, time.Now())
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.LLMEndpoint{}
+			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			g.Expect(got.Status.Adapters).To(HaveLen(5))
+			for _, st := range got.Status.Adapters {
+				g.Expect(st.Unplaced).To(BeFalse(), "adapter %s", st.Name)
+				g.Expect(st.Desired).To(HaveLen(1), "adapter %s", st.Name)
+			}
+			// Nothing loads them in this test (no agent): loading, not short.
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAdaptersReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonAdaptersLoading))
+		}).Should(Succeed())
+	})
+})

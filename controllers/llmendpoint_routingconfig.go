@@ -77,7 +77,7 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placement
 	}
 	var adapters []routing.Adapter
 	for _, p := range placements {
-		adapters = append(adapters, routing.Adapter{Name: p.name, URI: p.uri, Desired: p.desired, Ready: p.ready})
+		adapters = append(adapters, routing.Adapter{Name: p.name, URI: p.uri, S3: p.s3, Desired: p.desired, Ready: p.ready})
 	}
 
 	routingSpec := ep.Spec.Routing

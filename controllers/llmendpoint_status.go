@@ -84,8 +84,8 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 
 	conds := conditions(ep, obs, st.ReadyReplicas)
 	if len(obs.placements) > 0 {
-		st.Adapters = adapterStatuses(obs.placements)
-		conds = append(conds, adaptersCondition(obs.placements))
+		st.Adapters = adapterStatuses(obs.placements, int(st.ReadyReplicas))
+		conds = append(conds, adaptersCondition(obs.placements, loraCapacity(ep), int(st.ReadyReplicas)))
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdaptersReady)
 	}
@@ -223,16 +223,19 @@ func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.L
 	}
 	for _, c := range st.Conditions {
 		old := meta.FindStatusCondition(ep.Status.Conditions, c.Type)
-		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+		// Adapters left out are news whenever the list of them changes,
+		// even on a new endpoint: nothing else will serve them.
+		shortOfRoom := c.Reason == v1alpha1.ReasonInsufficientAdapterCapacity
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason && (!shortOfRoom || old.Message == c.Message) {
 			continue
 		}
 		eventType := corev1.EventTypeNormal
 		if (c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse) ||
 			(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
-			c.Reason == v1alpha1.ReasonAdapterLoadFailed {
+			c.Reason == v1alpha1.ReasonAdapterLoadFailed || shortOfRoom {
 			eventType = corev1.EventTypeWarning
 		}
-		if old == nil && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {
+		if old == nil && !shortOfRoom && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {
 			continue // a new endpoint starting up is not news
 		}
 		r.Recorder.Eventf(ep, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)

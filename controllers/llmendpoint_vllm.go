@@ -358,6 +358,7 @@ func buildVLLMDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deploym
 	containers := []corev1.Container{container}
 	var serviceAccount string
 	if loraEnabled(ep) {
+		containers[0].VolumeMounts = append(containers[0].VolumeMounts, loraDownloadsMount(true))
 		containers = append(containers, buildLoRAAgentContainer(ep, opts))
 		volumes = append(volumes, loraAgentVolumes(ep)...)
 		serviceAccount = loraAgentName(ep)

@@ -289,12 +289,14 @@ func checkRestricted(t *testing.T, ps corev1.PodSpec, c corev1.Container) {
 }
 
 // TestVLLMPodTemplateIgnoresAdapterList: with maxLoras set, adding or
-// removing adapters must not roll the instances (it would drop their caches).
+// removing adapters (from Hugging Face, the image or object storage, with
+// its credentials) must not roll the instances (it would drop their caches).
 func TestVLLMPodTemplateIgnoresAdapterList(t *testing.T) {
 	withLoRA := func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.MaxLoras = ptr.To[int32](2) }
 	none := buildVLLMDeployment(newEndpoint(withLoRA), testOptions)
 	two := buildVLLMDeployment(newEndpoint(withLoRA, func(ep *v1alpha1.LLMEndpoint) {
-		ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "org/a"}, {Name: "b", URI: "/adapters/b"}}
+		ep.Spec.LoRAAdapters = []v1alpha1.LoRAAdapter{{Name: "a", URI: "org/a"}, {Name: "b", URI: "/adapters/b"},
+			{Name: "c", URI: "s3://tenants/c", S3: &v1alpha1.S3Source{Endpoint: "http://minio:9000", CredentialsSecret: "s3-creds"}}}
 	}), testOptions)
 	if diff := cmp.Diff(none.Spec.Template, two.Spec.Template); diff != "" {
 		t.Errorf("pod template depends on the adapter list (-none +two):\n%s", diff)

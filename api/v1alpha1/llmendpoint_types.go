@@ -356,6 +356,8 @@ type PrefixAwareSpec struct {
 }
 
 // LoRAAdapter is a LoRA adapter served on a subset of the instances.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.s3) || self.uri.startsWith('s3://')",message="spec.loraAdapters[].s3 applies only to an s3:// uri",fieldPath=".s3"
 type LoRAAdapter struct {
 	// name is what clients send as "model" to use the adapter.
 	// +kubebuilder:validation:MinLength=1
@@ -365,12 +367,21 @@ type LoRAAdapter struct {
 	Name string `json:"name"`
 
 	// uri is where the adapter's weights come from: a Hugging Face id,
-	// pvc://claim/path, or an absolute path inside the image.
+	// pvc://claim/path, s3://bucket/prefix (downloaded by the LoRA agent
+	// into the pod; see s3), or an absolute path inside the image. A
+	// claim no other adapter or the model uses changes the pods' volumes
+	// and so restarts every instance; the other sources never do.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?$') || self.matches('^(hf://)?[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$')",message="spec.loraAdapters[].uri must be a Hugging Face id (org/adapter or hf://org/adapter), pvc://claim/path, or an absolute path in the image"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.matches('^pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/.*)?$') || self.matches('^s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?$') || self.matches('^(hf://)?[A-Za-z0-9][-A-Za-z0-9_.]*(/[A-Za-z0-9][-A-Za-z0-9_.]*)?$')",message="spec.loraAdapters[].uri must be a Hugging Face id (org/adapter or hf://org/adapter), pvc://claim/path, s3://bucket/prefix, or an absolute path in the image"
 	// +required
 	URI string `json:"uri"`
+
+	// s3 is how to reach the bucket of an s3:// uri: the Secret holding
+	// credentials and, for S3-compatible stores, the endpoint. Without it
+	// the agent asks AWS S3 anonymously.
+	// +optional
+	S3 *S3Source `json:"s3,omitempty"`
 
 	// replicas is how many instances should hold the adapter; it is capped
 	// at the number of instances. Defaults to 1.
@@ -379,6 +390,35 @@ type LoRAAdapter struct {
 	// +kubebuilder:validation:Maximum=512
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
+}
+
+// S3Source is how the LoRA agent reaches an S3 bucket. It reads the Secret
+// through the API when it downloads, so adding an adapter, or a Secret,
+// restarts no pod.
+type S3Source struct {
+	// endpoint is the URL of an S3-compatible store (MinIO, Ceph RGW, a
+	// cloud's S3 API), e.g. https://minio.storage.svc:9000; objects are
+	// addressed path-style there. Defaults to AWS S3 for the region.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https?://[^/?#]+/?$`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// region is the bucket's region. Defaults to us-east-1 (which AWS S3
+	// redirects from).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// credentialsSecret names a Secret in the endpoint's namespace with
+	// the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and, for
+	// temporary credentials, AWS_SESSION_TOKEN). The LoRA agent reads it
+	// as the ServiceAccount <endpoint>-lora-agent, which its owner grants
+	// get on it: the operator reads no Secret, so it can grant none.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
 }
 
 // RouterSpec configures the router Deployment and the client-facing Service.
@@ -458,6 +498,11 @@ const (
 	ReasonAdaptersLoaded    = "AdaptersLoaded"
 	ReasonAdaptersLoading   = "AdaptersLoading"
 	ReasonAdapterLoadFailed = "AdapterLoadFailed"
+	// ReasonInsufficientAdapterCapacity: the ready instances cannot hold
+	// every adapter once (more adapters than instances × adapters per
+	// instance); the ones left out are listed in the message and marked
+	// unplaced in status.adapters.
+	ReasonInsufficientAdapterCapacity = "InsufficientAdapterCapacity"
 )
 
 // LLMEndpointStatus is the observed state of an LLMEndpoint.
@@ -548,6 +593,15 @@ type AdapterStatus struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	Loaded []string `json:"loaded,omitempty"`
+
+	// unplaced is true when the ready instances have no room left for the
+	// adapter: each holds as many adapters as vLLM keeps loaded
+	// (--max-cpu-loras, else maxLoras), and every adapter gets one instance
+	// before any gets a second. Which adapters are left out follows a hash
+	// of their names, so the same ones stay out as the list changes. Add
+	// instances, raise the capacity or remove adapters to place it.
+	// +optional
+	Unplaced bool `json:"unplaced,omitempty"`
 
 	// failed are the desired instances whose last attempt to load the
 	// adapter failed, with vLLM's answer; the instance keeps retrying with

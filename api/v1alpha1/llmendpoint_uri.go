@@ -29,10 +29,13 @@ import (
 // Where the vLLM container finds weights stored on PersistentVolumeClaims.
 // The model's claim is mounted at ModelMountPath; every claim an adapter
 // names is mounted read-only at AdapterClaimMountPath(claim), its own path,
-// so adapters may live on claims other than the model's.
+// so adapters may live on claims other than the model's. The LoRA agent
+// downloads adapters from object storage into AdapterDownloadRoot, a
+// volume of the pod that vLLM mounts read-only at the same path.
 const (
-	ModelMountPath   = "/mnt/models"
-	AdapterMountRoot = "/mnt/adapters"
+	ModelMountPath      = "/mnt/models"
+	AdapterMountRoot    = "/mnt/adapters"
+	AdapterDownloadRoot = "/mnt/lora-downloads"
 )
 
 // WeightsSource is where a model's or an adapter's weights come from
@@ -49,12 +52,21 @@ type WeightsSource struct {
 	Claim, Path string
 	// Local is an absolute path inside the image.
 	Local string
+	// Bucket is an s3://bucket/prefix URI's bucket; its prefix is Path.
+	Bucket string
 }
 
 // ParseWeightsURI parses a weights URI: "org/model" or "hf://org/model",
-// "pvc://claim/path", or an absolute path.
+// "pvc://claim/path", "s3://bucket/prefix" (adapters only), or an absolute
+// path.
 func ParseWeightsURI(uri string) (WeightsSource, error) {
 	switch {
+	case strings.HasPrefix(uri, "s3://"):
+		bucket, prefix, _ := strings.Cut(strings.TrimPrefix(uri, "s3://"), "/")
+		if bucket == "" {
+			return WeightsSource{}, fmt.Errorf("%q names no bucket", uri)
+		}
+		return WeightsSource{Bucket: bucket, Path: strings.Trim(prefix, "/")}, nil
 	case strings.HasPrefix(uri, "pvc://"):
 		claim, p, _ := strings.Cut(strings.TrimPrefix(uri, "pvc://"), "/")
 		if msgs := validation.IsDNS1123Subdomain(claim); len(msgs) > 0 {
@@ -79,11 +91,17 @@ func ParseWeightsURI(uri string) (WeightsSource, error) {
 // OnClaim is whether the weights live on a PersistentVolumeClaim.
 func (s WeightsSource) OnClaim() bool { return s.Claim != "" }
 
+// InObjectStore is whether the weights live in an S3 bucket, which the
+// LoRA agent downloads before vLLM loads them.
+func (s WeightsSource) InObjectStore() bool { return s.Bucket != "" }
+
 // LoadPath is what vLLM is given to load the weights when the claim (if
-// any) is mounted at mount: the repository id, a path under mount, or the
-// local path.
+// any) is mounted, or the bucket's prefix downloaded, at mount: the
+// repository id, a path under mount, mount, or the local path.
 func (s WeightsSource) LoadPath(mount string) string {
 	switch {
+	case s.Bucket != "":
+		return mount
 	case s.Claim != "":
 		if s.Path == "" {
 			return mount

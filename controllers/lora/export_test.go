@@ -33,3 +33,6 @@ func Moves(before, after map[string][]string) int {
 	}
 	return n
 }
+
+// Priority exposes the order in which adapters are served.
+func Priority(seed uint64, adapter string) uint64 { return priority(seed, adapter) }

@@ -55,8 +55,10 @@ func TestPlaceReplicasAndCapacity(t *testing.T) {
 			want: map[string]int{"a": 2, "b": 1, "c": 3}},
 		{name: "capped at the fleet", adapters: []Demand{{"a", 5}}, instances: 3, want: map[string]int{"a": 3}},
 		{name: "no instances", adapters: []Demand{{"a", 2}}, instances: 0, want: map[string]int{"a": 0}},
-		{name: "capacity binds: later adapters get what is left", adapters: []Demand{{"a", 2}, {"b", 2}, {"c", 2}}, instances: 2, capacity: 2,
-			want: map[string]int{"a": 2, "b": 2, "c": 0}},
+		{name: "capacity binds: each adapter once before any twice", adapters: []Demand{{"a", 2}, {"b", 2}, {"c", 2}}, instances: 2, capacity: 2,
+			want: map[string]int{"a": 2, "b": 1, "c": 1}}, // b and c rank below a (priorities fixed by the seed)
+		{name: "more adapters than room: the lowest priority is left out", adapters: []Demand{{"a", 1}, {"b", 3}, {"c", 1}}, instances: 2, capacity: 1,
+			want: map[string]int{"a": 1, "b": 0, "c": 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,7 +64,10 @@ type Agent struct {
 	// HTTP is the client for vLLM; defaults to one with a 5-minute timeout
 	// (a load downloads the adapter).
 	HTTP *http.Client
-	Log  logr.Logger
+	// ObjectStore downloads adapters from S3 before vLLM loads them; nil:
+	// such adapters fail to load, saying why.
+	ObjectStore *ObjectStore
+	Log         logr.Logger
 
 	mu   sync.Mutex
 	doc  *routing.Document
@@ -134,11 +137,11 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 	if a.retries == nil {
 		a.retries = map[string]retry{}
 	}
-	want := map[string]string{} // name → URI
+	want := map[string]routing.Adapter{}
 	keep := map[string]bool{}
 	for _, ad := range doc.Adapters {
 		if slices.Contains(ad.Desired, a.Instance) {
-			want[ad.Name], keep[ad.Name] = ad.URI, true
+			want[ad.Name], keep[ad.Name] = ad, true
 		}
 		// The routers may still send it here: unloading now would fail
 		// their requests.
@@ -165,7 +168,7 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 			next = min(next, r.at.Sub(now))
 			continue
 		}
-		err := a.load(ctx, name, want[name])
+		err := a.load(ctx, want[name])
 		if err != nil {
 			// Full of adapters it is moving away from: make room first,
 			// but only with adapters no router sends here any more; one
@@ -177,7 +180,7 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 						loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == s })
 					}
 				}
-				err = a.load(ctx, name, want[name])
+				err = a.load(ctx, want[name])
 			}
 		}
 		if err != nil {
@@ -234,7 +237,7 @@ func unkept(loaded []string, keep map[string]bool) []string {
 	return out
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -290,19 +293,35 @@ func (a *Agent) loaded(ctx context.Context, base string) ([]string, error) {
 	return out, nil
 }
 
-func (a *Agent) load(ctx context.Context, name, uri string) error {
-	path, err := v1alpha1.AdapterLoadPath(uri)
+// load has vLLM load an adapter: from the path its URI names in the pod,
+// or, from object storage, from where the agent downloaded it.
+func (a *Agent) load(ctx context.Context, ad routing.Adapter) error {
+	path, err := v1alpha1.AdapterLoadPath(ad.URI)
 	if err != nil {
-		return fmt.Errorf("adapter %s: %w", name, err)
+		return fmt.Errorf("adapter %s: %w", ad.Name, err)
 	}
-	return a.post(ctx, "/v1/load_lora_adapter", map[string]string{"lora_name": name, "lora_path": path})
+	if src, _ := v1alpha1.ParseWeightsURI(ad.URI); src.InObjectStore() {
+		if a.ObjectStore == nil {
+			return fmt.Errorf("adapter %s: %s is in object storage, and this agent has no download directory", ad.Name, ad.URI)
+		}
+		if path, err = a.ObjectStore.Fetch(ctx, ad.Name, src, ad.S3); err != nil {
+			return err
+		}
+	}
+	return a.post(ctx, "/v1/load_lora_adapter", map[string]string{"lora_name": ad.Name, "lora_path": path})
 }
 
-// unload removes an adapter; one vLLM no longer has is gone already.
+// unload removes an adapter, and its download if any; one vLLM no longer
+// has is gone already.
 func (a *Agent) unload(ctx context.Context, name string) error {
 	err := a.post(ctx, "/v1/unload_lora_adapter", map[string]string{"lora_name": name})
 	if err != nil && strings.Contains(err.Error(), "404") {
-		return nil
+		err = nil
+	}
+	if err == nil && a.ObjectStore != nil {
+		if rmErr := a.ObjectStore.Remove(name); rmErr != nil {
+			a.Log.Info("removing an unloaded adapter's download failed", "adapter", name, "error", rmErr.Error())
+		}
 	}
 	return err
 }

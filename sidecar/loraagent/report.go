@@ -44,3 +44,15 @@ func PodAnnotator(client kubernetes.Interface, namespace, pod string) func(conte
 		return nil
 	}
 }
+
+// SecretReader reads the credentials Secrets adapters name, from the pod's
+// namespace, through the API (the agent's Role grants exactly those).
+func SecretReader(client kubernetes.Interface, namespace string) func(context.Context, string) (map[string][]byte, error) {
+	return func(ctx context.Context, name string) (map[string][]byte, error) {
+		s, err := client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return s.Data, nil
+	}
+}

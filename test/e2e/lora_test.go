@@ -54,16 +54,7 @@ var _ = Describe("LoRA adapters of the multi-tenant sample", Ordered, func() {
 		}
 		return out
 	}
-	podUIDs := func() map[string]types.UID {
-		var pods corev1.PodList
-		Expect(env.Client.List(ctx, &pods, client.InNamespace(namespace),
-			client.MatchingLabels{"serving.warmroute.dev/endpoint": loraEndpoint, "serving.warmroute.dev/role": "vllm"})).To(Succeed())
-		out := map[string]types.UID{}
-		for _, p := range pods.Items {
-			out[p.Name] = p.UID
-		}
-		return out
-	}
+	podUIDs := func() map[string]types.UID { return vllmPodUIDs(ctx, loraEndpoint) }
 	patchEndpoint := func(patch string) {
 		ep := &servingv1alpha1.LLMEndpoint{}
 		ep.Name, ep.Namespace = loraEndpoint, namespace
@@ -231,3 +222,16 @@ var _ = Describe("LoRA adapters of the multi-tenant sample", Ordered, func() {
 		Expect(doc.Adapters[i].Ready).To(BeEmpty())
 	})
 })
+
+// vllmPodUIDs are the endpoint's vLLM pods by name: a pod replaced under
+// the same name shows as a new UID.
+func vllmPodUIDs(ctx context.Context, endpoint string) map[string]types.UID {
+	var pods corev1.PodList
+	Expect(env.Client.List(ctx, &pods, client.InNamespace(namespace),
+		client.MatchingLabels{"serving.warmroute.dev/endpoint": endpoint, "serving.warmroute.dev/role": "vllm"})).To(Succeed())
+	out := map[string]types.UID{}
+	for _, p := range pods.Items {
+		out[p.Name] = p.UID
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -35,27 +36,39 @@ func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
 		if !hasAgent || configMap == "" {
 			return noBackend{}, nil
 		}
+		// The pod's adapter volume: a directory of this process, which
+		// the simulator, in this process too, sees as vLLM sees its mount.
+		downloads, err := os.MkdirTemp("", "lora-downloads-"+pod.Name+"-")
+		if err != nil {
+			return nil, err
+		}
 		actx, cancel := context.WithCancel(ctx)
 		agent := &loraagent.Agent{
-			Instance: pod.Name,
-			VLLM:     "http://" + addr,
-			Report:   loraagent.PodAnnotator(e.Kube, pod.Namespace, pod.Name),
-			Resync:   2 * time.Second,
-			Log:      logr.Discard(),
+			Instance:    pod.Name,
+			VLLM:        "http://" + addr,
+			Report:      loraagent.PodAnnotator(e.Kube, pod.Namespace, pod.Name),
+			Resync:      2 * time.Second,
+			ObjectStore: &loraagent.ObjectStore{Dir: downloads, Secret: loraagent.SecretReader(e.Kube, pod.Namespace)},
+			Log:         logr.Discard(),
 		}
 		loader := &config.Loader{Apply: agent.Apply, Log: logr.Discard()}
 		go func() { _ = config.WatchConfigMap(actx, e.Kube, pod.Namespace, configMap, loader) }()
 		go func() { _ = agent.Run(actx) }()
-		return agentBackend{cancel}, nil
+		return agentBackend{cancel: cancel, dir: downloads}, nil
 	})
 	go func() { _ = a.Run(ctx) }()
 	return a
 }
 
-type agentBackend struct{ cancel context.CancelFunc }
+type agentBackend struct {
+	cancel context.CancelFunc
+	dir    string
+}
 
-func (b agentBackend) Terminate() { b.cancel() }
-func (b agentBackend) Kill()      { b.cancel() }
+// Terminate and Kill stop the agent and drop its adapter volume, as the
+// pod's emptyDir goes with the pod.
+func (b agentBackend) Terminate() { b.cancel(); _ = os.RemoveAll(b.dir) }
+func (b agentBackend) Kill()      { b.Terminate() }
 
 type noBackend struct{}
 

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -73,7 +74,9 @@ const vllmContainer = "vllm"
 // claimMounts says whether a path exists in container c: a Hugging Face id
 // (which the simulator cannot check) does, an absolute path does when it
 // lies under a mount of a PersistentVolumeClaim (a claim is taken to hold
-// whatever is asked of it), and nothing else does.
+// whatever is asked of it) or exists on this host (where the LoRA agents,
+// run in this process, download adapters from object storage), and
+// nothing else does.
 func claimMounts(pod *corev1.Pod, c corev1.Container) func(string) bool {
 	claims := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
@@ -97,6 +100,7 @@ func claimMounts(pod *corev1.Pod, c corev1.Container) func(string) bool {
 				return true
 			}
 		}
-		return false
+		_, err := os.Stat(p)
+		return err == nil
 	}
 }

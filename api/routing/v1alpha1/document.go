@@ -115,12 +115,26 @@ type Adapter struct {
 	Name string `json:"name"`
 	// URI is where the adapter's weights come from.
 	URI string `json:"uri,omitempty"`
+	// S3 is how the LoRA agent reaches an s3:// URI's bucket.
+	S3 *S3Source `json:"s3,omitempty"`
 	// Desired are the IDs of the instances that should hold the adapter
 	// (its placement); the LoRA agent on each instance loads what names it.
 	Desired []string `json:"desired,omitempty"`
 	// Ready are the IDs of the instances where the adapter is loaded; the
 	// router sends the adapter's requests only to these.
 	Ready []string `json:"ready,omitempty"`
+}
+
+// S3Source is an S3 bucket's endpoint and credentials, as the LoRA agent
+// needs them (spec.loraAdapters[].s3 of the LLMEndpoint).
+type S3Source struct {
+	// Endpoint is the URL of an S3-compatible store; empty for AWS S3.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Region is the bucket's region; empty for us-east-1.
+	Region string `json:"region,omitempty"`
+	// CredentialsSecret names a Secret in the pod's namespace with
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; empty: anonymous.
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
 }
 
 // Decode parses and validates a document, refusing unknown fields so that a

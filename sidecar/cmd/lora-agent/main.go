@@ -19,6 +19,9 @@ limitations under the License.
 // the ConfigMap through the API when --configmap is set, which is faster),
 // loads and unloads this pod's adapters through vLLM's runtime API, and
 // reports what is loaded in an annotation on its pod for the operator.
+// Adapters in object storage it first downloads into --download-dir (by
+// default the adapter volume's path), a volume vLLM mounts too, with
+// credentials from the Secret they name.
 package main
 
 import (
@@ -37,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/loraagent"
 	"github.com/warmroute/warmroute/sidecar/router/config"
 )
@@ -46,6 +50,7 @@ func main() {
 	configDir := fs.String("config-dir", "/etc/warmroute/routing", "directory of the mounted routing ConfigMap")
 	configMap := fs.String("configmap", "", "namespace/name of the routing ConfigMap to watch through the API (optional)")
 	vllmURL := fs.String("vllm-url", "http://127.0.0.1:8000", "base URL of the pod's vLLM server")
+	downloadDir := fs.String("download-dir", v1alpha1.AdapterDownloadRoot, "directory, shared with vLLM, to download adapters from object storage into; where it does not exist, such adapters fail to load")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: in-cluster)")
 	poll := fs.Duration("poll", 10*time.Second, "how often to re-read the mounted document")
 	resync := fs.Duration("resync", 10*time.Second, "how often to re-read vLLM's adapters")
@@ -86,6 +91,9 @@ func main() {
 		Report: loraagent.PodAnnotator(client, namespace, pod),
 		Resync: *resync,
 		Log:    log.WithName("agent"),
+	}
+	if fi, err := os.Stat(*downloadDir); err == nil && fi.IsDir() {
+		agent.ObjectStore = &loraagent.ObjectStore{Dir: *downloadDir, Secret: loraagent.SecretReader(client, namespace)}
 	}
 	loader := &config.Loader{Apply: agent.Apply, Log: log.WithName("config")}
 	var wg sync.WaitGroup
