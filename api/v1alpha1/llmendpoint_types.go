@@ -440,6 +440,11 @@ const (
 	// every instance placed to hold it; present only when adapters are
 	// listed.
 	ConditionAdaptersReady = "AdaptersReady"
+	// ConditionLoRAAgentConfined is True, on an endpoint with LoRA, when the
+	// ValidatingAdmissionPolicy of config/admission confines each LoRA agent
+	// to its own pod's state annotation; False (AdmissionPolicyMissing)
+	// when it or its binding is not installed.
+	ConditionLoRAAgentConfined = "LoRAAgentConfined"
 )
 
 // Condition reasons of an LLMEndpoint.
@@ -458,6 +463,12 @@ const (
 	ReasonAdaptersLoaded    = "AdaptersLoaded"
 	ReasonAdaptersLoading   = "AdaptersLoading"
 	ReasonAdapterLoadFailed = "AdapterLoadFailed"
+)
+
+// Reasons of the LoRAAgentConfined condition.
+const (
+	ReasonAdmissionPolicyInstalled = "AdmissionPolicyInstalled"
+	ReasonAdmissionPolicyMissing   = "AdmissionPolicyMissing"
 )
 
 // LLMEndpointStatus is the observed state of an LLMEndpoint.

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+// The operator runs as its own ServiceAccount with config/default's RBAC
+// and webhook configurations (test/harness/install.go): these specs go
+// through the API server to its webhooks as a user's kubectl does.
+var _ = Describe("The installed admission webhooks", func() {
+	var ctx context.Context
+	BeforeEach(func() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(suiteCtx, 2*time.Minute)
+		DeferCleanup(cancel)
+		if env.Kubectl() == "" {
+			Fail("no kubectl: hack/build-controlplane.sh builds one")
+		}
+	})
+
+	// kubectl runs kubectl as the cluster's administrator with manifest on
+	// its standard input, and returns its standard output and error apart
+	// (warnings go to the error stream).
+	kubectl := func(manifest string, args ...string) (stdout, stderr string, err error) {
+		cmd := exec.CommandContext(ctx, env.Kubectl(), append([]string{"--kubeconfig", env.Cluster.KubeconfigPath, "--namespace", namespace}, args...)...)
+		cmd.Stdin = bytes.NewBufferString(manifest)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err = cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+	endpoint := func(name, model string) string {
+		return `apiVersion: serving.warmroute.dev/v1alpha1
+kind: LLMEndpoint
+metadata:
+  name: ` + name + `
+spec:
+  replicas: 3
+  model:
+    name: llama
+    uri: ` + model + `
+    gpus: 2
+`
+	}
+
+	It("refuses what the CRD's rules let through, with the validating webhook's message", func() {
+		manifest := endpoint("over-limit", "meta-llama/Llama-3.1-8B-Instruct") + `    resources:
+      requests:
+        memory: 32Gi
+      limits:
+        memory: 24Gi
+`
+		_, stderr, err := kubectl(manifest, "apply", "-f", "-")
+		Expect(err).To(HaveOccurred())
+		Expect(stderr).To(ContainSubstring(`admission webhook "vllmendpoint-v1alpha1.serving.warmroute.dev" denied the request`))
+		Expect(stderr).To(ContainSubstring(`spec.model.resources.requests[memory]: Invalid value: "32Gi": must not exceed the limit 24Gi`))
+		err = env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: "over-limit"}, &servingv1alpha1.LLMEndpoint{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused endpoint exists: %v", err)
+	})
+
+	It("fills in the derived defaults with the mutating webhook", func() {
+		stdout, stderr, err := kubectl(endpoint("defaulted", "meta-llama/Llama-3.1-8B-Instruct"), "create", "--dry-run=server", "-o", "json", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		var got servingv1alpha1.LLMEndpoint
+		Expect(json.Unmarshal([]byte(stdout), &got)).To(Succeed())
+		// None of these has a default in the CRD's schema: the webhook
+		// derives them from spec.model.gpus and spec.replicas.
+		Expect(got.Spec.Model.TensorParallelSize).To(HaveValue(BeEquivalentTo(*servingv1alpha1.DefaultTensorParallelSize(&got))))
+		Expect(got.Spec.Model.TensorParallelSize).To(HaveValue(BeEquivalentTo(2)))
+		Expect(got.Spec.Routing.PrefixAware.ConcurrencyThreshold).To(HaveValue(BeEquivalentTo(servingv1alpha1.DefaultConcurrencyThreshold(&got))))
+		Expect(got.Spec.Router.Replicas).To(HaveValue(BeEquivalentTo(servingv1alpha1.DefaultRouterReplicas(&got))))
+	})
+
+	It("looks up a referenced claim with the operator's own permissions, and warns that it is missing", func() {
+		_, stderr, err := kubectl(endpoint("on-claim", "pvc://missing-weights/llama"), "create", "--dry-run=server", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		// "could not check" would mean the operator may not get claims.
+		Expect(stderr).To(ContainSubstring("Warning: spec.model.uri: PersistentVolumeClaim " + namespace + "/missing-weights does not exist"))
+	})
+})
