@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/test/promscrape"
 )
 
 // The operator runs as its own ServiceAccount with config/default's RBAC
@@ -40,6 +42,16 @@ var _ = Describe("The installed admission webhooks", func() {
 		err = cmd.Run()
 		return out.String(), errOut.String(), err
 	}
+	// rejections counts the requests the API server says the validating
+	// webhook refused.
+	rejections := func() float64 {
+		stdout, stderr, err := kubectl("", "get", "--raw", "/metrics")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		families, err := promscrape.Parse(strings.NewReader(stdout))
+		Expect(err).NotTo(HaveOccurred())
+		return promscrape.Sum(families["apiserver_admission_webhook_rejection_count"],
+			map[string]string{"name": "vllmendpoint-v1alpha1.serving.warmroute.dev", "type": "validating"})
+	}
 	endpoint := func(name, model string) string {
 		return `apiVersion: serving.warmroute.dev/v1alpha1
 kind: LLMEndpoint
@@ -61,10 +73,13 @@ spec:
       limits:
         memory: 24Gi
 `
+		before := rejections()
 		_, stderr, err := kubectl(manifest, "apply", "-f", "-")
 		Expect(err).To(HaveOccurred())
-		Expect(stderr).To(ContainSubstring(`admission webhook "vllmendpoint-v1alpha1.serving.warmroute.dev" denied the request`))
-		Expect(stderr).To(ContainSubstring(`spec.model.resources.requests[memory]: Invalid value: "32Gi": must not exceed the limit 24Gi`))
+		Expect(stderr).To(ContainSubstring(`The LLMEndpoint "over-limit" is invalid: spec.model.resources.requests[memory]: Invalid value: "32Gi": must not exceed the limit 24Gi`))
+		// The webhook's Invalid status reaches kubectl as it is, so the
+		// API server's own count says who refused it.
+		Expect(rejections()).To(Equal(before+1), "refusals by the validating webhook, per the API server")
 		err = env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: "over-limit"}, &servingv1alpha1.LLMEndpoint{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused endpoint exists: %v", err)
 	})

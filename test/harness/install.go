@@ -92,9 +92,12 @@ type installation struct {
 // into dir and picks the operator's ports. The custom metrics API's
 // APIService is left out unless customMetrics: nothing would serve it.
 func renderInstall(repoRoot, dir string, customMetrics bool) (*installation, error) {
+	// bin/kustomize's order: Namespaces first, webhook configurations last.
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
 	var objs []*unstructured.Unstructured
 	for _, d := range []string{"default", "admission"} {
-		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, "config", d))
+		res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, "config", d))
 		if err != nil {
 			return nil, fmt.Errorf("kustomize build config/%s: %w", d, err)
 		}
