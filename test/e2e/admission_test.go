@@ -10,8 +10,15 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/test/promscrape"
@@ -102,5 +109,55 @@ spec:
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		// "could not check" would mean the operator may not get claims.
 		Expect(stderr).To(ContainSubstring("Warning: spec.model.uri: PersistentVolumeClaim " + namespace + "/missing-weights does not exist"))
+	})
+})
+
+// config/admission is installed with the rest (as `make deploy` does); the
+// operator reads its policy and binding with the permissions config/rbac
+// gives it, limited to that name.
+var _ = Describe("The LoRA agent's admission policy", func() {
+	It("is reported on an endpoint with LoRA, and its absence too, with a Warning event", func() {
+		ctx, cancel := context.WithTimeout(suiteCtx, 2*time.Minute)
+		DeferCleanup(cancel)
+		ep := &servingv1alpha1.LLMEndpoint{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "lora-policy"},
+			Spec: servingv1alpha1.LLMEndpointSpec{
+				Replicas: ptr.To[int32](0), // no pods: only the condition matters here
+				Model:    servingv1alpha1.ModelSpec{Name: "llama", URI: "meta-llama/Llama-3.1-8B-Instruct", MaxLoras: ptr.To[int32](2)},
+			},
+		}
+		Expect(env.Client.Create(ctx, ep)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(env.Client.Delete(suiteCtx, ep))).To(Succeed()) })
+		confined := func(g Gomega) *metav1.Condition {
+			got := &servingv1alpha1.LLMEndpoint{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(ep), got)).To(Succeed())
+			return meta.FindStatusCondition(got.Status.Conditions, servingv1alpha1.ConditionLoRAAgentConfined)
+		}
+		Eventually(confined).WithTimeout(time.Minute).Should(And(Not(BeNil()),
+			HaveField("Status", metav1.ConditionTrue), HaveField("Reason", servingv1alpha1.ReasonAdmissionPolicyInstalled)))
+
+		By("without the binding the policy confines nothing, and the endpoint says so")
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		Expect(env.Client.Get(ctx, client.ObjectKey{Name: "warmroute-lora-agent"}, binding)).To(Succeed())
+		Expect(env.Client.Delete(ctx, binding)).To(Succeed())
+		DeferCleanup(func() {
+			restored := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: binding.Name, Labels: binding.Labels}, Spec: binding.Spec,
+			}
+			Expect(client.IgnoreAlreadyExists(env.Client.Create(suiteCtx, restored))).To(Succeed())
+		})
+		Eventually(confined).WithTimeout(time.Minute).Should(And(Not(BeNil()),
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", servingv1alpha1.ReasonAdmissionPolicyMissing)))
+		Eventually(func(g Gomega) []string {
+			var events eventsv1.EventList
+			g.Expect(env.Client.List(ctx, &events, client.InNamespace(namespace))).To(Succeed())
+			var warnings []string
+			for _, e := range events.Items {
+				if e.Regarding.Name == ep.Name && e.Type == corev1.EventTypeWarning {
+					warnings = append(warnings, e.Reason)
+				}
+			}
+			return warnings
+		}).WithTimeout(time.Minute).Should(ContainElement(servingv1alpha1.ReasonAdmissionPolicyMissing))
 	})
 })
