@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,6 +67,9 @@ type Env struct {
 	binDir   string // the control plane's binaries
 	cancel   context.CancelFunc
 	routers  []*Router
+	// OperatorMetricsURL is the operator's own metrics endpoint (HTTPS,
+	// for callers allowed get on /metrics, with a self-signed certificate).
+	OperatorMetricsURL string
 	// operatorUser is the operator's user name (its ServiceAccount's) and
 	// deniedFrom how far OperatorDenials has read its log.
 	operatorUser string
@@ -157,6 +161,7 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return nil, err
 	}
 	args := inst.operatorArgs(kubeconfig, probe)
+	e.OperatorMetricsURL = "https://127.0.0.1:" + strconv.Itoa(inst.ports[metricsPortName]) + "/metrics"
 	if o.CustomMetrics {
 		args = append(args, inst.customMetricsArgs()...)
 	}

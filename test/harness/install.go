@@ -58,6 +58,7 @@ const (
 const (
 	webhookPortName       = "webhook-server"
 	customMetricsPortName = "custom-metrics"
+	metricsPortName       = "metrics"
 )
 
 const (
@@ -208,7 +209,7 @@ func (in *installation) pickPorts(d *appsv1.Deployment) error {
 	if c == nil {
 		return fmt.Errorf("Deployment %s has no container %q", d.Name, "manager")
 	}
-	for _, name := range []string{webhookPortName, customMetricsPortName} {
+	for _, name := range []string{webhookPortName, customMetricsPortName, metricsPortName} {
 		found := false
 		for _, p := range c.Ports {
 			found = found || p.Name == name
@@ -358,7 +359,8 @@ func (in *installation) operatorKubeconfig(ctx context.Context, e *Env) (string,
 func (in *installation) operatorArgs(kubeconfig, probe string) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
-		"--metrics-bind-address=0",
+		// HTTPS, authorized through the API server (metrics-auth-role).
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(in.ports[metricsPortName]),
 		"--health-probe-bind-address=" + probe,
 		"--leader-elect=true",
 		"--leader-election-namespace=" + in.namespace,

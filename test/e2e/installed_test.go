@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"time"
@@ -11,8 +14,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,5 +164,57 @@ var _ = Describe("The LoRA agent's admission policy", func() {
 			}
 			return warnings
 		}).WithTimeout(time.Minute).Should(ContainElement(servingv1alpha1.ReasonAdmissionPolicyMissing))
+	})
+})
+
+// The operator serves its metrics as config/default does: over HTTPS, to
+// callers the API server says may get /metrics (TokenReview and
+// SubjectAccessReview, which config/rbac's metrics-auth-role lets it make).
+var _ = Describe("The operator's metrics endpoint", func() {
+	It("serves a ServiceAccount bound to warmroute-metrics-reader and refuses one that is not", func() {
+		ctx, cancel := context.WithTimeout(suiteCtx, 2*time.Minute)
+		DeferCleanup(cancel)
+		token := func(name string) string {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+			Expect(env.Client.Create(ctx, sa)).To(Succeed())
+			DeferCleanup(func() { _ = env.Client.Delete(suiteCtx, sa) })
+			tr, err := env.Kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			return tr.Status.Token
+		}
+		binding := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-metrics-scraper"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "warmroute-metrics-reader"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "scraper"}},
+		}
+		Expect(env.Client.Create(ctx, binding)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(suiteCtx, binding) })
+		scraper, stranger := token("scraper"), token("stranger")
+
+		// The certificate is the self-signed one controller-runtime makes
+		// without a metrics certificate, as config/default runs it.
+		httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		scrape := func(token string) (int, string) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.OperatorMetricsURL, nil)
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				return 0, err.Error()
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		// The API server's authorizer sees the new binding within a moment;
+		// the operator caches a refusal for 30 s (controller-runtime's
+		// delegating authorizer), hence the minute.
+		Eventually(func(g Gomega) {
+			code, body := scrape(scraper)
+			g.Expect(code).To(Equal(http.StatusOK), body)
+			g.Expect(body).To(ContainSubstring(`controller_runtime_reconcile_total{controller="llmendpoint"`))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		code, body := scrape(stranger)
+		Expect(code).To(Equal(http.StatusForbidden), body)
 	})
 })
