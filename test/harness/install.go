@@ -364,6 +364,9 @@ func (in *installation) operatorArgs(kubeconfig, probe string) []string {
 		"--health-probe-bind-address=" + probe,
 		"--leader-elect=true",
 		"--leader-election-namespace=" + in.namespace,
+		// The Deployment's POD_NAMESPACE: the endpoints' NetworkPolicies
+		// admit the operator's pods there.
+		"--operator-namespace=" + in.namespace,
 		"--enable-webhooks=true",
 		"--webhook-bind-address=127.0.0.1:" + strconv.Itoa(in.ports[webhookPortName]),
 		"--webhook-cert-dir=" + in.certDirs[webhookCertMount],
