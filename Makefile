@@ -61,8 +61,8 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: chart
-chart: manifests kustomize ## Regenerate the Helm chart (dist/chart) from `kustomize build config/default`, so it cannot drift from config/.
-	$(KUSTOMIZE) build config/default | go run ./hack/chartgen --version $(VERSION) --out dist/chart
+chart: manifests kustomize ## Regenerate the Helm chart (dist/chart) from `kustomize build` of config/default and config/admission, so it cannot drift from config/.
+	{ $(KUSTOMIZE) build config/default; echo ---; $(KUSTOMIZE) build config/admission; } | go run ./hack/chartgen --version $(VERSION) --out dist/chart
 
 .PHONY: verify-generated
 verify-generated: manifests generate bundle chart ## Fail when generated files (CRD, RBAC, webhooks, DeepCopy, OLM bundle, Helm chart) are not committed and current.

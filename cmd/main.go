@@ -20,7 +20,10 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
+	"net"
 	"os"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -64,11 +67,14 @@ func main() {
 		enableHTTP2                         bool
 		vllmImage, routerImage              string
 		maxConcurrentReconciles             int
+		leaderElectionNamespace             string
+		webhookAddr, webhookCertDir         string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized through the API server.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health and readiness probes.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false, "Elect a leader, so that only one replica of the operator reconciles at a time.")
+	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; empty: the operator's own (in a pod), required outside a cluster.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Serve metrics and webhooks over HTTP/2 too (off: CVE-2023-44487, CVE-2023-39325).")
 	flag.StringVar(&vllmImage, "vllm-image", defaultVLLMImage, "vLLM image for endpoints whose spec.model.image is empty.")
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
@@ -78,6 +84,8 @@ func main() {
 	var metricsAPI metricsAPIFlags
 	metricsAPI.bind(flag.CommandLine)
 	enableWebhooks := flag.Bool("enable-webhooks", os.Getenv("ENABLE_WEBHOOKS") != "false", "Serve the LLMEndpoint admission webhooks (with the certificate in /tmp/k8s-webhook-server/serving-certs); off by default when ENABLE_WEBHOOKS=false.")
+	flag.StringVar(&webhookAddr, "webhook-bind-address", ":9443", "Address the admission webhooks are served on.")
+	flag.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory with the webhooks' serving certificate, tls.crt and tls.key (where OLM and config/default mount it).")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -97,13 +105,21 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
+	webhookHost, webhookPort, err := splitHostPort(webhookAddr)
+	if err != nil {
+		log.Error(err, "bad --webhook-bind-address")
+		os.Exit(1)
+	}
+	webhookServer := webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts})
+
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsOpts,
-		WebhookServer:          webhook.NewServer(webhook.Options{TLSOpts: tlsOpts}),
-		HealthProbeBindAddress: probeAddr,
-		LeaderElection:         enableLeaderElection,
-		LeaderElectionID:       "warmroute-operator.serving.warmroute.dev",
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		WebhookServer:           webhookServer,
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          enableLeaderElection,
+		LeaderElectionNamespace: leaderElectionNamespace,
+		LeaderElectionID:        "warmroute-operator.serving.warmroute.dev",
 		// The manager exits right after losing the lease, so it can give
 		// it up at once on shutdown.
 		LeaderElectionReleaseOnCancel: true,
@@ -149,10 +165,31 @@ func main() {
 		log.Error(err, "unable to set up the readiness check")
 		os.Exit(1)
 	}
+	if *enableWebhooks {
+		// Not ready until the webhooks answer: the API server sends every
+		// LLMEndpoint write through them (failurePolicy Fail).
+		if err := mgr.AddReadyzCheck("webhooks", webhookServer.StartedChecker()); err != nil {
+			log.Error(err, "unable to set up the webhooks' readiness check")
+			os.Exit(1)
+		}
+	}
 
 	log.Info("starting the manager")
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "the manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// splitHostPort splits a listen address like ":9443" or "127.0.0.1:9443".
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: the port must be a number in 1-65535", addr)
+	}
+	return host, port, nil
 }

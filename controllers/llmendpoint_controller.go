@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -152,6 +153,10 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "default images", r.recordDefaultImages(ctx, ep))
 	errs = appendErr(errs, "model cache", r.reconcileModelCache(ctx, ep))
+	if loraEnabled(ep) {
+		obs.loraAgentConfined, err = r.loraAgentConfinement(ctx)
+		errs = appendErr(errs, "LoRA agent admission policy", err)
+	}
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
@@ -205,6 +210,8 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 		b = b.Owns(k.object())
 	}
 	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
+		Watches(&admissionregistrationv1.ValidatingAdmissionPolicy{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
+		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("llmendpoint").
 		Complete(do)
@@ -232,6 +239,7 @@ func CacheOptions() cache.Options {
 	for _, k := range ownedKinds {
 		byObject[k.object()] = byLabel
 	}
+	admissionPolicyCache(byObject)
 	return cache.Options{ByObject: byObject}
 }
 

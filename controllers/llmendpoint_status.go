@@ -47,6 +47,10 @@ type observed struct {
 	// routingHash is the hash of the routing document; empty if it could
 	// not be written.
 	routingHash string
+	// loraAgentConfined is the LoRAAgentConfined condition of an endpoint
+	// with LoRA (see llmendpoint_admission.go); its Type is empty when it
+	// could not be read, which keeps the previous one.
+	loraAgentConfined metav1.Condition
 	// err is what went wrong in this reconcile.
 	err error
 }
@@ -88,6 +92,12 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 		conds = append(conds, adaptersCondition(obs.placements, loraCapacity(ep), int(st.ReadyReplicas)))
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdaptersReady)
+	}
+	switch {
+	case !loraEnabled(ep):
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionLoRAAgentConfined)
+	case obs.loraAgentConfined.Type != "":
+		conds = append(conds, obs.loraAgentConfined)
 	}
 	for _, c := range conds {
 		c.ObservedGeneration = ep.Generation
@@ -232,10 +242,14 @@ func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.L
 		eventType := corev1.EventTypeNormal
 		if (c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse) ||
 			(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
-			c.Reason == v1alpha1.ReasonAdapterLoadFailed || shortOfRoom {
+			c.Reason == v1alpha1.ReasonAdapterLoadFailed || shortOfRoom ||
+			c.Reason == v1alpha1.ReasonAdmissionPolicyMissing {
 			eventType = corev1.EventTypeWarning
 		}
-		if old == nil && !shortOfRoom && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) {
+		// A missing admission policy or adapters left without room are
+		// news from the first reconcile on.
+		if old == nil && !shortOfRoom && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) &&
+			c.Reason != v1alpha1.ReasonAdmissionPolicyMissing {
 			continue // a new endpoint starting up is not news
 		}
 		r.Recorder.Eventf(ep, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)

@@ -480,6 +480,11 @@ const (
 	// every instance placed to hold it; present only when adapters are
 	// listed.
 	ConditionAdaptersReady = "AdaptersReady"
+	// ConditionLoRAAgentConfined is True, on an endpoint with LoRA, when the
+	// ValidatingAdmissionPolicy of config/admission confines each LoRA agent
+	// to its own pod's state annotation; False (AdmissionPolicyMissing)
+	// when it or its binding is not installed.
+	ConditionLoRAAgentConfined = "LoRAAgentConfined"
 )
 
 // Condition reasons of an LLMEndpoint.
@@ -503,6 +508,12 @@ const (
 	// instance); the ones left out are listed in the message and marked
 	// unplaced in status.adapters.
 	ReasonInsufficientAdapterCapacity = "InsufficientAdapterCapacity"
+)
+
+// Reasons of the LoRAAgentConfined condition.
+const (
+	ReasonAdmissionPolicyInstalled = "AdmissionPolicyInstalled"
+	ReasonAdmissionPolicyMissing   = "AdmissionPolicyMissing"
 )
 
 // LLMEndpointStatus is the observed state of an LLMEndpoint.

@@ -204,6 +204,25 @@ func TestBuildRefusesUnknownKinds(t *testing.T) {
 	}
 }
 
+// A bundle cannot carry the LoRA agent's ValidatingAdmissionPolicy
+// (config/admission), so the CSV must say that it is required and how to
+// apply it.
+func TestCSVRequiresLoRAAgentPolicy(t *testing.T) {
+	b, err := manifests.GetBundleFromDir(filepath.Join(repoRoot, "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ValidatingAdmissionPolicy", "`warmroute-lora-agent`", "config/admission", "LoRAAgentConfined=False"} {
+		if !strings.Contains(b.CSV.Spec.Description, want) {
+			t.Errorf("the CSV's description does not say %q", want)
+		}
+	}
+	in := append(kustomizeBuild(t, "manifests"), append([]byte("---\n"), kustomizeBuild(t, "admission")...)...)
+	if _, err := Build(bytes.NewReader(in), committedOptions(t)); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+		t.Errorf("Build with config/admission = %v, want an error naming ValidatingAdmissionPolicy", err)
+	}
+}
+
 // Under OLM the cert-manager Secret mount would collide with the one OLM
 // adds at the same path, so the bundle's Deployment must not have it.
 func TestBundleDeploymentLeavesCertificatesToOLM(t *testing.T) {

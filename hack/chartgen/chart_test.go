@@ -28,17 +28,23 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
+// configDefault is what `make chart` feeds chartgen: config/default, then
+// config/admission.
 func configDefault(t *testing.T) []byte {
 	t.Helper()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "config", "default"))
-	if err != nil {
-		t.Fatal(err)
+	var out []byte
+	for _, dir := range []string{"default", "admission"} {
+		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "config", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := res.AsYaml()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(append(out, "---\n"...), y...)
 	}
-	y, err := res.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return y
+	return out
 }
 
 // TestCommittedChartIsCurrent is `make chart` followed by a diff: the

@@ -15,14 +15,17 @@ limitations under the License.
 */
 
 // Command chartgen writes the Helm chart (dist/chart) from the output of
-// `kustomize build config/default` on its standard input, the way
+// `kustomize build config/default` followed by `kustomize build
+// config/admission` (the LoRA agent's admission policy, cluster-scoped and
+// so kept out of config/default) on its standard input, the way
 // kubebuilder's helm plugin does: the objects are the kustomize ones, with
 // the namespace, images, replicas, resources, scheduling and the webhook
 // and metrics toggles turned into values. The chart is therefore
 // regenerated, never edited, and `make verify-generated` fails when it
 // differs from config/. Its output depends on its input and flags only.
 //
-//	kustomize build config/default | go run ./hack/chartgen --version 0.1.0 --out dist/chart
+//	{ kustomize build config/default; echo ---; kustomize build config/admission; } |
+//		go run ./hack/chartgen --version 0.1.0 --out dist/chart
 package main
 
 import (

@@ -164,7 +164,7 @@ func waitRoutable(ctx context.Context, name string, n int) {
 		g.Expect(doc.Instances).To(HaveLen(n))
 		// Other specs' endpoints may have pods too: look for ours.
 		for _, in := range doc.Instances {
-			g.Expect(simulated(in.ID)).To(BeTrue(), "no simulator serves instance %s yet", in.ID)
+			g.Expect(simulated(in.ID)).To(BeTrue(), "no simulator serves instance %s yet (backends that failed to start: %v)", in.ID, env.Agent.Errors())
 		}
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

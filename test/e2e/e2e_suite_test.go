@@ -47,6 +47,15 @@ var _ = JustAfterEach(func() {
 	}
 })
 
+// The operator runs with config/rbac's permissions alone: a request the API
+// server refused it during a spec fails that spec, even when the spec's
+// own checks passed around it (a lost Event, a retried write).
+var _ = AfterEach(func() {
+	denied, err := env.OperatorDenials()
+	Expect(err).NotTo(HaveOccurred())
+	Expect(denied).To(BeEmpty(), "the API server refused the operator requests config/rbac should allow")
+})
+
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	RunSpecs(t, "warmroute end-to-end")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -106,6 +107,20 @@ var _ = Describe("LoRA adapters with binding capacity", Ordered, func() {
 		}
 		Expect(env.Client.Create(ctx, secret)).To(Succeed())
 		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
+		// The grant the README asks of the Secret's owner: the operator
+		// holds no Secret read, so it cannot give the agents one.
+		for _, args := range [][]string{
+			{"create", "role", "adapter-store-reader", "--verb=get", "--resource=secrets", "--resource-name=" + adapterStore},
+			{"create", "rolebinding", "adapter-store-reader", "--role=adapter-store-reader", "--serviceaccount=" + namespace + ":" + packedEndpoint + "-lora-agent"},
+		} {
+			out, err := exec.CommandContext(ctx, env.Kubectl(), append([]string{"--kubeconfig", env.Cluster.KubeconfigPath, "--namespace", namespace}, args...)...).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), string(out))
+		}
+		DeferCleanup(func() {
+			for _, kind := range []string{"rolebinding", "role"} {
+				_ = exec.Command(env.Kubectl(), "--kubeconfig", env.Cluster.KubeconfigPath, "--namespace", namespace, "delete", kind, "adapter-store-reader").Run()
+			}
+		})
 
 		agentCtx, stopAgents := context.WithCancel(suiteCtx)
 		DeferCleanup(stopAgents)

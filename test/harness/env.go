@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,6 +67,13 @@ type Env struct {
 	binDir   string // the control plane's binaries
 	cancel   context.CancelFunc
 	routers  []*Router
+	// OperatorMetricsURL is the operator's own metrics endpoint (HTTPS,
+	// for callers allowed get on /metrics, with a self-signed certificate).
+	OperatorMetricsURL string
+	// operatorUser is the operator's user name (its ServiceAccount's) and
+	// deniedFrom how far OperatorDenials has read its log.
+	operatorUser string
+	deniedFrom   int64
 }
 
 // Start builds the binaries, starts the cluster (with the CRDs), the
@@ -112,7 +120,9 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 	copts.BinDir, copts.WorkDir, copts.PodCIDR = bin, filepath.Join(o.WorkDir, "cluster"), o.PodCIDR
 	copts.Nodes, copts.GPUsPerNode = o.Nodes, o.GPUsPerNode
 	copts.CRDDirectoryPaths = []string{filepath.Join(o.RepoRoot, "config", "crd", "bases")}
-	copts.Aggregation = o.CustomMetrics
+	// The API server reaches the webhooks and the custom metrics API
+	// through their Services' endpoints (see loopbackSlice).
+	copts.Aggregation = true
 	if e.Cluster, err = localcluster.Start(ctx, copts); err != nil {
 		return nil, err
 	}
@@ -131,38 +141,50 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return nil, err
 	}
 
-	progress("starting the operator")
+	progress("installing config/default and config/admission (webhooks, RBAC, the operator's ServiceAccount)")
+	inst, err := renderInstall(o.RepoRoot, filepath.Join(o.WorkDir, "certs"), o.CustomMetrics)
+	if err != nil {
+		return nil, err
+	}
+	if err := inst.apply(ctx, e.Client, inst.objects); err != nil {
+		return nil, err
+	}
+	e.operatorUser = "system:serviceaccount:" + inst.namespace + ":" + inst.serviceAccount
+	kubeconfig, err := inst.operatorKubeconfig(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+
+	progress("starting the operator as ServiceAccount " + inst.namespace + "/" + inst.serviceAccount)
 	probe, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{
-		"--kubeconfig=" + e.Cluster.KubeconfigPath,
-		"--metrics-bind-address=0",
-		"--health-probe-bind-address=" + probe,
-		"--leader-elect=false",
-		// Admission webhooks need a serving certificate (cert-manager or
-		// OLM in a real install); the CRD's CEL rules still apply.
-		"--enable-webhooks=false",
-	}
-	var metricsAPI *customMetricsServing
+	args := inst.operatorArgs(kubeconfig, probe)
+	e.OperatorMetricsURL = "https://127.0.0.1:" + strconv.Itoa(inst.ports[metricsPortName]) + "/metrics"
 	if o.CustomMetrics {
-		if metricsAPI, err = prepareCustomMetrics(filepath.Join(o.WorkDir, "custom-metrics-certs")); err != nil {
-			return nil, err
-		}
-		args = append(args, metricsAPI.operatorArgs()...)
+		args = append(args, inst.customMetricsArgs()...)
 	}
 	if e.Operator, err = process.Start("operator", e.Bin.Operator, args, e.Cluster.WorkDir); err != nil {
 		return nil, err
 	}
-	if err := waitStarted(ctx, e.Operator, filepath.Join(e.Cluster.WorkDir, "operator.log"), "http://"+probe+"/readyz", 60*time.Second); err != nil {
+	operatorLog := filepath.Join(e.Cluster.WorkDir, "operator.log")
+	// /readyz includes the webhook server's.
+	if err := waitStarted(ctx, e.Operator, operatorLog, "http://"+probe+"/readyz", 60*time.Second); err != nil {
 		return nil, fmt.Errorf("operator not ready: %w", err)
 	}
-	if metricsAPI != nil {
+	if o.CustomMetrics {
 		progress("registering the operator's custom metrics API")
-		if err := metricsAPI.register(ctx, e); err != nil {
+		if err := inst.apply(ctx, e.Client, inst.apiServices); err != nil {
 			return nil, err
 		}
+		if err := waitCustomMetrics(ctx, e); err != nil {
+			return nil, err
+		}
+	}
+	progress("waiting for the admission webhooks to answer the API server")
+	if err := waitWebhooks(ctx, e.Client, o.Namespace); err != nil {
+		return nil, fmt.Errorf("%w (operator log: %s)", err, operatorLog)
 	}
 
 	agentCtx, cancel := context.WithCancel(context.Background())

@@ -2,11 +2,16 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/warmroute/warmroute/sidecar/loraagent"
 	"github.com/warmroute/warmroute/sidecar/router/config"
@@ -20,7 +25,10 @@ const loraAgentContainer = "lora-agent"
 // not run: for every vLLM pod that has one, it runs the agent's code in this
 // process, pointed at the pod's simulator and at the routing ConfigMap its
 // pod mounts (read through the API), reporting on the pod as the sidecar
-// does. The agents stop with ctx.
+// does, with the sidecar's identity: a token of the pod's ServiceAccount
+// bound to the pod, as the kubelet projects it, so that the operator's
+// Role for the agent and config/admission's policy apply to every call.
+// The agents stop with ctx.
 func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
 	a := NewPodAgent(e.Kube, e.opts.Namespace, VLLMSelector, loraAgentContainer, vllmPort, func(pod *corev1.Pod, addr string) (Backend, error) {
 		configMap := ""
@@ -36,6 +44,10 @@ func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
 		if !hasAgent || configMap == "" {
 			return noBackend{}, nil
 		}
+		kube, err := e.podIdentity(ctx, pod)
+		if err != nil {
+			return nil, err
+		}
 		// The pod's adapter volume: a directory of this process, which
 		// the simulator, in this process too, sees as vLLM sees its mount.
 		downloads, err := os.MkdirTemp("", "lora-downloads-"+pod.Name+"-")
@@ -46,13 +58,13 @@ func (e *Env) StartLoRAAgents(ctx context.Context) *PodAgent {
 		agent := &loraagent.Agent{
 			Instance:    pod.Name,
 			VLLM:        "http://" + addr,
-			Report:      loraagent.PodAnnotator(e.Kube, pod.Namespace, pod.Name),
+			Report:      loraagent.PodAnnotator(kube, pod.Namespace, pod.Name),
 			Resync:      2 * time.Second,
-			ObjectStore: &loraagent.ObjectStore{Dir: downloads, Secret: loraagent.SecretReader(e.Kube, pod.Namespace)},
+			ObjectStore: &loraagent.ObjectStore{Dir: downloads, Secret: loraagent.SecretReader(kube, pod.Namespace)},
 			Log:         logr.Discard(),
 		}
 		loader := &config.Loader{Apply: agent.Apply, Log: logr.Discard()}
-		go func() { _ = config.WatchConfigMap(actx, e.Kube, pod.Namespace, configMap, loader) }()
+		go func() { _ = config.WatchConfigMap(actx, kube, pod.Namespace, configMap, loader) }()
 		go func() { _ = agent.Run(actx) }()
 		return agentBackend{cancel: cancel, dir: downloads}, nil
 	})
@@ -74,3 +86,20 @@ type noBackend struct{}
 
 func (noBackend) Terminate() {}
 func (noBackend) Kill()      {}
+
+// podIdentity is a client with the credentials the kubelet gives a pod's
+// containers: a token of its ServiceAccount bound to the pod (which the API
+// server reports as the authentication.kubernetes.io/pod-name extra).
+func (e *Env) podIdentity(ctx context.Context, pod *corev1.Pod) (kubernetes.Interface, error) {
+	tr, err := e.Kube.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
+			APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token for pod %s (ServiceAccount %q): %w", pod.Name, pod.Spec.ServiceAccountName, err)
+	}
+	cfg := rest.AnonymousClientConfig(e.Cluster.Config)
+	cfg.BearerToken = tr.Status.Token
+	return kubernetes.NewForConfig(cfg)
+}

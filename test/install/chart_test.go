@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -98,15 +99,45 @@ func env(c corev1.Container, name string) string {
 }
 
 // TestChartIsConfigDefault checks that with its default values the chart
-// installs what `kustomize build config/default` does, object for object,
-// in the release namespace instead of warmroute-system.
+// installs what `make deploy` does (`kustomize build` of config/default and
+// config/admission), object for object, in the release namespace instead
+// of warmroute-system.
 func TestChartIsConfigDefault(t *testing.T) {
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), repoRoot+"/config/default")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var want []string
-	for _, r := range res.Resources() {
+	for _, dir := range []string{"default", "admission"} {
+		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), repoRoot+"/config/"+dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, installedObjects(res.Resources())...)
+	}
+	var got []string
+	for _, o := range render(t, "ops") {
+		got = append(got, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("chart objects\n  %s\nwant config/default's and config/admission's\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	d, c := manager(t, render(t, "ops"))
+	if c.Image != "ghcr.io/warmroute/warmroute-operator:v0.1.0" || *d.Spec.Replicas != 2 {
+		t.Errorf("default image %s, replicas %d; want config/'s", c.Image, *d.Spec.Replicas)
+	}
+
+	// Where the policy is installed otherwise, the chart leaves it out.
+	for _, o := range render(t, "ops", "--set", "loraAgentPolicy.enable=false") {
+		if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+			t.Errorf("loraAgentPolicy.enable=false still renders %s %s", o.GetKind(), o.GetName())
+		}
+	}
+}
+
+// installedObjects names kustomize's objects as the chart installs them.
+func installedObjects(res []*resource.Resource) []string {
+	var want []string
+	for _, r := range res {
 		if r.GetKind() == "Namespace" {
 			continue // Helm installs into the release namespace
 		}
@@ -116,20 +147,7 @@ func TestChartIsConfigDefault(t *testing.T) {
 		}
 		want = append(want, r.GetKind()+" "+ns+"/"+r.GetName())
 	}
-	var got []string
-	for _, o := range render(t, "ops") {
-		got = append(got, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
-	}
-	slices.Sort(want)
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Errorf("chart objects\n  %s\nwant config/default's\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-	}
-
-	d, c := manager(t, render(t, "ops"))
-	if c.Image != "ghcr.io/warmroute/warmroute-operator:v0.1.0" || *d.Spec.Replicas != 2 {
-		t.Errorf("default image %s, replicas %d; want config/'s", c.Image, *d.Spec.Replicas)
-	}
+	return want
 }
 
 func TestTemplateAppliesValues(t *testing.T) {

@@ -60,8 +60,9 @@ type Options struct {
 	// KWOK runs KWOK and creates the fake nodes.
 	KWOK bool
 	// Aggregation configures the API server to forward to aggregated API
-	// servers (APIServices backed by a Service), reached through their
-	// EndpointSlices' addresses.
+	// servers (APIServices backed by a Service) and to call admission
+	// webhooks backed by a Service, both reached through the Service's
+	// EndpointSlices' addresses (nothing here implements cluster IPs).
 	Aggregation bool
 }
 
