@@ -82,10 +82,10 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 			{"image vllm/vllm-openai-evil:1", func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Model.Image = "vllm/vllm-openai-evil:1" }},
 			{"image evil.example/router:1", func(ep *v1alpha1.LLMEndpoint) { ep.Spec.Router.Image = "evil.example/router:1" }},
 			{"image evil.example/vllm:1", func(ep *v1alpha1.LLMEndpoint) {
-				ep.Annotations = map[string]string{AnnotationVLLMImage: "evil.example/vllm:1"}
+				ep.Annotations = map[string]string{v1alpha1.AnnotationVLLMImage: "evil.example/vllm:1"}
 			}},
 			{"image evil.example/agent:1", func(ep *v1alpha1.LLMEndpoint) {
-				ep.Annotations = map[string]string{AnnotationLoRAAgentImage: "evil.example/agent:1"}
+				ep.Annotations = map[string]string{v1alpha1.AnnotationLoRAAgentImage: "evil.example/agent:1"}
 			}},
 			{"Secret db-password", func(ep *v1alpha1.LLMEndpoint) {
 				ep.Spec.Model.HFTokenSecretRef = &v1alpha1.SecretKeyRef{Name: "db-password"}
@@ -113,7 +113,7 @@ var _ = Describe("LLMEndpoint allow-list admission policy", func() {
 		Eventually(func(g Gomega) {
 			ep := &v1alpha1.LLMEndpoint{}
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(allowed), ep)).To(Succeed())
-			g.Expect(ep.Annotations).To(HaveKeyWithValue(AnnotationLoRAAgentImage, suiteOptions.RouterImage), "the operator records its default")
+			g.Expect(ep.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationLoRAAgentImage, suiteOptions.RouterImage), "the operator records its default")
 		}).Should(Succeed())
 
 		By("leaving namespaces without the label alone")

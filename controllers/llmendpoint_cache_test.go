@@ -99,25 +99,25 @@ var _ = Describe("Default images", func() {
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), ep)).To(Succeed())
-			g.Expect(ep.Annotations).To(HaveKeyWithValue(AnnotationVLLMImage, suiteOptions.VLLMImage))
-			g.Expect(ep.Annotations).To(HaveKeyWithValue(AnnotationLoRAAgentImage, suiteOptions.RouterImage))
+			g.Expect(ep.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationVLLMImage, suiteOptions.VLLMImage))
+			g.Expect(ep.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationLoRAAgentImage, suiteOptions.RouterImage))
 			g.Expect(vllmImageOf(g, ep)).To(Equal(suiteOptions.VLLMImage))
 		}).Should(Succeed())
 
 		// What an older operator recorded is what runs.
 		patch := client.MergeFrom(ep.DeepCopy())
-		ep.Annotations[AnnotationVLLMImage] = "vllm/vllm-openai:older"
+		ep.Annotations[v1alpha1.AnnotationVLLMImage] = "vllm/vllm-openai:older"
 		Expect(k8sClient.Patch(suiteCtx, ep, patch)).To(Succeed())
 		Eventually(func(g Gomega) string { return vllmImageOf(g, ep) }).Should(Equal("vllm/vllm-openai:older"))
 
 		// Opting in to the operator's default: remove the record.
 		patch = client.MergeFrom(ep.DeepCopy())
-		delete(ep.Annotations, AnnotationVLLMImage)
+		delete(ep.Annotations, v1alpha1.AnnotationVLLMImage)
 		Expect(k8sClient.Patch(suiteCtx, ep, patch)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(vllmImageOf(g, ep)).To(Equal(suiteOptions.VLLMImage))
 			g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), ep)).To(Succeed())
-			g.Expect(ep.Annotations).To(HaveKeyWithValue(AnnotationVLLMImage, suiteOptions.VLLMImage))
+			g.Expect(ep.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationVLLMImage, suiteOptions.VLLMImage))
 		}).Should(Succeed())
 	})
 
@@ -127,6 +127,6 @@ var _ = Describe("Default images", func() {
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
 		Eventually(func(g Gomega) string { return vllmImageOf(g, ep) }).Should(Equal("my/vllm:1"))
 		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(ep), ep)).To(Succeed())
-		Expect(ep.Annotations).NotTo(HaveKey(AnnotationVLLMImage))
+		Expect(ep.Annotations).NotTo(HaveKey(v1alpha1.AnnotationVLLMImage))
 	})
 })

@@ -25,23 +25,6 @@ import (
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
-// The images of the vLLM pod's containers that come from the operator's
-// defaults are recorded on the LLMEndpoint the first time it runs them, and
-// read from there afterwards: an operator upgrade that brings new defaults
-// would otherwise roll every endpoint's instances (and drop their caches)
-// at once. A user takes the new default by removing the annotation.
-const (
-	// AnnotationVLLMImage is the default vLLM image recorded for an
-	// endpoint without spec.model.image.
-	AnnotationVLLMImage = "serving.warmroute.dev/vllm-image"
-	// AnnotationLoRAAgentImage is the recorded image of the LoRA agent,
-	// which runs in the vLLM pods. A recorded agent reads the routing
-	// documents of every later operator, and decodes them strictly: a
-	// release that adds a field the agent reads must move this record (a
-	// rollout of the instances it announces) or keep the field out of the
-	// documents older agents see.
-	AnnotationLoRAAgentImage = "serving.warmroute.dev/lora-agent-image"
-)
 
 // vllmImage is the image the vLLM container runs: spec.model.image, else
 // the recorded default, else the operator's.
@@ -49,13 +32,13 @@ func vllmImage(ep *v1alpha1.LLMEndpoint, opts Options) string {
 	if ep.Spec.Model.Image != "" {
 		return ep.Spec.Model.Image
 	}
-	return recordedOr(ep, AnnotationVLLMImage, opts.VLLMImage)
+	return recordedOr(ep, v1alpha1.AnnotationVLLMImage, opts.VLLMImage)
 }
 
 // loraAgentImage is the LoRA agent's image: the recorded one, else the
 // operator's router image (the agent ships in it).
 func loraAgentImage(ep *v1alpha1.LLMEndpoint, opts Options) string {
-	return recordedOr(ep, AnnotationLoRAAgentImage, opts.RouterImage)
+	return recordedOr(ep, v1alpha1.AnnotationLoRAAgentImage, opts.RouterImage)
 }
 
 func recordedOr(ep *v1alpha1.LLMEndpoint, annotation, def string) string {
@@ -70,11 +53,11 @@ func recordedOr(ep *v1alpha1.LLMEndpoint, annotation, def string) string {
 // only the agent's image.
 func imagesToRecord(ep *v1alpha1.LLMEndpoint, opts Options) map[string]string {
 	want := map[string]string{}
-	if ep.Spec.Model.Image == "" && ep.Annotations[AnnotationVLLMImage] == "" {
-		want[AnnotationVLLMImage] = opts.VLLMImage
+	if ep.Spec.Model.Image == "" && ep.Annotations[v1alpha1.AnnotationVLLMImage] == "" {
+		want[v1alpha1.AnnotationVLLMImage] = opts.VLLMImage
 	}
-	if ep.Annotations[AnnotationLoRAAgentImage] == "" {
-		want[AnnotationLoRAAgentImage] = opts.RouterImage
+	if ep.Annotations[v1alpha1.AnnotationLoRAAgentImage] == "" {
+		want[v1alpha1.AnnotationLoRAAgentImage] = opts.RouterImage
 	}
 	return want
 }

@@ -123,7 +123,7 @@ var vllmShapes = []struct {
 	})},
 	{name: "recorded-images", ep: newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
 		// The images an older operator recorded win over testOptions'.
-		ep.Annotations = map[string]string{AnnotationVLLMImage: "vllm/vllm-openai:recorded", AnnotationLoRAAgentImage: "router:recorded"}
+		ep.Annotations = map[string]string{v1alpha1.AnnotationVLLMImage: "vllm/vllm-openai:recorded", v1alpha1.AnnotationLoRAAgentImage: "router:recorded"}
 		ep.Spec.Model.MaxLoras = ptr.To[int32](2)
 	})},
 }

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
@@ -121,7 +122,7 @@ func TestOperatorUpgradeKeepsTheRunningVLLMImage(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(ep), ep); err != nil {
 			return err
 		}
-		delete(ep.Annotations, AnnotationVLLMImage)
+		delete(ep.Annotations, v1alpha1.AnnotationVLLMImage)
 		return c.Update(ctx, ep)
 	}); err != nil {
 		t.Fatal(err)

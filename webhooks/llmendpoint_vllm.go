@@ -114,6 +114,18 @@ func validateVLLM(m servingv1alpha1.ModelSpec, p *field.Path) field.ErrorList {
 	return errs
 }
 
+// validateRecordedImage refuses a recorded default vLLM image (the
+// annotation the operator writes and a user may edit) that the pods would
+// exit on, as validateVLLM refuses spec.model.image.
+func validateRecordedImage(image string) field.ErrorList {
+	if older, _ := OlderThanSupported(image); !older {
+		return nil
+	}
+	p := field.NewPath("metadata", "annotations").Key(servingv1alpha1.AnnotationVLLMImage)
+	return field.ErrorList{field.Invalid(p, image, fmt.Sprintf(
+		"vLLM older than %s, the oldest release the operator supports (every vLLM pod is started with --shutdown-timeout); remove the annotation to run the operator's pinned release", OldestVLLMRelease))}
+}
+
 func ranksAsStrings() []string {
 	out := make([]string, len(maxLoRARanks))
 	for i, r := range maxLoRARanks {

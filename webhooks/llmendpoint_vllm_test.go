@@ -110,3 +110,22 @@ func TestOperatorPassesTheUsersCollisionResistantHash(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRecordedImage: the recorded default image is refused, naming
+// the annotation, when the pods would exit on it; the operator's own record
+// and an empty one pass.
+func TestValidateRecordedImage(t *testing.T) {
+	for image, refused := range map[string]bool{
+		"":                                   false,
+		"docker.io/vllm/vllm-openai:v0.30.0": false,
+		"docker.io/vllm/vllm-openai:v0.11.0": true,
+	} {
+		errs := validateRecordedImage(image)
+		if (len(errs) > 0) != refused {
+			t.Errorf("%q: refused %v, want refused=%v", image, errs, refused)
+		}
+		if refused && !strings.Contains(errs.ToAggregate().Error(), servingv1alpha1.AnnotationVLLMImage) {
+			t.Errorf("%q: %v does not name the annotation", image, errs)
+		}
+	}
+}

@@ -227,6 +227,7 @@ func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 		errs = append(errs, validateWeightsURI(a.URI, spec.Child("loraAdapters").Index(i).Child("uri"))...)
 	}
 	errs = append(errs, validateVLLM(e.Spec.Model, spec.Child("model"))...)
+	errs = append(errs, validateRecordedImage(e.Annotations[servingv1alpha1.AnnotationVLLMImage])...)
 	errs = append(errs, validateResources(e.Spec.Model.Resources, spec.Child("model", "resources"))...)
 	errs = append(errs, validateResources(e.Spec.Router.Resources, spec.Child("router", "resources"))...)
 	errs = append(errs, validateTrustedHeader(e)...)
