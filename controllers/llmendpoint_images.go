@@ -25,7 +25,6 @@ import (
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
-
 // vllmImage is the image the vLLM container runs: spec.model.image, else
 // the recorded default, else the operator's.
 func vllmImage(ep *v1alpha1.LLMEndpoint, opts Options) string {
