@@ -25,7 +25,6 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/config"
-	"github.com/warmroute/warmroute/sidecar/router/peers"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
 )
@@ -44,7 +43,7 @@ type flags struct {
 	maxAttempts                                  int
 	tuning                                       policy.Tuning
 	verbosity                                    int
-	peers                                        peerFlags
+	picker                                       pickerFlags
 	tenancy                                      tenancyFlags
 	upstream                                     upstreamFlags
 }
@@ -89,7 +88,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.Float64Var(&f.tuning.TokenBalance, "token-balance", d.TokenBalance, "PREFIX_AWARE: an instance over this multiple of the average token load counts as overloaded")
 	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
-	f.peers.register(fs)
+	f.picker.register(fs)
 	f.tenancy.register(fs)
 	f.upstream.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -109,12 +108,9 @@ func parseFlags(args []string) (*flags, error) {
 		// routing document.
 		f.tuning.BenchmarkStrategies = true
 	}
-	if err := f.peers.validate(); err != nil {
+	if err := f.picker.validate(); err != nil {
 		return nil, err
 	}
-	// How long a peer that stopped pulling may still hold this replica's
-	// last report follows from the peer flags, which every replica shares.
-	f.tuning.PullerGone = peers.Options{Interval: f.peers.interval, StaleAfter: f.peers.staleAfter}.HeldFor()
 	if err := f.tenancy.validate(); err != nil {
 		return nil, err
 	}
@@ -161,7 +157,15 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	upstreamKey := upstreamAPIKey(auth, log)
+	mode, keys, err := f.picker.routerOptions()
+	if err != nil {
+		return err
+	}
 	r := proxy.New(proxy.Options{
+		Picker:                mode,
+		Replica:               f.picker.podName,
+		Keys:                  keys,
+		PickTimeout:           f.picker.timeout,
 		MaxBodyBytes:          f.maxBodyBytes,
 		MaxBufferedBytes:      budget,
 		BodyReadTimeout:       f.bodyReadTimeout,
@@ -210,16 +214,17 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", m.Handler())
 	r.HealthRoutes(admin)
-	if err := startPeers(watchCtx, &wg, f, r, admin, log); err != nil {
-		return err
-	}
 	conns := newUnusedConns()
 	traffic := listenerServer(f.listen, f, r.Handler(), log)
 	adminSrv := listenerServer(f.metricsListen, f, admin, log)
 	traffic.ConnState, adminSrv.ConnState = conns.track, conns.track
+	servers := []*http.Server{traffic, adminSrv}
+	if pick := pickServer(f, r, log); pick != nil {
+		servers = append(servers, pick)
+	}
 
-	errc := make(chan error, 2)
-	for _, srv := range []*http.Server{traffic, adminSrv} {
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
 		ln, err := net.Listen("tcp", srv.Addr)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w", srv.Addr, err)
@@ -230,6 +235,13 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 				errc <- fmt.Errorf("serve %s: %w", srv.Addr, err)
 			}
 		}()
+	}
+	// Stand for picker once the pick listener is open: a leader must be
+	// reachable by the time the Lease names it.
+	electCtx, stopElection := context.WithCancel(context.Background())
+	defer stopElection()
+	if err := startElection(electCtx, &wg, f, r, log); err != nil {
+		return err
 	}
 	select {
 	case <-ctx.Done():
@@ -246,7 +258,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
-	if err := shutdownServers(sctx, conns, log, traffic, adminSrv); err != nil {
+	if err := shutdownServers(sctx, conns, log, servers...); err != nil {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil

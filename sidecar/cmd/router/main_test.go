@@ -33,11 +33,13 @@ func TestParseFlags(t *testing.T) {
 		{[]string{}, false},
 		{[]string{"--config-dir", "a", "--config-file", "b"}, false},
 		{[]string{"--config-dir", "a", "--strategy-override", "FASTEST"}, false},
-		{[]string{"--config-dir", "a", "--peers", "10.0.0.1:9090,10.0.0.2:9090", "--replica-name", "r0"}, true},
-		{[]string{"--config-dir", "a", "--peer-service", "ns/router-peers", "--pod-ip", "10.0.0.1"}, true},
-		{[]string{"--config-dir", "a", "--peers", "10.0.0.1:9090", "--peer-service", "ns/router-peers"}, false},
-		{[]string{"--config-dir", "a", "--peers", "10.0.0.1"}, false},
-		{[]string{"--config-dir", "a", "--peer-service", "router-peers"}, false},
+		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091", "--pick-key-file", "/k", "--pod-name", "r0"}, true},
+		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091"}, false}, // no key
+		{[]string{"--config-dir", "a", "--picker", "10.0.0.1", "--pick-key-file", "/k"}, false},
+		{[]string{"--config-dir", "a", "--lease", "ns/ep-router", "--pod-name", "r0", "--pod-ip", "10.0.0.1", "--pick-key-file", "/k"}, true},
+		{[]string{"--config-dir", "a", "--lease", "ns/ep-router", "--pod-name", "r0", "--pick-key-file", "/k"}, false}, // no pod IP
+		{[]string{"--config-dir", "a", "--lease", "ep-router", "--pod-name", "r0", "--pod-ip", "10.0.0.1", "--pick-key-file", "/k"}, false},
+		{[]string{"--config-dir", "a", "--lease", "ns/ep", "--picker", "10.0.0.1:9091", "--pod-name", "r0", "--pod-ip", "10.0.0.1", "--pick-key-file", "/k"}, false},
 	} {
 		if _, err := parseFlags(tc.args); (err == nil) != tc.ok {
 			t.Errorf("%v: err %v", tc.args, err)

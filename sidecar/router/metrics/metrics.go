@@ -36,8 +36,7 @@ type Metrics struct {
 	ConfigReloads      *prometheus.CounterVec // result
 	ConfigGeneration   prometheus.Gauge
 	PrefixMatchChars   prometheus.Histogram
-	BackendHealthy     *prometheus.GaugeVec   // backend
-	Forwards           *prometheus.CounterVec // result
+	BackendHealthy     *prometheus.GaugeVec // backend
 }
 
 // Gauges are read from the router at scrape time, so they can never drift
@@ -99,11 +98,9 @@ func New(g Gauges) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(64, 2, 11)}),
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
-		Forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forwards_total",
-			Help: "Requests sent on to the router replica that owns their instance, by result (forwarded; fallback: the owner could not be reached, so this replica decided; received: forwarded here by a peer)."}, []string{"result"}),
 	}
 	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
-		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.Forwards,
+		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_bytes",

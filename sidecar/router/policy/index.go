@@ -138,15 +138,3 @@ func (x *prefixIndex) entries(hashes []uint64, depths []int, out []indexEntry) {
 		out[i], _ = x.lookupLocked(hashes[d])
 	}
 }
-
-// addPlacements records a peer's placements, translating instance IDs into
-// this process's tokens (placements on unknown instances are dropped).
-func (x *prefixIndex) addPlacements(ps []Placement, tokens map[string]uint32) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, pl := range ps {
-		if tok, ok := tokens[pl.Instance]; ok {
-			x.addLocked(pl.Hash, tok, pl.Version)
-		}
-	}
-}

@@ -116,15 +116,6 @@ type Tuning struct {
 	// overloaded, so that a lightly loaded fleet never spills (about one
 	// engine step's token budget).
 	TokenFloor int64
-	// PlacementLog is how many log entries (placements, and the block
-	// hashes requests carried) the policy keeps for peers to pull
-	// (LocalReport), rounded up to a power of two; a peer further behind
-	// gets Truncated.
-	PlacementLog int
-	// PullerGone is how long a peer that stopped pulling this replica's
-	// reports may still hold the last one (see pullers): for that long its
-	// report still bounds what this replica may add on an instance.
-	PullerGone time.Duration
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
 	// for the router's --strategy-override.
 	BenchmarkStrategies bool
@@ -147,8 +138,6 @@ func DefaultTuning() Tuning {
 		DecodeTokens:   256,
 		TokenBalance:   2,
 		TokenFloor:     8192,
-		PlacementLog:   1 << 17,
-		PullerGone:     2 * time.Second,
 		Now:            time.Now,
 	}
 }
@@ -168,8 +157,6 @@ func (t Tuning) withDefaults() Tuning {
 	t.DecodeTokens = above(t.DecodeTokens, 0, d.DecodeTokens)
 	t.TokenBalance = above(t.TokenBalance, 1, d.TokenBalance)
 	t.TokenFloor = above(t.TokenFloor, 0, d.TokenFloor)
-	t.PlacementLog = above(t.PlacementLog, 0, d.PlacementLog)
-	t.PullerGone = above(t.PullerGone, 0, d.PullerGone)
 	if t.Now == nil {
 		t.Now = d.Now
 	}
@@ -203,11 +190,6 @@ type Request struct {
 	PromptBytes int
 }
 
-// promptTokens estimates the request's prompt tokens.
-func (p *Policy) promptTokens(req Request) int64 {
-	return p.tokensOf(cmp.Or(req.PromptBytes, len(req.Text)))
-}
-
 func (p *Policy) tokensOf(bytes int) int64 {
 	return int64(math.Ceil(float64(bytes) / p.tuning.BytesPerToken))
 }
@@ -225,6 +207,7 @@ type table struct {
 	members   []member
 	adapters  map[string][]int
 	all       []int
+	index     map[string]int // member position by ID
 	blockSize int
 }
 
@@ -242,25 +225,11 @@ type Policy struct {
 	// shareEpoch counts share decays: how long ago an instance joined (see
 	// joining).
 	shareEpoch atomic.Int64
-	// replicas is the number of router replicas sharing the fleet (self
-	// included), which sizes this replica's slice of the threshold.
-	replicas atomic.Int64
-	// shared is set while peers' reports are counted (see globalShare).
-	shared atomic.Bool
-	// owners and owning: who decides for each instance (see owner.go).
-	owners owners
-	owning atomic.Bool
-	peers  peers
-	log    *placementLog
 	// pick makes a decision and its charge one step: without it, requests
 	// decided at the same moment all read an instance's count as under the
 	// threshold and all charge it (TestConcurrentPicksKeepTheThreshold:
 	// T + 1 on one instance of a fleet filled exactly to T).
 	pick sync.Mutex
-	// pullers is what peers were sent of this replica's load.
-	pullers pullers
-	// longPrefill signals a long prefill sent (see LongPrefills).
-	longPrefill chan struct{}
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -270,11 +239,7 @@ func New(t Tuning) *Policy {
 		tuning: t,
 		pop:    newPopularity(t.SketchWidth, t.DecayEvery),
 		index:  newPrefixIndex(t.IndexEntries),
-		log:    newPlacementLog(t.PlacementLog),
-
-		longPrefill: make(chan struct{}, 1),
 	}
-	p.replicas.Store(1)
 	return p
 }
 
@@ -308,15 +273,10 @@ func (p *Policy) Update(cfg Config) error {
 		slices.Sort(set)
 		t.adapters[name] = slices.Compact(set)
 	}
+	t.index = pos
 	t.blockSize = above(p.tuning.BlockSize, 0, max(64, cfg.PrefixLength/32))
 	p.table.Store(t)
 	p.stats.prune(pos)
-	// Instances new to the registry get their owner.
-	p.owners.mu.Lock()
-	p.updateOwning()
-	p.owners.mu.Unlock()
-	// Instances new to the registry start with the peers' current loads.
-	p.recomputePeers()
 	return nil
 }
 
@@ -340,13 +300,12 @@ func (p *Policy) Eject(id string, until time.Time) {
 // Readmit ends an ejection early (a health check passed).
 func (p *Policy) Readmit(id string) { p.stats.get(id).ejectedUntil.Store(0) }
 
-// InFlight returns the number of this replica's requests in flight to an
+// InFlight returns the number of requests decided here in flight to an
 // instance.
 func (p *Policy) InFlight(id string) int64 { return p.stats.get(id).inFlight.Load() }
 
-// PrefillTokens returns the prompt tokens this replica's requests are
-// estimated to leave an instance to prefill. Peers' reports are left out,
-// so that summing it over router replicas counts each request once.
+// PrefillTokens returns the prompt tokens the requests decided here are
+// estimated to leave an instance to prefill.
 func (p *Policy) PrefillTokens(id string) int64 { return p.stats.get(id).prefill.Load() }
 
 // Instances returns the configured instances.
@@ -381,7 +340,17 @@ type Choice struct {
 	hit       float64
 	prefilled atomic.Bool
 	done      atomic.Bool
+	// placed is the member the strategy chose before the overload guard
+	// (-1: the first of order, for strategies without a guard).
+	placed int
+	// learning is what Pick records of the decision (see learn).
+	learning learning
 
+	Decision
+}
+
+// Decision is what a decision says of itself, for metrics and logs.
+type Decision struct {
 	Strategy Strategy
 	// Spill is why the preferred instance was not used ("" if it was).
 	Spill string
@@ -397,9 +366,6 @@ type Choice struct {
 	// then keeps the key where it was, but for a long prompt cold there:
 	// see remembersSpill).
 	Moved string
-	// placed is the member the strategy chose before the overload guard
-	// (-1: the first of order, for strategies without a guard).
-	placed int
 	// MatchChars estimates how much of the routing text the chosen
 	// instance has recently been sent.
 	MatchChars int
@@ -488,67 +454,30 @@ func (p *Policy) healthy(t *table, set []int) []int {
 	return out
 }
 
-// Pick decides where a request goes and counts it in flight there.
-func (p *Policy) Pick(req Request) (*Choice, error) {
+// Pick decides where a request goes, counts it in flight there, and then
+// records what the decision teaches the policy (popularity, placement).
+// Decisions run one at a time (see Policy.pick).
+func (p *Policy) Pick(key Key) (*Choice, error) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
-	c, err := p.decide(req, true)
+	t := p.table.Load()
+	if t == nil {
+		return nil, ErrNoInstance
+	}
+	allowed, err := t.candidates(key.Model)
 	if err != nil {
 		return nil, err
 	}
-	c.prompt = p.promptTokens(req)
+	c := &Choice{t: t, placed: -1, Decision: Decision{Strategy: t.cfg.Strategy}}
+	t.strategy.decide(p, t, key, allowed, c)
+	c.prompt = p.tokensOf(key.PromptBytes)
 	// The prefill expected on the chosen instance: what of the prompt it is
 	// not expected to hold. Strategies that do not match prefixes know
 	// nothing of the cache and charge the whole prompt.
 	c.prefill = c.prompt - int64(float64(c.prompt)*c.hit)
 	c.charge()
-	p.countShare(c.t, c.order[0])
-	p.noteLongPrefill(c.prefill)
-	return c, nil
-}
-
-// Peeked is what Pick would decide for a request now.
-type Peeked struct {
-	// Instance is where the request would go.
-	Instance string `json:"instance"`
-	// Placed is where the strategy placed it before the overload guard:
-	// the same as Instance unless Spill says why not.
-	Placed string `json:"placed"`
-	Spill  string `json:"spill,omitempty"`
-	// Owner is the replica that decides for Placed when it is not this
-	// one (see Owner): the request would be forwarded there, and go where
-	// that replica decides.
-	Owner string `json:"owner,omitempty"`
-}
-
-// Peek returns what Pick would decide for req now, recording nothing: no
-// in-flight count, share, popularity or placement. Comparing Peeks of two
-// replicas measures their agreement; comparing their Placed, whether they
-// disagree on where a key lives or only on the load guard's spills.
-func (p *Policy) Peek(req Request) (Peeked, error) {
-	c, err := p.decide(req, false)
-	if err != nil {
-		return Peeked{}, err
-	}
-	out := Peeked{Instance: c.Instance().ID, Placed: c.Instance().ID, Spill: c.Spill}
-	if c.placed >= 0 {
-		out.Placed = c.t.members[c.placed].ID
-	}
-	out.Owner, _ = p.Owner(out.Placed)
-	return out, nil
-}
-
-func (p *Policy) decide(req Request, commit bool) (*Choice, error) {
-	t := p.table.Load()
-	if t == nil {
-		return nil, ErrNoInstance
-	}
-	allowed, err := t.candidates(req.Model)
-	if err != nil {
-		return nil, err
-	}
-	c := &Choice{t: t, Strategy: t.cfg.Strategy, placed: -1}
-	t.strategy.decide(p, t, req, allowed, c, commit)
+	p.countShare(t, c.order[0])
+	p.learn(c)
 	return c, nil
 }
 
@@ -628,18 +557,16 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 	if len(joined) == 0 || len(joined) == len(t.members) {
 		return
 	}
-	var share, pub int64
+	var share int64
 	for _, m := range t.members {
 		if !slices.Contains(joined, m.stat) {
 			share += m.stat.share.Load()
-			pub += m.stat.pubShare.Load()
 		}
 	}
 	n := int64(len(t.members) - len(joined))
 	epoch := p.shareEpoch.Load()
 	for _, s := range joined {
 		s.share.Store(share / n)
-		s.pubShare.Store(pub / n)
 		s.joined.Store(epoch + 1)
 	}
 }

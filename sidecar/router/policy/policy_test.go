@@ -34,11 +34,29 @@ func textReq(s string) Request { return Request{Text: []byte(s), WindowBytes: mi
 
 func pick(t testing.TB, p *Policy, r Request) *Choice {
 	t.Helper()
-	c, err := p.Pick(r)
+	c, err := p.Pick(p.Key(r))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// placedOn is where the strategy would place req before the overload
+// guard, deciding without counting or learning anything (decide only
+// computes: Pick records).
+func placedOn(t testing.TB, p *Policy, r Request) string {
+	t.Helper()
+	tb := p.table.Load()
+	allowed, err := tb.candidates(r.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Choice{t: tb, placed: -1}
+	tb.strategy.decide(p, tb, p.Key(r), allowed, c)
+	if c.placed >= 0 {
+		return tb.members[c.placed].ID
+	}
+	return c.Instance().ID
 }
 
 func randomText(r *rand.Rand, n int) string {
@@ -65,7 +83,7 @@ func TestModelResolution(t *testing.T) {
 			{"nope", ErrUnknownModel, nil},
 		} {
 			for i := range 50 {
-				c, err := p.Pick(Request{Model: tc.model, Text: fmt.Appendf(nil, "prompt %d", i), WindowBytes: 10})
+				c, err := p.Pick(p.Key(Request{Model: tc.model, Text: fmt.Appendf(nil, "prompt %d", i), WindowBytes: 10}))
 				if err != tc.err {
 					t.Fatalf("%s model %q: err %v, want %v", s, tc.model, err, tc.err)
 				}
@@ -300,15 +318,15 @@ func TestOverloadGuardAllBusyGoesLeastLoaded(t *testing.T) {
 	var key Request
 	for i := 0; ; i++ {
 		key = textReq(fmt.Sprintf("new key %d", i))
-		if d, err := p.Peek(key); err != nil || d.Placed != quiet {
+		if placedOn(t, p, key) != quiet {
 			break
 		}
 	}
 	drop(quiet, threshold+4-overflowStay)
 	before := inFlightByID(p)
-	home, _ := p.Peek(key)
-	if c := pick(t, p, key); c.Instance().ID != home.Placed || c.Spill != SpillAllBusy {
-		t.Fatalf("went to %s (spill %q) with in flight %v; want %s, where the key was placed, as %q", c.Instance().ID, c.Spill, before, home.Placed, SpillAllBusy)
+	home := placedOn(t, p, key)
+	if c := pick(t, p, key); c.Instance().ID != home || c.Spill != SpillAllBusy {
+		t.Fatalf("went to %s (spill %q) with in flight %v; want %s, where the key was placed, as %q", c.Instance().ID, c.Spill, before, home, SpillAllBusy)
 	} else {
 		c.Done()
 	}
@@ -473,61 +491,25 @@ func TestHotIdenticalRequestsUseTheirWholeReplicaSet(t *testing.T) {
 	}
 }
 
-// When every instance is at the threshold (here: through a peer's report),
-// a burst of one key stays on its instance only up to overflowStay above
-// the least loaded by live counts, then spreads, instead of piling onto
-// the instance that looked least loaded at the last report.
-func TestAllBusyOverflowSpreadsBetweenReports(t *testing.T) {
-	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-	p.SetReplicas(2)
-	var loads []InstanceLoad
-	for _, in := range fleet(3) {
-		loads = append(loads, InstanceLoad{ID: in.ID, Requests: 10})
-	}
-	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
-	req := textReq("a hot prompt shared by a burst")
-	home, _ := p.Peek(req)
-	per := map[string]int{}
-	for i := range 9 {
-		c := pick(t, p, req)
-		if c.Spill == SpillNone {
-			t.Fatalf("request %d not counted as a spill with every instance at the threshold", i)
-		}
-		per[c.Instance().ID]++
-	}
-	least, most := 9, 0
-	for _, in := range fleet(3) {
-		least, most = min(least, per[in.ID]), max(most, per[in.ID])
-	}
-	if most-least > overflowStay+1 || per[home.Placed] != most {
-		t.Fatalf("9 overflow requests went %v (placed on %s); want the placed instance first, at most %d above the least", per, home.Placed, overflowStay+1)
-	}
-}
-
 // A request whose instance is at the threshold spills only to an instance
 // with spillRoom requests of room: one with a single request of room is
 // full again at once, and the cold prefill is certain. With none that
 // roomy, the request is all-busy overflow and stays home, as long as home
-// is within overflowStay of the least loaded; alike with one router and
-// with several. Under a threshold of 8, one request of room is enough.
+// is within overflowStay of the least loaded. Under a threshold of 8, one request of room is enough.
 func TestSpillsOnlyWhereThereIsRoom(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		replicas  int
 		threshold int64 // 0: 10
 		others    int64 // requests on every instance but home
 		wantSpill string
 		wantHome  bool
 	}{
-		{name: "alone, one of room", replicas: 1, others: 9, wantSpill: SpillAllBusy, wantHome: true},
-		{name: "alone, two of room", replicas: 1, others: 8, wantSpill: SpillConcurrency},
-		{name: "replicas, one of room", replicas: 2, others: 9, wantSpill: SpillAllBusy, wantHome: true},
-		{name: "replicas, two of room", replicas: 2, others: 8, wantSpill: SpillConcurrency},
-		{name: "alone, home too far above", replicas: 1, others: 10 - overflowStay - 1, wantSpill: SpillConcurrency},
-		{name: "threshold 4, one of room", replicas: 1, threshold: 4, others: 3, wantSpill: SpillConcurrency},
+		{name: "alone, one of room", others: 9, wantSpill: SpillAllBusy, wantHome: true},
+		{name: "alone, two of room", others: 8, wantSpill: SpillConcurrency},
+		{name: "alone, home too far above", others: 10 - overflowStay - 1, wantSpill: SpillConcurrency},
+		{name: "threshold 4, one of room", threshold: 4, others: 3, wantSpill: SpillConcurrency},
 	} {
 		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-		p.SetReplicas(tc.replicas)
 		threshold := cmp.Or(tc.threshold, 10)
 		cfg := p.table.Load().cfg
 		cfg.ConcurrencyThreshold = int(threshold)
@@ -535,94 +517,17 @@ func TestSpillsOnlyWhereThereIsRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := textReq("a prompt whose instance is at the threshold")
-		home, _ := p.Peek(req)
-		var loads []InstanceLoad
-		for _, in := range fleet(3) {
+		home := placedOn(t, p, req)
+		for _, m := range p.table.Load().members {
 			n := tc.others
-			if in.ID == home.Placed {
+			if m.ID == home {
 				n = threshold
 			}
-			loads = append(loads, InstanceLoad{ID: in.ID, Requests: n})
-		}
-		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
-		c := pick(t, p, req)
-		if c.Spill != tc.wantSpill || (c.Instance().ID == home.Placed) != tc.wantHome {
-			t.Fatalf("%s: went to %s with spill %q (home %s); want spill %q, home %v", tc.name, c.Instance().ID, c.Spill, home.Placed, tc.wantSpill, tc.wantHome)
-		}
-		c.Done()
-	}
-}
-
-// When every instance looks busy, overflow keeps within this replica's
-// fixed slice ⌈T/R⌉ of each instance while one has room in it, even if the
-// least loaded by the (possibly stale) shared picture is one where this
-// replica already holds its slice: that is what keeps an instance within
-// T + R whatever the reports say.
-func TestAllBusyOverflowKeepsWithinTheFixedSlice(t *testing.T) {
-	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-	p.SetReplicas(2) // threshold 10: a slice of 5
-	p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: []InstanceLoad{
-		{ID: "vllm-0", Requests: 4}, {ID: "vllm-1", Requests: 10}, {ID: "vllm-2", Requests: 10}}})
-	p.table.Load().members[0].stat.inFlight.Store(5) // this replica's slice of vllm-0, not yet reported
-	c := pick(t, p, textReq("a prompt that finds every instance busy"))
-	if c.Spill != SpillAllBusy {
-		t.Fatalf("spill %q, want %q", c.Spill, SpillAllBusy)
-	}
-	if c.Instance().ID == "vllm-0" {
-		t.Fatalf("overflow went to vllm-0, where this replica already holds its slice")
-	}
-}
-
-// Once every instance has reached the threshold in the reports, there is
-// no room left to keep the bound in: an all-busy request stays where its
-// key was placed, beyond this replica's slice, within overflowStay of the
-// least loaded, as one router would, adding at most a slice there between
-// two of its own reports. While one instance has room in the reports, or
-// once this replica has sent a slice since its last report, it keeps to the
-// slice.
-func TestAllBusyOverflowStaysHomeWhenTheFleetIsFull(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		other        int64 // what one instance other than home reports
-		reportedHome int64 // this replica's own last report of home
-		stays        bool
-	}{
-		{name: "full", other: 10, reportedHome: 1, stays: true},
-		{name: "room in the reports", other: 8, reportedHome: 1, stays: false},
-		// A spill needs two requests of room (spillRoom): one is none.
-		{name: "one request under the threshold in the reports", other: 9, reportedHome: 1, stays: true},
-		{name: "a slice sent since the last report", other: 10, reportedHome: 0, stays: false},
-	} {
-		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
-		p.SetReplicas(2) // threshold 10: a slice of 5
-		req := textReq("a prompt placed before the fleet filled up")
-		home, _ := p.Peek(req)
-		var loads []InstanceLoad
-		other := true // one instance other than home reports tc.other
-		for _, m := range p.table.Load().members {
-			reported := int64(10)
-			if other && m.ID != home.Placed {
-				reported, other = tc.other, false
-			}
-			loads = append(loads, InstanceLoad{ID: m.ID, Requests: reported})
-			if m.ID == home.Placed {
-				m.stat.inFlight.Store(tc.reportedHome)
-			}
-		}
-		p.LocalReport("peer", 0) // twice: the peer has applied the first
-		p.LocalReport("peer", 0)
-		p.ApplyPeer(Report{Replica: "peer", Epoch: 1, Loads: loads})
-		// This replica now holds its whole slice of home and one less
-		// elsewhere.
-		for _, m := range p.table.Load().members {
-			m.stat.inFlight.Store(map[bool]int64{true: 5, false: 4}[m.ID == home.Placed])
+			m.stat.inFlight.Store(n)
 		}
 		c := pick(t, p, req)
-		if c.Spill != SpillAllBusy {
-			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
-		}
-		if stayed := c.Instance().ID == home.Placed; stayed != tc.stays {
-			t.Fatalf("%s: went to %s (placed on %s), in flight %v; stayed home %v, want %v", tc.name, c.Instance().ID, home.Placed, inFlightByID(p), stayed, tc.stays)
+		if c.Spill != tc.wantSpill || (c.Instance().ID == home) != tc.wantHome {
+			t.Fatalf("%s: went to %s with spill %q (home %s); want spill %q, home %v", tc.name, c.Instance().ID, c.Spill, home, tc.wantSpill, tc.wantHome)
 		}
 		c.Done()
 	}
@@ -637,14 +542,11 @@ func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
 	const threshold = 10 // newPolicy's ConcurrencyThreshold
 	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 	req := textReq("a short chat whose key is placed on a busy instance")
-	home, err := p.Peek(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	home := placedOn(t, p, req)
 	for _, m := range p.table.Load().members {
 		m.stat.inFlight.Store(threshold + 1)
 	}
-	checkAllBusyStays(t, p, req, home.Placed, []allBusyCase{
+	checkAllBusyStays(t, p, req, home, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
 		{name: "prefilling 60k tokens", prefill: 60000, stays: false},
 		{name: "prefilling a little", prefill: 2000, stays: true},

@@ -37,9 +37,7 @@ func init() { register(PrefixAware, prefixAware{}, false) }
 //     index says a member was recently sent this anchor (or a deeper
 //     block), the request sticks to it; otherwise the anchor's HRW order is
 //     walked to the first member whose recent request share is within
-//     ShareSlack of the set's average. Shares are global (every replica's
-//     decisions) and the index holds every replica's placements, so
-//     replicas decide alike. A new key with a long prefill goes where that
+//     ShareSlack of the set's average. A new key with a long prefill goes where that
 //     prefill finishes first instead (coldPlacement).
 //  3. The overload guard (guard) on the fallback order (fallbackOrder: the
 //     parent set first, which is warm for the shared part, then the rest of
@@ -58,22 +56,11 @@ type walk struct {
 	leaf, shared int
 }
 
-func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Choice, commit bool) {
-	var hbuf [96]uint64
+func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
 	var sbuf, pbuf [32]int
-	w := p.replicaSets(t, req, allowed, hbuf[:0], sbuf[:0], pbuf[:0])
+	w := p.replicaSets(t, key, allowed, sbuf[:0], pbuf[:0])
 	depths := recordDepths(w.leaf, len(w.hashes))
-	x := p.expect(req, t.blockSize, w, depths)
-	if commit {
-		// Peers count exactly what this replica counts. They were sent
-		// the blocks up to the anchor only, so the replica owning a
-		// document's instance, which decides all its requests, counted its
-		// deeper blocks alone, walked past the window on them and placed
-		// requests where its peers' walks did not (rag, 3 replicas: 363 of
-		// 375 agreed; now 374–375).
-		p.pop.record(w.hashes)
-		p.log.addSeen(w.hashes)
-	}
+	x := p.expect(key, t.blockSize, w, depths)
 	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
 	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
@@ -82,14 +69,39 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 	m := t.members[c.order[0]]
 	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
 	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
-	if commit && (c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat)) {
-		// A spill is not remembered, so that the key returns to its own
-		// instance, where its cache is, once the overload is over; but a
-		// spill of a long prompt cold there is (see remembersSpill).
-		p.index.addDepths(w.hashes, depths, m.stat.token, ver)
-		p.log.add(w.hashes, depths, m.stat.token, ver)
-		c.Moved = moved
+	// What Pick records once the decision is made (see learn): every block
+	// carried, and where the key now lives. A spill is not remembered, so
+	// that the key returns to its own instance, where its cache is, once
+	// the overload is over; but a spill of a long prompt cold there is (see
+	// remembersSpill).
+	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
+}
+
+// learning is what a PREFIX_AWARE decision teaches the policy, recorded
+// by learn after the decision.
+type learning struct {
+	hashes   []uint64
+	depths   []int
+	token    uint32
+	ver      uint32
+	remember bool
+	moved    string
+}
+
+// learn records a decision: the popularity of every block it carried and,
+// when the key's placement is remembered, the index entries at its depths.
+func (p *Policy) learn(c *Choice) {
+	l := &c.learning
+	if l.hashes == nil {
+		return
 	}
+	p.pop.record(l.hashes)
+	if l.remember {
+		p.index.addDepths(l.hashes, l.depths, l.token, l.ver)
+		c.Moved = l.moved
+	}
+	*l = learning{}
 }
 
 // remembersSpill reports whether a spill off the instance with stat s is
@@ -98,10 +110,7 @@ func (prefixAware) decide(p *Policy, t *table, req Request, allowed []int, c *Ch
 // to prefill there). The prompt then lives only where it went; forgotten,
 // the key's next request went back to s and prefilled it a second time.
 // A short prompt is not remembered: prefilling it again costs little, and
-// each replica spills by its own picture of the load, so a remembered
-// spill is a placement the other replicas learn a report late (remembering
-// every cold spill made two replicas agree on 96.5 % of support-bot, not
-// 97.5 %, in TestReplicasAgree). On the Mooncake trace, one router, hit
+// its key is better off back home once the overload is over. On the Mooncake trace, one router, hit
 // rate (TTFT p90 median): no spill remembered, 19.8–21.4 % in ten runs,
 // median 20.9 % (1.95 s); every cold spill, 20.6–21.8 % in twelve, median
 // 21.2 % (1.94 s); long prompts only, 20.5–21.7 % in six, median 21.15 %
@@ -125,34 +134,30 @@ func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
 }
 
 // replicaSets walks the block chain (step 1), using the given buffers.
-func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint64, set, pbuf []int) walk {
-	seed := scopeSeed(t.cfg.HashSeed, req.Model, req.Tenant)
-	bs := t.blockSize
-	window := min(req.WindowBytes, len(req.Text))
-	hashes = blockChain(hashes, seed, req.Text[:window], bs)
+// The walk reads the key's lookahead blocks (those past WindowBlocks) only
+// when every block of the window is shared by a dominant fraction.
+func (p *Policy) replicaSets(t *table, key Key, allowed []int, set, pbuf []int) walk {
+	hashes := key.Hashes
 	if len(hashes) == 0 {
-		hashes = append(hashes, seed)
+		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
-	lookahead := req.Text[window:]
-	// A partial last window block would otherwise be re-hashed with
-	// lookahead bytes; lookahead blocks start where the window ends.
+	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
 	set = append(set, allowed...)
-	w := walk{leaf: -1, choices: placementChoices}
+	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
 	for i := 0; ; i++ {
-		if i == len(hashes) {
-			if len(lookahead) == 0 {
+		if i == len(w.hashes) {
+			if len(w.hashes) == len(hashes) {
 				break
 			}
 			// Every block of the window is shared by a dominant fraction:
-			// read on, hashing the whole lookahead at once so that its
-			// blocks' popularity is learnt together rather than one block
-			// per generation of requests.
-			hashes = blockChain(hashes, hashes[i-1], lookahead, bs)
-			lookahead = nil
+			// read on, the whole lookahead at once, so that its blocks'
+			// popularity is learnt together rather than one block per
+			// generation of requests.
+			w.hashes = hashes
 		}
-		h := hashes[i]
+		h := w.hashes[i]
 		est := p.pop.estimate(h)
 		if est >= 2 && w.shared == i {
 			w.shared = i + 1
@@ -169,12 +174,11 @@ func (p *Policy) replicaSets(t *table, req Request, allowed []int, hashes []uint
 		}
 		set = append(set[:0], ranked[:r]...)
 	}
-	w.hashes = hashes
 	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
 		// served by the replica set; balance by share over all of it.
-		w.leaf = len(hashes) - 1
-		w.parent = rank(t, set, hashes[w.leaf], pbuf)
+		w.leaf = len(w.hashes) - 1
+		w.parent = rank(t, set, w.hashes[w.leaf], pbuf)
 		w.choices = len(w.parent)
 	}
 	return w
@@ -235,8 +239,8 @@ type expectation struct {
 	entries     [maxRecordDepths]indexEntry
 }
 
-func (p *Policy) expect(req Request, bs int, w walk, depths []int) expectation {
-	x := expectation{prompt: p.promptTokens(req), bs: bs, textLen: len(req.Text), shared: w.shared}
+func (p *Policy) expect(key Key, bs int, w walk, depths []int) expectation {
+	x := expectation{prompt: p.tokensOf(key.PromptBytes), bs: bs, textLen: key.TextBytes, shared: w.shared}
 	x.n = copy(x.depths[:], depths)
 	x.hashed = len(w.hashes)
 	p.index.entries(w.hashes, x.depths[:x.n], x.entries[:x.n])
@@ -599,13 +603,10 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 }
 
 // hasRoom reports whether a spill may go to an instance: it has at least
-// spillRoom requests of room under the threshold and is not over it by
-// this replica's part of the headroom (see overThreshold). The count comes
-// first: it already decides overThreshold's first rule, and in a saturated
-// fleet, where spills walk past most instances, it fails without the rest.
+// spillRoom requests of room under the threshold.
 func (p *Policy) hasRoom(t *table, m int) bool {
 	threshold := int64(t.cfg.ConcurrencyThreshold)
-	return p.requests(t.members[m].stat)+spillRoom(threshold) <= threshold && !p.overThreshold(t, m)
+	return p.requests(t.members[m].stat)+spillRoom(threshold) <= threshold
 }
 
 // spillRoom is how many requests of room under the threshold an instance
@@ -640,10 +641,7 @@ const overflowSlack = 1
 // the instance the key was placed on may have and still keep an all-busy
 // request. Every instance then queues, and the placed one holds the
 // prefix: the prefill it saves is worth more than a couple of requests
-// more in its queue. It is also where every replica would send the request
-// (placement is what they agree on), so replicas that keep overflow at home
-// agree where those that each pick a least-loaded instance from their own,
-// slightly different, counts do not. In the benchmark (sharegpt and
+// more in its queue. In the benchmark (sharegpt and
 // mixed-length, where 65–90 % of requests find their instance at the
 // threshold): one router 60.1 → 63.6 % and 43.3 → 50.5 % hit rate, TTFT
 // p90 89 → 88 ms and 291 → 239 ms; two routers 48.5 → 57.0 % and 38.3 →
@@ -653,20 +651,23 @@ const overflowSlack = 1
 const overflowStay = 3
 
 // overflow picks where a request goes when no instance has room under the
-// threshold (see hasRoom): the instance the key was placed on, where the
-// bounds between replicas let it stay (see mayStayHome) and staysHome says
-// it does; otherwise, among the available instances (within this replica's
-// fixed slice while any has room in it, see overflowPool) with at most
-// overflowSlack more requests in flight than the least loaded of them, the
-// one where the request would see its first token soonest: the least token
-// load plus the prompt it would have to prefill there, which favours an
-// instance that holds its prefix. Counting requests alone sends overflow to
-// whichever instance happens to have one fewer, cold for the prefix, though
-// in a continuously batching engine one more running request delays a
-// prefill far less than prefilling the whole prompt does.
+// threshold (see hasRoom): the instance the key was placed on, when
+// staysHome says it does; otherwise, among the available instances with at
+// most overflowSlack more requests in flight than the least loaded of
+// them, the one where the request would see its first token soonest: the
+// least token load plus the prompt it would have to prefill there, which
+// favours an instance that holds its prefix. Counting requests alone sends
+// overflow to whichever instance happens to have one fewer, cold for the
+// prefix, though in a continuously batching engine one more running
+// request delays a prefill far less than prefilling the whole prompt does.
 func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	var buf [64]int
-	pool := p.overflowPool(t, order, buf[:0])
+	pool := buf[:0]
+	for i, m := range order {
+		if p.available(t, m) {
+			pool = append(pool, i)
+		}
+	}
 	if len(pool) == 0 {
 		return p.leastLoaded(t, order)
 	}
@@ -684,7 +685,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 			best, bestWork = i, work
 		}
 	}
-	if least, ok := p.mayStayHome(t, order, pool, least); ok && p.staysHome(t, order[0], least, bestWork, x) {
+	if pool[0] == 0 && p.staysHome(t, order[0], least, bestWork, x) {
 		return 0
 	}
 	return best
@@ -707,17 +708,13 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 // router behind the spreader) short chats' TTFT p99 fell from 416–455 ms
 // (three runs) to 149–339 ms (six), and p90 over all requests from a median
 // of 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit
-// rate (50–55 %); run directly, without the spreader, six alternating
-// rounds read p90 206 against 232 ms, within that workload's spread.
-// Mooncake's hit rate stayed at 21.0 % (two runs, against 20.6 and 21.0 %).
+// rate (50–55 %).
 //
 // The second rule: a request for a long document cached on m left it for
 // an instance with a few requests fewer, to prefill the whole document
 // there cold, which cost it more than the queue it avoided, and pushed the
 // document's next requests out of the cache of one more instance. In the
-// same workload (one router, three runs each) repeated documents sent cold
-// to an instance that had never had them fell from 58–69 to 44–56 per run,
-// cold documents from 177–188 to 160–174, and the hit rate rose from
+// same workload (one router, three runs each) the hit rate rose from
 // 50.0–53.3 to 52.6–57.9 % (six runs), p90 from 106–171 to 91–104 ms.
 func (p *Policy) staysHome(t *table, m int, least, work int64, x *expectation) bool {
 	s := t.members[m].stat
@@ -726,83 +723,6 @@ func (p *Policy) staysHome(t *table, m int, least, work int64, x *expectation) b
 		return !p.clearlyMore(home, work)
 	}
 	return p.clearlyMore(work, home)
-}
-
-// mayStayHome reports whether the bounds between replicas let an all-busy
-// request stay on the instance its key was placed on (order[0]), and the
-// fewest requests in flight that staysHome compares it with: the least
-// loaded of pool (least), or of all instances. Staying home keeps to this
-// replica's slice like the rest of the overflow while the fleet has room in
-// the shared picture: a replica that merely sees every instance busy, its
-// own sends since its last report filling its part of their headroom, would
-// otherwise take the instance past T + R (in the e2e suite, 7 in flight
-// against 6 with threshold 4 and two replicas). That holds for an instance
-// this replica owns, too: staying there within overflowStay of the least
-// took one to 8 in the same test (each of two replicas owning two of four
-// instances). Until the reports say the fleet is full, an owner may stay
-// home only while that keeps the instance at most T + R − 1 by its count;
-// otherwise the request goes where the least loaded of pool is. Once no
-// instance has room for a spill in the reports (fleetFull), there is no
-// bound left to keep, as with one router: the request may stay home,
-// compared with the least loaded of all instances, as every replica would
-// decide, but adding at most its slice ⌈T/R⌉ there beyond what every peer
-// is sure to know of it (see pullers): a picture that stopped being
-// refreshed (a peer that no longer pulls, reports stuck at "full") then
-// falls back to the slice instead of letting every replica pile onto the
-// instances it believes least loaded. In the benchmark (sharegpt and
-// mixed-length, saturated, 3 replicas) that raised the hit rate from 49.6
-// to 56.4 % and 40.8 to 43.8 %, TTFT p90 105 → 98 ms and 407 → 364 ms, and
-// decision agreement from 48 to 77 % and 40 to 67 % of peeked requests.
-func (p *Policy) mayStayHome(t *table, order, pool []int, least int64) (int64, bool) {
-	s := t.members[order[0]].stat
-	if pool[0] == 0 {
-		// On an instance this replica owns (it decides alone there,
-		// without a slice), staying is bounded too while the reports
-		// show room: to at most T + R − 1, the bound slices keep (see
-		// above).
-		if s.owned.Load() && p.requests(s) >= int64(t.cfg.ConcurrencyThreshold)+p.replicas.Load()-1 && !p.fleetFull(t, order) {
-			return 0, false
-		}
-		return least, true
-	}
-	// The cheap checks first: fleetFull reads every instance.
-	if !p.available(t, order[0]) || beyondKnown(s) >= p.slice(t, s) || !p.fleetFull(t, order) {
-		return 0, false
-	}
-	return p.requests(t.members[order[p.leastLoaded(t, order)]].stat), true
-}
-
-// overflowPool appends to out the positions in order of the available
-// instances where this replica may add a request: those it owns, and
-// those where it holds less than its fixed slice ⌈T/R⌉ of the threshold;
-// or, when there are none, of every available instance. When every
-// instance looks busy, the shared picture may be stale (another replica's
-// sends are not in it yet); overflow that keeps within the fixed slice
-// still cannot take an instance past R × ⌈T/R⌉ ≤ T + R − 1, whatever the
-// reports say, until this replica's slice is full on every instance.
-func (p *Policy) overflowPool(t *table, order []int, out []int) []int {
-	for i, m := range order {
-		s := t.members[m].stat
-		if p.available(t, m) && (p.decidersOf(s) == 1 || s.inFlight.Load() < p.slice(t, s)) {
-			out = append(out, i)
-		}
-	}
-	if len(out) > 0 {
-		return out
-	}
-	for i, m := range order {
-		if p.available(t, m) {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// slice is this replica's fixed slice ⌈T/R⌉ of the instance's threshold
-// (all of it, R = 1, on an instance it owns).
-func (p *Policy) slice(t *table, s *stat) int64 {
-	r := p.decidersOf(s)
-	return (int64(t.cfg.ConcurrencyThreshold) + r - 1) / r
 }
 
 // moveToFront moves order[i] to the front, keeping the rest in order, so

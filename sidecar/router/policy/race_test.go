@@ -32,7 +32,7 @@ func TestConcurrentPicksKeepTheThreshold(t *testing.T) {
 		for range instances * threshold {
 			wg.Go(func() {
 				<-start
-				if _, err := p.Pick(req); err != nil {
+				if _, err := p.Pick(p.Key(req)); err != nil {
 					t.Error(err)
 				}
 			})

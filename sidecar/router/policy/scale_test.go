@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
-	"maps"
 	"math/rand/v2"
-	"strings"
 	"testing"
 )
 
@@ -89,21 +86,21 @@ func TestScaleOutMovesOnlyTheNewcomersKeys(t *testing.T) {
 	}
 }
 
-// TestRestoredReplicaSeesTheNewcomerAsItsPeer: a replica that restarted
-// while the fleet grew restores a peer's snapshot that does not know the
-// new instance yet, and must then place as the peer does once the peer
-// sees the new instance, not take it for an empty instance to fill.
-func TestRestoredReplicaSeesTheNewcomerAsItsPeer(t *testing.T) {
+// TestSuccessorSeesTheNewcomerAsItsLeader: a picker that takes over
+// restores the old leader's snapshot, which does not know an instance
+// that joined meanwhile, and must then place as the old leader would have
+// once it saw the new instance, not take it for an empty instance to fill.
+func TestSuccessorSeesTheNewcomerAsItsLeader(t *testing.T) {
 	reqs := scaleStream(700, 3)
-	peer := newPolicy(t, PrefixAware, 7, Tuning{DecayEvery: 1 << 20})
-	routeAll(t, peer, reqs)
-	fresh := New(Tuning{DecayEvery: 1 << 20})
-	grow(t, fresh, 8)
-	if err := fresh.Restore(peer.Snapshot()); err != nil {
+	leader := newPolicy(t, PrefixAware, 7, Tuning{DecayEvery: 1 << 20})
+	routeAll(t, leader, reqs)
+	successor := New(Tuning{DecayEvery: 1 << 20})
+	grow(t, successor, 8)
+	if err := successor.Restore(leader.Snapshot()); err != nil {
 		t.Fatal(err)
 	}
-	grow(t, peer, 8)
-	a, b := routeAll(t, peer, reqs), routeAll(t, fresh, reqs)
+	grow(t, leader, 8)
+	a, b := routeAll(t, leader, reqs), routeAll(t, successor, reqs)
 	differ := 0
 	for i := range a {
 		if a[i] != b[i] {
@@ -111,91 +108,8 @@ func TestRestoredReplicaSeesTheNewcomerAsItsPeer(t *testing.T) {
 		}
 	}
 	if differ > 0 {
-		t.Fatalf("the restored replica placed %d of %d requests elsewhere than its peer", differ, len(reqs))
+		t.Fatalf("the successor placed %d of %d requests elsewhere than the old leader", differ, len(reqs))
 	}
-}
-
-// TestScaleOutWithReplicasMovesLittleBetweenSurvivors follows the e2e
-// suite's scale spec in process: two replicas behind a spreader that
-// alternates them per round, conversations behind a shared 6,000-character
-// system prompt, reports crossing about every 10 decisions, 4 → 5
-// instances. It counts the (conversation, replica) pairs whose instance
-// changed between two instances that were both there before: keys that
-// share balance moved after the newcomer took its fifth. Each old instance
-// loses a random fifth of its keys, which can leave one over move-slack,
-// and it sheds keys until its share, a count of past decisions, shows the
-// relief: more than needed. Over 300 seeds, the worst seed moved 4.2 % of
-// the pairs with 240 conversations (7 seeds over 2 %), 2.7 % with 480 (1
-// seed), 0.9 % with 960 (none), which the e2e spec now runs.
-func TestScaleOutWithReplicasMovesLittleBetweenSurvivors(t *testing.T) {
-	const seeds, groups = 40, 960
-	var worst float64
-	for seed := uint64(1); seed <= seeds; seed++ {
-		worst = max(worst, scaleWithReplicas(t, seed, groups))
-	}
-	t.Logf("4→5 with 2 replicas and %d conversations, %d seeds: at most %.2f %% of pairs moved between survivors", groups, seeds, 100*worst)
-	if worst > 0.02 {
-		t.Errorf("%.2f %% of pairs moved between survivors in one seed, want at most 2 %%", 100*worst)
-	}
-}
-
-// scaleWithReplicas runs one seed of the test above and returns the
-// fraction of pairs moved between survivors.
-func scaleWithReplicas(t *testing.T, seed uint64, groups int) float64 {
-	t.Helper()
-	system := strings.Repeat("support policy clause: customers may ask about orders, returns and warranties. ", 80)[:6000]
-	rng := rand.New(rand.NewPCG(seed, 7))
-	names := []string{"router-0", "router-1"}
-	config := func(n int) Config {
-		return Config{Strategy: PrefixAware, Model: "m", HashSeed: seed, PrefixLength: 16384, ConcurrencyThreshold: 64, Instances: fleet(n)}
-	}
-	ps := make([]*Policy, len(names))
-	for i := range ps {
-		ps[i] = New(Tuning{})
-		if err := ps[i].Update(config(4)); err != nil {
-			t.Fatal(err)
-		}
-		ps[i].SetReplicas(len(names))
-	}
-	seen := map[[2]int]uint64{}
-	exchange := func() { pullAll(ps, names, seen) }
-	last := map[[2]int]string{}
-	var inFlight []*Choice
-	n := 0
-	rounds := func(k int) {
-		for range k {
-			for g := range groups {
-				n++
-				via := (g + n/groups) % len(ps)
-				text := system + fmt.Sprintf("Conversation %d: my parcel has not arrived, here is everything I know about it. ", g)
-				c := pick(t, ps[via], Request{Text: []byte(text), WindowBytes: len(text)})
-				last[[2]int{g, via}] = c.Instance().ID
-				if inFlight = append(inFlight, c); len(inFlight) > 8 {
-					inFlight[0].Done()
-					inFlight = inFlight[1:]
-				}
-				if rng.IntN(10) == 0 {
-					exchange()
-				}
-			}
-		}
-	}
-	rounds(6)
-	before := maps.Clone(last)
-	for _, p := range ps {
-		if err := p.Update(config(5)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exchange()
-	rounds(4)
-	between := 0
-	for k, from := range before {
-		if to := last[k]; to != from && to != "vllm-4" {
-			between++
-		}
-	}
-	return float64(between) / float64(len(before))
 }
 
 // TestKeyMovesSayWhy: a key the index knew that goes to a newcomer whose

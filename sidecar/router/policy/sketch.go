@@ -57,17 +57,6 @@ func (p *popularity) record(hashes []uint64) {
 	p.counted(1)
 }
 
-// add counts what a peer's requests carried (Report.Seen).
-func (p *popularity) add(seen []SeenHash, requests int64) {
-	for _, s := range seen {
-		p.slot(0, s.Hash).Add(s.Count)
-		p.slot(1, s.Hash).Add(s.Count)
-	}
-	if requests > 0 {
-		p.counted(requests)
-	}
-}
-
 // counted adds n requests to the total, halving every count each
 // decayEvery requests.
 func (p *popularity) counted(n int64) {
@@ -75,10 +64,7 @@ func (p *popularity) counted(n int64) {
 	if p.since.Add(n) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
 		// Halving keeps the estimate about the last ~2×decayEvery requests;
 		// a concurrent increment may be halved or not, which is noise well
-		// below the fractions the policy compares. The excess carries over
-		// (a peer's report adds many requests at once), so that halvings
-		// fall every decayEvery requests of the whole traffic, at the same
-		// points on every replica that counts it.
+		// below the fractions the policy compares.
 		p.since.Add(-p.decayEvery)
 		for i := range p.counts {
 			if v := p.counts[i].Load(); v != 0 {

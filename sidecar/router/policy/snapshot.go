@@ -7,10 +7,11 @@ import (
 	"slices"
 )
 
-// A snapshot carries what a replica has learnt — the popularity sketch, the
-// prefix index and the shares — so that a restarted replica, restored from
-// a peer's, decides as its peers do from its first request instead of
-// relearning (and disagreeing) for thousands of requests. Format, all
+// A snapshot carries what the elected picker has learnt — the popularity
+// sketch, the prefix index and the shares — so that a leader that steps
+// down gracefully hands it to its successor (sidecar/router/picker), which
+// then decides from its first request as the old leader would have instead
+// of relearning for thousands of requests. Format, all
 // integers unsigned varints unless said otherwise:
 //
 //	"WRPS" version(=3, 1 byte)
@@ -83,11 +84,8 @@ func (p *Policy) Snapshot() []byte {
 	return binary.AppendUvarint(b, uint64(max(p.shareSince.Load(), 0)))
 }
 
-// Restore replaces the popularity sketch and the prefix index with a
-// snapshot's, and seeds the shares: each instance's own share becomes the
-// snapshot's global share divided among SetReplicas replicas (the peers'
-// reports add theirs; shares are compared as ratios, so the seed only has
-// to be in proportion, and decays like any other count). It refuses
+// Restore replaces the popularity sketch, the prefix index and the shares
+// with a snapshot's. It refuses
 // anything that is not a well-formed snapshot of a sketch of the same width,
 // changing nothing.
 func (p *Policy) Restore(data []byte) error {
@@ -99,13 +97,12 @@ func (p *Policy) Restore(data []byte) error {
 	for i, id := range s.ids {
 		stats[i] = p.stats.get(id)
 	}
-	replicas := max(p.replicas.Load(), 1)
 	for i, st := range stats {
-		st.share.Store(int64(s.shares[i]) / replicas)
+		st.share.Store(int64(s.shares[i]))
 	}
 	if t := p.table.Load(); t != nil {
-		// Instances the peer did not know yet joined while this replica
-		// was away: seeded as Update seeds instances that join.
+		// Instances the old leader did not know yet: seeded as Update
+		// seeds instances that join.
 		var joined []*stat
 		for _, m := range t.members {
 			if !slices.Contains(stats, m.stat) {

@@ -10,28 +10,14 @@ import (
 // released) on the same counters.
 type stat struct {
 	token    uint32       // small stable number used in the prefix index
-	inFlight atomic.Int64 // requests sent through this router and not finished
-	// prefill estimates the prompt tokens of this router's requests that
+	inFlight atomic.Int64 // requests decided and not finished
+	// prefill estimates the prompt tokens of the requests decided that
 	// the instance has yet to prefill (charged at the decision, released at
 	// the first token).
 	prefill atomic.Int64
-	// share is a decayed count of decisions that chose this instance: the
-	// router's recent request share, which placement of new keys balances.
+	// share is a decayed count of decisions that chose this instance: its
+	// recent request share, which placement of new keys balances.
 	share atomic.Int64
-	// The peers' latest reports, summed (see ApplyPeer); written only by
-	// recomputePeers.
-	peerRequests, peerPrefill, peerShare atomic.Int64
-	// What this replica last reported of itself (see LocalReport): the
-	// share it compares while it has peers (globalShare), the requests
-	// every replica counts alike (reportedRequests), and the prefill that
-	// placement compares (placementLoad).
-	pubRequests, pubShare, pubPrefill atomic.Int64
-	// knownRequests is the part of this replica's requests that every peer
-	// is sure to have in its picture (see pullers): what overThreshold
-	// counts this replica's sends beyond.
-	knownRequests atomic.Int64
-	// owned is set while this replica owns the instance (see decidersOf).
-	owned atomic.Bool
 	// joined is 1 + the share epoch in which the instance joined a running
 	// fleet (0: it was there from the start); see joining.
 	joined atomic.Int64

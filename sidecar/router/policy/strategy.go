@@ -12,12 +12,12 @@ import (
 type Strategy = routing.Strategy
 
 // strategy is one routing strategy. decide fills c.order (the instance to
-// use first, then the fallback order) and c.Spill for req among the allowed
-// instances. With commit false it is a Peek: it must leave everything the
-// policy learns (popularity, prefix index, placement log) untouched. The
-// caller counts the chosen instance in flight and in the shares.
+// use first, then the fallback order) and c.Spill for key among the allowed
+// instances, and changes nothing: what the decision teaches the policy goes
+// in c.learning, which Pick records after it (see learn), and Pick counts
+// the chosen instance in flight and in the shares.
 type strategy interface {
-	decide(p *Policy, t *table, req Request, allowed []int, c *Choice, commit bool)
+	decide(p *Policy, t *table, key Key, allowed []int, c *Choice)
 }
 
 // registration is one entry of the strategy table.

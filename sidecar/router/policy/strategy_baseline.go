@@ -11,16 +11,10 @@ func init() { register(Baseline, baseline{}, true) }
 
 type baseline struct{}
 
-// decide hashes the whole window once, places it by HRW, and overflows to
+// decide places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
-func (baseline) decide(p *Policy, t *table, req Request, allowed []int, c *Choice, _ bool) {
-	seed := scopeSeed(t.cfg.HashSeed, req.Model, req.Tenant)
-	key := seed
-	if w := min(req.WindowBytes, len(req.Text)); w > 0 {
-		var buf [1]uint64
-		key = blockChain(buf[:0], seed, req.Text[:w], w)[0]
-	}
-	order := rank(t, allowed, key, nil)
+func (baseline) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
+	order := rank(t, allowed, key.windowHash(t.cfg.HashSeed), nil)
 	c.order = order
 	first := order[0]
 	if p.available(t, first) && !p.overThreshold(t, first) {

@@ -13,7 +13,7 @@ func init() { register(Random, random{}, false) }
 
 type random struct{}
 
-func (random) decide(p *Policy, t *table, _ Request, allowed []int, c *Choice, _ bool) {
+func (random) decide(p *Policy, t *table, _ Key, allowed []int, c *Choice) {
 	c.order = p.healthy(t, allowed)
 	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
 }

@@ -93,7 +93,7 @@ func BenchmarkDecision(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					c, err := p.Pick(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes})
+					c, err := p.Pick(p.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes}))
 					if err != nil {
 						b.Fatal(err)
 					}

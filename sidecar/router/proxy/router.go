@@ -25,6 +25,7 @@ import (
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/metrics"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
@@ -63,6 +64,19 @@ type Options struct {
 	StrategyOverride policy.Strategy
 	// Tuning tunes the policy.
 	Tuning policy.Tuning
+	// Picker says who decides: "" or PickerSelf, this router (alone, or
+	// the leader of a fixed set); a host:port, the sibling whose pick
+	// listener that is; PickerElected, whoever the election names (the
+	// caller runs Picker().Elect).
+	Picker string
+	// Replica names this router to the picker.
+	Replica string
+	// Keys key the block hashes and sign the pick API; every replica of
+	// an endpoint needs the same (zero: keys of this process's own, for a
+	// router that decides alone).
+	Keys picker.Keys
+	// PickTimeout bounds a pick call (0: picker.DefaultPickTimeout).
+	PickTimeout time.Duration
 	// Salts derives each tenant's cache_salt (nil: a random key of this
 	// process's own, see tenancy.RandomSalter).
 	Salts *tenancy.Salter
@@ -83,6 +97,12 @@ type Options struct {
 	Metrics   *metrics.Metrics
 }
 
+// Who decides (Options.Picker).
+const (
+	PickerSelf    = "self"
+	PickerElected = "elected"
+)
+
 // state is the part of the document the HTTP side needs.
 type state struct {
 	doc      *routingv1alpha1.Document
@@ -93,15 +113,14 @@ type state struct {
 
 // Router serves traffic.
 type Router struct {
-	opts     Options
+	opts Options
+	// policy is this replica's own: it hashes requests into keys, counts
+	// this replica's requests, and decides while no picker answers.
 	policy   *policy.Policy
+	picker   *picker.Picker
 	state    atomic.Pointer[state]
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
-	// owners relays requests to the replica that owns their instance
-	// (forward.go), over its own connection pool.
-	owners        *httputil.ReverseProxy
-	peerTransport http.RoundTripper
 	// upstreamAuth is the Authorization value sent to vLLM in place of
 	// the client's ("" to pass the client's through), see UpstreamAPIKey.
 	upstreamAuth string
@@ -139,6 +158,9 @@ func New(opts Options) *Router {
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
+	if opts.Keys.Zero() {
+		opts.Keys = picker.RandomKeys()
+	}
 	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}}
 	if opts.UpstreamAPIKey != "" && opts.Auth.Authenticated() {
 		r.upstreamAuth = "Bearer " + opts.UpstreamAPIKey
@@ -159,8 +181,17 @@ func New(opts Options) *Router {
 		ErrorLog:       StdLogger(opts.Log.WithName("reverseproxy")),
 		BufferPool:     bufferPool{},
 	}
-	r.peerTransport = NewTransport()
-	r.owners = r.newOwnerProxy()
+	r.picker = picker.New(picker.Options{Replica: opts.Replica, Keys: opts.Keys, Own: r.policy, Tuning: opts.Tuning,
+		PickTimeout: opts.PickTimeout, Metrics: picker.NewMetrics(r.opts.Metrics.Registry), Log: opts.Log.WithName("picker")})
+	switch opts.Picker {
+	case "", PickerSelf:
+		if err := r.picker.Lead(); err != nil {
+			panic(err) // no configuration yet: Lead cannot fail
+		}
+	case PickerElected:
+	default:
+		r.picker.Follow(opts.Picker)
+	}
 	return r
 }
 
@@ -226,8 +257,11 @@ func (r *Router) perInstance(get func(id string) int64) func(report func(backend
 // Metrics are the router's metrics.
 func (r *Router) Metrics() *metrics.Metrics { return r.opts.Metrics }
 
-// Policy exposes the policy (metrics, tests).
+// Policy exposes this replica's own policy (metrics, tests).
 func (r *Router) Policy() *policy.Policy { return r.policy }
+
+// Picker exposes who decides (the election, the pick listener, tests).
+func (r *Router) Picker() *picker.Picker { return r.picker }
 
 // Apply installs a routing document; it is the config loader's Apply. An
 // error leaves the document in force unchanged.
@@ -247,7 +281,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	cfg := policy.Config{
 		Strategy:             strategy,
 		Model:                doc.Model,
-		HashSeed:             doc.HashSeed,
+		HashSeed:             r.opts.Keys.HashSeed,
 		PrefixLength:         doc.PrefixAware.PrefixLength,
 		ConcurrencyThreshold: doc.PrefixAware.ConcurrencyThreshold,
 		Adapters:             make(map[string][]string, len(doc.Adapters)),
@@ -261,7 +295,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 		cfg.Adapters[a.Name] = a.Ready
 	}
 	prev := r.state.Load()
-	if err := r.policy.Update(cfg); err != nil {
+	if err := r.picker.Update(cfg); err != nil {
 		return fmt.Errorf("apply routing document: %w", err)
 	}
 	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
@@ -306,9 +340,13 @@ func (r *Router) Ready() bool { return r.state.Load() != nil && !r.draining.Load
 // the time the listener closes no client still holds a kept-alive
 // connection to reuse (closing idle connections at once instead races with
 // clients writing a request on them, which resets it).
+//
+// A leader hands over first: it stops deciding, keeps its state for its
+// successor and releases the Lease, so the successor starts warm; its own
+// requests from then on are decided by the successor or the fallback.
 func (r *Router) Drain() {
 	r.draining.Store(true)
-	r.policy.StopOwning()
+	r.picker.StepDown()
 }
 
 // Handler serves the traffic port. Until the first document arrives every
@@ -371,7 +409,7 @@ const (
 // request context from the handler through ReverseProxy.
 type route struct {
 	router *Router
-	choice *policy.Choice
+	choice *picker.Ticket
 	// body is what goes to vLLM: the client's body in pieces around the
 	// router's cache_salt (extract.SaltedBody), bodyLen bytes in all.
 	body     [][]byte
@@ -430,12 +468,9 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		r.reject(w, st.strategy, bad)
 		return
 	}
-	if r.toOwner(w, req, body, x) {
-		x.Release()
-		return
-	}
-	choice, err := r.policy.Pick(policyRequest(x))
-	x.Release() // the policy keeps hashes, never the text
+	key := r.policy.Key(policyRequest(x))
+	x.Release() // the picker is sent hashes, never the text
+	choice, err := r.picker.Pick(req.Context(), key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	if err != nil {
 		r.reject(w, st.strategy, unpickable(err, x.Model))
@@ -546,11 +581,6 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = rt.choice.Instance().Address
 	pr.Out.Host = ""
-	if pr.In.Header.Get(ForwardedHeader) != "" {
-		// From a peer: keep the client's address ahead of the peer's.
-		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-		pr.Out.Header.Del(ForwardedHeader)
-	}
 	pr.SetXForwarded()
 	r.opts.Auth.Strip(pr.Out.Header)
 	if r.upstreamAuth != "" {
@@ -653,7 +683,7 @@ func (r *Router) failed(id, source string, stalled bool) {
 	if d > r.opts.EjectMax || d <= 0 {
 		d = r.opts.EjectMax
 	}
-	r.policy.Eject(id, time.Now().Add(d))
+	r.picker.Eject(id, time.Now().Add(d))
 	r.opts.Metrics.Ejections.WithLabelValues(id, source).Inc()
 	r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(0)
 	r.opts.Log.Info("backend ejected", "backend", id, "source", source, "for", d.String(), "consecutiveFailures", f.n, "stalled", f.stalled)
@@ -672,7 +702,7 @@ func (r *Router) succeeded(id string, probe bool) {
 	delete(r.failures, id)
 	r.mu.Unlock()
 	if ok {
-		r.policy.Readmit(id)
+		r.picker.Readmit(id)
 		r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(1)
 	}
 }

@@ -1,0 +1,55 @@
+package picker
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func testKeys(t testing.TB, secret []byte) Keys {
+	t.Helper()
+	k, err := DeriveKeys(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func testConfig(keys Keys, n, threshold int) policy.Config {
+	cfg := policy.Config{Strategy: policy.PrefixAware, Model: "m", HashSeed: keys.HashSeed, PrefixLength: 1024, ConcurrencyThreshold: threshold}
+	for i := range n {
+		cfg.Instances = append(cfg.Instances, policy.Instance{ID: fmt.Sprintf("vllm-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1)})
+	}
+	return cfg
+}
+
+// newReplica is one router replica's picker under cfg.
+func newReplica(t testing.TB, name string, keys Keys, cfg policy.Config) *Picker {
+	t.Helper()
+	p := New(Options{Replica: name, Keys: keys, Own: policy.New(policy.Tuning{}), Tuning: policy.Tuning{}})
+	if err := p.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serve runs p's pick API on loopback.
+func serve(t testing.TB, p *Picker) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(p.Handler())
+	t.Cleanup(s.Close)
+	return s
+}
+
+func key(p *Picker, text string) policy.Key {
+	return p.opts.Own.Key(policy.Request{Text: []byte(text), WindowBytes: len(text), PromptBytes: len(text)})
+}
+
+func picks(t testing.TB, m *Metrics, source string) float64 {
+	t.Helper()
+	return counter(m.Picks.WithLabelValues(source))
+}

@@ -1,0 +1,129 @@
+package picker
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// ledger is the elected picker's state for one term: the policy that
+// decides for every router replica of the endpoint, and the requests in
+// flight it counts, by replica and the replica's sequence number. Its
+// epoch is random per term, so that a replica can tell a new picker (one
+// that does not know its requests yet) from the one it has been asking.
+type ledger struct {
+	epoch  uint64
+	policy *policy.Policy
+
+	mu      sync.Mutex
+	tickets map[ticketKey]*policy.Choice
+	// seen is when each replica last called; the requests of a replica
+	// silent for longer than ticketTTL are released (it died, or lost the
+	// picker: it will adopt them again into whichever picker it finds).
+	seen map[string]time.Time
+}
+
+type ticketKey struct {
+	replica string
+	seq     uint64
+}
+
+// ticketTTL is how long a replica may stay silent before the picker drops
+// the requests it counts for it: replicas with requests in flight call at
+// least every heartbeatEvery, so ten missed heartbeats mean it is gone.
+const ticketTTL = 10 * heartbeatEvery
+
+func newLedger(t policy.Tuning, cfg *policy.Config) (*ledger, error) {
+	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t),
+		tickets: map[ticketKey]*policy.Choice{}, seen: map[string]time.Time{}}
+	if cfg != nil {
+		if err := l.policy.Update(*cfg); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// pick decides a replica's request and counts it until the replica says
+// it is done.
+func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, error) {
+	l.apply(replica, req.Events, now)
+	c, err := l.policy.Pick(req.Key)
+	if err != nil {
+		return answer{}, err
+	}
+	prompt, prefill, _ := c.Charge()
+	a := answer{Epoch: l.epoch, Order: c.Order(), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen[replica] = now
+	k := ticketKey{replica, req.Seq}
+	if old, ok := l.tickets[k]; ok {
+		old.Done() // a replica never reuses a number; a restarted one might
+	}
+	l.tickets[k] = c
+	return a, nil
+}
+
+// apply applies a replica's events in order.
+func (l *ledger) apply(replica string, evs []event, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen[replica] = now
+	for _, e := range evs {
+		k := ticketKey{replica, e.Seq}
+		c, ok := l.tickets[k]
+		switch e.Kind {
+		case eventAdopt:
+			if ok {
+				continue
+			}
+			// A request decided by another picker, or by the replica's
+			// fallback: counted here from now on, so the threshold holds
+			// again right after a failover.
+			if c, err := l.policy.Follow(e.Order, e.Prompt, e.Prefill, e.Prefilled, policy.Decision{}); err == nil {
+				l.tickets[k] = c
+			}
+		case eventDone:
+			if ok {
+				c.Done()
+				delete(l.tickets, k)
+			}
+		case eventPrefilled:
+			if ok {
+				c.Prefilled()
+			}
+		case eventNext:
+			if ok && c.Instance().ID != e.Instance {
+				c.Next()
+			}
+		}
+	}
+}
+
+// expire releases the requests of replicas silent since before now − ttl.
+func (l *ledger) expire(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for r, at := range l.seen {
+		if now.Sub(at) <= ticketTTL {
+			continue
+		}
+		delete(l.seen, r)
+		for k, c := range l.tickets {
+			if k.replica == r {
+				c.Done()
+				delete(l.tickets, k)
+			}
+		}
+	}
+}
+
+// open is how many requests the ledger counts in flight.
+func (l *ledger) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.tickets)
+}

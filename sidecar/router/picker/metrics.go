@@ -1,0 +1,54 @@
+package picker
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the picker's, registered with the router's others.
+type Metrics struct {
+	// Picks counts decisions by who made them: leader (this replica, in
+	// process), picker (the elected sibling), fallback (nobody answered).
+	Picks        *prometheus.CounterVec
+	PickErrors   prometheus.Counter
+	PickDuration prometheus.Histogram
+	// Leader is 1 while this replica is the elected picker.
+	Leader prometheus.Gauge
+	// Handoffs counts terms started, by whether the old leader's state
+	// was restored (warm) or not (cold).
+	Handoffs *prometheus.CounterVec
+	// Refused counts pick API calls refused for want of a valid signature.
+	Refused prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "warmroute_router"
+	m := &Metrics{
+		Picks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "picks_total",
+			Help: "Routing decisions by who made them: leader (this replica, the elected picker), picker (the elected sibling, over the pick API), fallback (no picker answered: rendezvous hashing with this replica's own counts)."}, []string{"source"}),
+		PickErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pick_errors_total",
+			Help: "Pick API calls that failed (the picker unreachable, not leading, or too slow); each sends the replica to the fallback for a moment."}),
+		PickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "pick_duration_seconds",
+			Help: "Round trip of a pick API call to the elected sibling.", Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14)}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "picker_leader",
+			Help: "1 while this replica is the elected picker of its endpoint."}),
+		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "picker_terms_total",
+			Help: "Terms this replica started as the picker, by start: warm (restored the old leader's state), cold (none to restore)."}, []string{"start"}),
+		Refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pick_api_refused_total",
+			Help: "Pick API calls refused for want of a valid signature with the endpoint's key."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Handoffs, m.Refused)
+	}
+	return m
+}
+
+func (m *Metrics) picked(local bool) {
+	if local {
+		m.Picks.WithLabelValues("leader").Inc()
+	} else {
+		m.Picks.WithLabelValues("picker").Inc()
+	}
+}
+
+func (m *Metrics) fellBack() { m.Picks.WithLabelValues("fallback").Inc() }
+
+func (m *Metrics) refused() { m.Refused.Inc() }

@@ -1,0 +1,505 @@
+// Package picker makes one decision per request for every router replica
+// of an endpoint. The replicas elect a leader through a Kubernetes Lease
+// (elect.go); the leader holds the only policy that decides (ledger.go),
+// in process for its own requests and over an authenticated pick API
+// (server.go, auth.go) for its siblings'. A replica that is not the leader
+// is a stateless proxy: it hashes the request's routing text into a
+// policy.Key, asks the picker, forwards, and tells the picker when the
+// request's first token came and when it ended, so the picker's counts of
+// requests and tokens in flight are exact. While no picker answers, a
+// replica decides alone by a deterministic fallback (policy.Fallback) and
+// hands those requests to the next picker it reaches.
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// Options configure a Picker.
+type Options struct {
+	// Replica is this replica's name (its pod name), which the picker
+	// counts its requests under.
+	Replica string
+	// Keys sign the pick API and key the block hashes.
+	Keys Keys
+	// Own is this replica's policy: it hashes requests into keys, counts
+	// this replica's own requests, and decides while no picker answers.
+	Own *policy.Policy
+	// Tuning is the tuning of the policy this replica runs while it leads.
+	Tuning policy.Tuning
+	// PickTimeout bounds a pick call; past it the request falls back.
+	PickTimeout time.Duration
+	// Transport is the pick API client's transport (nil: NewTransport).
+	Transport http.RoundTripper
+	Metrics   *Metrics
+	Log       logr.Logger
+}
+
+// DefaultPickTimeout bounds a pick call: a decision takes microseconds and
+// a round trip in a cluster well under a millisecond, so a picker that
+// has not answered in 100 ms is stuck or gone, and the fallback is better
+// than waiting.
+const DefaultPickTimeout = 100 * time.Millisecond
+
+// downFor is how long a replica routes by the fallback after a pick call
+// failed, before it asks the picker again: requests in the meantime do
+// not each pay the timeout. Short, so that a new leader is used within a
+// fraction of a second of its first answer.
+const downFor = 250 * time.Millisecond
+
+// heartbeatEvery is how often a replica with requests in flight calls the
+// picker even when it has nothing to tell (see ledger.seen).
+const heartbeatEvery = time.Second
+
+// Picker is one replica's side of the picker: it asks the leader (itself
+// or a sibling), or falls back, and tracks its requests in flight.
+type Picker struct {
+	opts Options
+	cfg  atomic.Pointer[policy.Config]
+	seq  atomic.Uint64
+
+	mu sync.Mutex
+	// cur is the picker asked now (nil: none known, fall back).
+	cur *link
+	// lead is this replica's ledger while it leads.
+	lead *ledger
+	// retired is this replica's state after it stepped down, for its
+	// successor (see serveHandoff).
+	retired []byte
+	// epoch is the current picker's, once it has answered.
+	epoch uint64
+	// open is this replica's requests in flight.
+	open map[uint64]*Ticket
+	// adopt: some open request may not be counted by the current picker
+	// yet (see observe).
+	adopt     bool
+	downUntil time.Time
+
+	stop context.CancelFunc // ends the election, releasing the Lease
+	done chan struct{}
+}
+
+// link is one picker as a replica reaches it, with the queue of events
+// for it.
+type link struct {
+	conn   conn
+	queue  []event
+	signal chan struct{}
+	cancel context.CancelFunc
+}
+
+// New returns a Picker that falls back until told where the picker is
+// (Lead, Follow or an election).
+func New(opts Options) *Picker {
+	if opts.PickTimeout <= 0 {
+		opts.PickTimeout = DefaultPickTimeout
+	}
+	if opts.Transport == nil {
+		opts.Transport = NewTransport()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &Picker{opts: opts, open: map[uint64]*Ticket{}, done: make(chan struct{})}
+}
+
+// Update installs a routing configuration, in this replica's policy and in
+// the picker's while it leads. The policies compute keys and decide under
+// the configuration each holds; replicas that read the routing document a
+// moment apart are briefly out of step, which costs nothing but an
+// unknown instance answered (the request then falls back).
+func (p *Picker) Update(cfg policy.Config) error {
+	if err := p.opts.Own.Update(cfg); err != nil {
+		return err
+	}
+	p.cfg.Store(&cfg)
+	p.mu.Lock()
+	l := p.lead
+	p.mu.Unlock()
+	if l != nil {
+		return l.policy.Update(cfg)
+	}
+	return nil
+}
+
+// Eject keeps an instance out of this replica's fallback and, while it
+// leads, out of every decision until the deadline.
+func (p *Picker) Eject(id string, until time.Time) {
+	p.opts.Own.Eject(id, until)
+	if l := p.leading(); l != nil {
+		l.policy.Eject(id, until)
+	}
+}
+
+// Readmit ends an ejection early.
+func (p *Picker) Readmit(id string) {
+	p.opts.Own.Readmit(id)
+	if l := p.leading(); l != nil {
+		l.policy.Readmit(id)
+	}
+}
+
+// Leading reports whether this replica is the elected picker.
+func (p *Picker) Leading() bool { return p.leading() != nil }
+
+func (p *Picker) leading() *ledger {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lead
+}
+
+// Ticket is one request's decision, held until Done.
+type Ticket struct {
+	p   *Picker
+	seq uint64
+	own *policy.Choice
+	// held is the epoch of the picker that counts the request (0: none
+	// yet, decided by the fallback).
+	held uint64
+	policy.Decision
+}
+
+// Instance is where the request goes now.
+func (t *Ticket) Instance() policy.Instance { return t.own.Instance() }
+
+// Next moves to the next instance after a connection failure; false when
+// there is none.
+func (t *Ticket) Next() bool {
+	if !t.own.Next() {
+		return false
+	}
+	t.p.tell(t, event{Kind: eventNext, Seq: t.seq, Instance: t.own.Instance().ID}, false)
+	return true
+}
+
+// Prefilled says the first token came.
+func (t *Ticket) Prefilled() {
+	t.own.Prefilled()
+	t.p.tell(t, event{Kind: eventPrefilled, Seq: t.seq}, false)
+}
+
+// Done ends the request; calling it twice is harmless.
+func (t *Ticket) Done() {
+	t.own.Done()
+	t.p.tell(t, event{Kind: eventDone, Seq: t.seq}, true)
+}
+
+// Pick decides where a request goes: by the picker, or by the fallback
+// while none answers. Only a request the policy cannot place at all
+// (policy.ErrUnknownModel, policy.ErrNoInstance) fails.
+func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
+	seq := p.seq.Add(1)
+	if l, ok := p.asking(); ok {
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, p.opts.PickTimeout)
+		evs := p.take(l)
+		a, err := l.conn.pick(cctx, pickRequest{Seq: seq, Key: key, Events: evs})
+		cancel()
+		if err != nil && !errors.Is(err, policy.ErrUnknownModel) && !errors.Is(err, policy.ErrNoInstance) {
+			p.putBack(l, evs) // the picker may not have had them
+		}
+		_, local := l.conn.(localConn)
+		if !local {
+			p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
+		}
+		switch {
+		case err == nil:
+			t, ferr := p.follow(l, seq, a)
+			if ferr == nil {
+				p.opts.Metrics.picked(local)
+				return t, nil
+			}
+			// The picker chose an instance this replica does not know
+			// yet (their documents are a moment apart): release it
+			// there, and fall back.
+			p.enqueue(l, event{Kind: eventDone, Seq: seq})
+		case errors.Is(err, policy.ErrUnknownModel) || errors.Is(err, policy.ErrNoInstance):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		default:
+			p.failed(l, err)
+		}
+	}
+	c, err := p.opts.Own.Fallback(key)
+	if err != nil {
+		return nil, err
+	}
+	p.opts.Metrics.fellBack()
+	t := &Ticket{p: p, seq: seq, own: c, Decision: c.Decision}
+	p.mu.Lock()
+	p.open[seq] = t
+	p.adopt = true
+	p.mu.Unlock()
+	return t, nil
+}
+
+// asking returns the picker to ask now, unless it failed a moment ago.
+func (p *Picker) asking() (*link, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil || time.Now().Before(p.downUntil) {
+		return nil, false
+	}
+	return p.cur, true
+}
+
+// follow charges the picker's answer to this replica's own counts and
+// tracks the request.
+func (p *Picker) follow(l *link, seq uint64, a answer) (*Ticket, error) {
+	c, err := p.opts.Own.Follow(a.Order, a.Prompt, a.Prefill, false, a.Decision)
+	if err != nil {
+		return nil, err
+	}
+	t := &Ticket{p: p, seq: seq, own: c, held: a.Epoch, Decision: a.Decision}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open[seq] = t
+	p.observe(l, a.Epoch)
+	return t, nil
+}
+
+// observe notes the epoch of an answer from l. A picker new to this
+// replica (a new term, or one that answers for the first time after the
+// fallback) adopts every request in flight it does not count yet, so its
+// counts are exact again from then on. Called with p.mu held.
+func (p *Picker) observe(l *link, epoch uint64) {
+	if l != p.cur {
+		return
+	}
+	if epoch != p.epoch {
+		p.epoch, p.adopt = epoch, true
+	}
+	if !p.adopt {
+		return
+	}
+	for _, t := range p.open {
+		if t.held == epoch {
+			continue
+		}
+		prompt, prefill, prefilled := t.own.Charge()
+		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: t.own.Order(), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
+		t.held = epoch
+	}
+	p.adopt = false
+	l.wake()
+}
+
+// tell queues an event about t for the picker that counts it; a request
+// the current picker does not count yet is adopted with its state at that
+// time instead, so nothing is lost.
+func (p *Picker) tell(t *Ticket, e event, done bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done {
+		if _, ok := p.open[t.seq]; !ok {
+			return
+		}
+		delete(p.open, t.seq)
+	}
+	if t.held == 0 || t.held != p.epoch || p.cur == nil {
+		return
+	}
+	p.cur.queue = append(p.cur.queue, e)
+	p.cur.wake()
+}
+
+// take empties l's queue, for a pick call to carry.
+func (p *Picker) take(l *link) []event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	evs := l.queue
+	l.queue = nil
+	return evs
+}
+
+// putBack returns events a failed pick call carried to the front of l's
+// queue, for the sender to retry.
+func (p *Picker) putBack(l *link, evs []event) {
+	if len(evs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l.queue = append(evs, l.queue...)
+	l.wake()
+}
+
+func (p *Picker) enqueue(l *link, e event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l.queue = append(l.queue, e)
+	l.wake()
+}
+
+func (l *link) wake() {
+	select {
+	case l.signal <- struct{}{}:
+	default:
+	}
+}
+
+// failed notes a failed call: the replica falls back for downFor.
+func (p *Picker) failed(l *link, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l == p.cur {
+		p.downUntil = time.Now().Add(downFor)
+	}
+	p.opts.Metrics.PickErrors.Inc()
+	p.opts.Log.V(1).Info("pick call failed; routing by the fallback", "picker", l.conn.String(), "error", err.Error())
+}
+
+// use makes c the picker asked from now on (nil: none) and starts its
+// event sender.
+func (p *Picker) use(c conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur != nil {
+		p.cur.cancel()
+		p.cur = nil
+	}
+	p.epoch, p.downUntil, p.adopt = 0, time.Time{}, true
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &link{conn: c, signal: make(chan struct{}, 1), cancel: cancel}
+	p.cur = l
+	go p.send(ctx, l)
+	// Tell the new picker of the requests in flight at once, rather than
+	// at the first pick: a request may end before another arrives.
+	l.wake()
+}
+
+// send delivers l's events in order, batching whatever queued while the
+// last batch was on its way, and calls at least every heartbeatEvery while
+// this replica has requests in flight.
+func (p *Picker) send(ctx context.Context, l *link) {
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.signal:
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		batch := l.queue
+		l.queue = nil
+		idle := len(batch) == 0 && len(p.open) == 0
+		p.mu.Unlock()
+		if idle {
+			continue
+		}
+		for attempt := 0; ; attempt++ {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			epoch, err := l.conn.events(cctx, batch)
+			cancel()
+			if err == nil {
+				p.mu.Lock()
+				p.observe(l, epoch)
+				p.mu.Unlock()
+				break
+			}
+			if ctx.Err() != nil || attempt == 2 {
+				// The picker is gone or replaced; the next one adopts
+				// what is still in flight.
+				p.opts.Log.V(1).Info("events not delivered", "picker", l.conn.String(), "events", len(batch), "error", err.Error())
+				break
+			}
+			time.Sleep(50 * time.Millisecond << attempt)
+		}
+	}
+}
+
+// InFlight is this replica's own requests in flight (metrics).
+func (p *Picker) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open)
+}
+
+// lead makes this replica the picker, with l as its state.
+func (p *Picker) becomeLeader(l *ledger) {
+	p.mu.Lock()
+	p.lead = l
+	p.retired = nil
+	p.mu.Unlock()
+	p.opts.Metrics.Leader.Set(1)
+	p.use(localConn{l: l, replica: p.opts.Replica})
+}
+
+// Lead makes this replica the picker for good (no election: benchmarks,
+// tests, a single router).
+func (p *Picker) Lead() error {
+	l, err := newLedger(p.opts.Tuning, p.cfg.Load())
+	if err != nil {
+		return fmt.Errorf("start picker: %w", err)
+	}
+	p.becomeLeader(l)
+	return nil
+}
+
+// Follow makes the replica at addr (its pick listener) the picker asked
+// ("" : none).
+func (p *Picker) Follow(addr string) {
+	if addr == "" {
+		p.use(nil)
+		return
+	}
+	p.use(&remoteConn{addr: addr, replica: p.opts.Replica, keys: p.opts.Keys, client: &http.Client{Transport: p.opts.Transport}})
+}
+
+// stepDown ends this replica's term: it stops deciding (callers get 503
+// and fall back or find the successor) and keeps its state for the
+// successor.
+func (p *Picker) stepDown() {
+	p.mu.Lock()
+	l := p.lead
+	p.lead = nil
+	p.mu.Unlock()
+	if l == nil {
+		return
+	}
+	snap := l.policy.Snapshot()
+	p.mu.Lock()
+	p.retired = snap
+	p.mu.Unlock()
+	p.opts.Metrics.Leader.Set(0)
+	p.use(nil)
+}
+
+func (p *Picker) retiredState() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.retired
+}
+
+// expireLoop releases the requests of silent replicas while this replica
+// leads.
+func (p *Picker) expireLoop(ctx context.Context) {
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if l := p.leading(); l != nil {
+				l.expire(now)
+			}
+		}
+	}
+}

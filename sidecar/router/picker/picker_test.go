@@ -1,0 +1,245 @@
+package picker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// eventually polls cond for up to two seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// A follower asks the leader over the pick API, and the leader counts the
+// follower's requests until they are done.
+func TestFollowerAsksTheLeader(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 3, 10)
+	leader := newReplica(t, "router-0", keys, cfg)
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, leader)
+	follower := newReplica(t, "router-1", keys, cfg)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+
+	ctx := context.Background()
+	a, err := follower.Pick(ctx, key(follower, "a system prompt and a question"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := leader.Pick(ctx, key(leader, "a system prompt and a question"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Instance().ID != b.Instance().ID {
+		t.Errorf("the same key went to %s from the follower and %s from the leader", a.Instance().ID, b.Instance().ID)
+	}
+	if got := picks(t, follower.opts.Metrics, "picker"); got != 1 {
+		t.Errorf("follower: %v picks by the picker, want 1", got)
+	}
+	if got := picks(t, leader.opts.Metrics, "leader"); got != 1 {
+		t.Errorf("leader: %v picks in process, want 1", got)
+	}
+	l := leader.leading()
+	if got := l.policy.InFlight(a.Instance().ID); got != 2 {
+		t.Fatalf("the picker counts %d in flight on %s, want 2", got, a.Instance().ID)
+	}
+	a.Prefilled()
+	a.Done()
+	b.Done()
+	eventually(t, "the picker to release both requests", func() bool { return l.policy.InFlight(a.Instance().ID) == 0 && l.open() == 0 })
+}
+
+// The pick API answers only callers that sign with the endpoint's key: a
+// replica of another endpoint, or anything unsigned, gets 401, learns
+// nothing, and counts nothing; the replica with the wrong key routes by
+// its fallback.
+func TestPickAPIRefusesStrangers(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 3, 10)
+	leader := newReplica(t, "router-0", keys, cfg)
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, leader)
+
+	stranger := testKeys(t, []byte("another endpoint's key, 32 bytes"))
+	outsider := newReplica(t, "not-a-sibling", stranger, testConfig(stranger, 3, 10))
+	outsider.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	tk, err := outsider.Pick(context.Background(), key(outsider, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done()
+	if got := picks(t, outsider.opts.Metrics, "fallback"); got != 1 {
+		t.Errorf("the outsider's pick was not a fallback (%v fallbacks)", got)
+	}
+	for _, path := range []string{PathPick, PathEvents, PathHandoff} {
+		resp, err := http.Post(srv.URL+path, "application/octet-stream", bytes.NewReader([]byte{0, 0}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "vllm") {
+			t.Errorf("unsigned %s: %d %q, want 401 and nothing else", path, resp.StatusCode, body)
+		}
+	}
+	if got := counter(leader.opts.Metrics.Refused); got != 4 {
+		t.Errorf("%v calls refused, want 4", got)
+	}
+	if n := leader.leading().open(); n != 0 {
+		t.Errorf("the picker counts %d requests of strangers", n)
+	}
+}
+
+// While no picker answers, replicas route by the fallback: the same key to
+// the same instance on every replica, each within the threshold by its own
+// counts. When a picker answers again it adopts the requests still in
+// flight, so its counts are whole.
+func TestFallbackThenAdoption(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 5, 2)
+	leader := newReplica(t, "router-0", keys, cfg)
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, leader)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv.Close() // the leader is gone
+
+	a := newReplica(t, "router-1", keys, cfg)
+	b := newReplica(t, "router-2", keys, cfg)
+	a.Follow(addr)
+	b.Follow(addr)
+	ctx := context.Background()
+	var held []*Ticket
+	for i := range 20 {
+		text := fmt.Sprintf("conversation %d", i)
+		x, err := a.Pick(ctx, key(a, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := b.Pick(ctx, key(b, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Spill != "fallback" || x.Instance().ID != y.Instance().ID {
+			t.Fatalf("key %d: %s (%q) on one replica, %s on the other; want one instance by the fallback", i, x.Instance().ID, x.Spill, y.Instance().ID)
+		}
+		x.Done()
+		y.Done()
+	}
+	for range 6 {
+		x, err := a.Pick(ctx, key(a, "one hot key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, x)
+	}
+	per := map[string]int{}
+	for _, x := range held {
+		per[x.Instance().ID]++
+	}
+	for id, n := range per {
+		if n > 2 {
+			t.Errorf("the fallback sent %d of one replica's requests to %s, over the threshold 2", n, id)
+		}
+	}
+
+	// A new picker comes up: the replica's requests in flight are adopted.
+	next := newReplica(t, "router-0", keys, cfg)
+	if err := next.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	srv2 := serve(t, next)
+	a.Follow(strings.TrimPrefix(srv2.URL, "http://"))
+	l := next.leading()
+	eventually(t, "adoption of the 6 requests in flight", func() bool { return l.open() == 6 })
+	for id, n := range per {
+		if got := l.policy.InFlight(id); got != int64(n) {
+			t.Errorf("%s: the new picker counts %d, want %d", id, got, n)
+		}
+	}
+	for _, x := range held {
+		x.Done()
+	}
+	eventually(t, "the adopted requests to end", func() bool { return l.open() == 0 })
+}
+
+// A leader that steps down hands its state to its successor, which then
+// places known keys where the old leader had them (warm); without the old
+// leader it starts cold.
+func TestHandoff(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 7, 100)
+	old := newReplica(t, "router-0", keys, cfg)
+	if err := old.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	oldSrv := serve(t, old)
+	ctx := context.Background()
+	var texts []string
+	for i := range 200 {
+		text := fmt.Sprintf("document %d: %s", i%40, strings.Repeat("filler ", 20))
+		tk, err := old.Pick(ctx, key(old, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, text)
+		tk.Done()
+	}
+	oldPolicy := old.leading().policy
+	old.stepDown()
+	if old.Leading() {
+		t.Fatal("still leading after stepping down")
+	}
+
+	warm := newReplica(t, "router-1", keys, cfg)
+	warm.startTerm(ctx, strings.TrimPrefix(oldSrv.URL, "http://"))
+	cold := newReplica(t, "router-2", keys, cfg)
+	oldSrv.Close()
+	cold.startTerm(ctx, strings.TrimPrefix(oldSrv.URL, "http://"))
+	if got := counter(warm.opts.Metrics.Handoffs.WithLabelValues("warm")); got != 1 {
+		t.Fatalf("successor did not start warm")
+	}
+	if got := counter(cold.opts.Metrics.Handoffs.WithLabelValues("cold")); got != 1 {
+		t.Fatalf("replica without a predecessor did not start cold")
+	}
+	if warm.leading().policy.IndexEntries() == 0 || cold.leading().policy.IndexEntries() != 0 {
+		t.Fatalf("index entries: warm %d, cold %d", warm.leading().policy.IndexEntries(), cold.leading().policy.IndexEntries())
+	}
+	// The successor decides the same stream as the old leader would
+	// have, had it gone on.
+	differ := 0
+	for _, text := range texts {
+		tk, err := warm.Pick(ctx, key(warm, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := oldPolicy.Pick(key(old, text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Instance().ID != c.Instance().ID {
+			differ++
+		}
+		tk.Done()
+		c.Done()
+	}
+	if differ != 0 {
+		t.Errorf("the warm successor placed %d of %d requests elsewhere than the old leader would have", differ, len(texts))
+	}
+}

@@ -1,0 +1,292 @@
+package picker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// The pick API's bodies are a compact binary encoding (unsigned varints,
+// length-prefixed strings, hashes as 8 bytes little-endian): a pick carries
+// up to a few hundred block hashes, which JSON would triple in size and
+// take tens of microseconds to encode and decode.
+
+// Paths of the pick API, on the pick listener only.
+const (
+	PathPick    = "/pick/v1/pick"
+	PathEvents  = "/pick/v1/events"
+	PathHandoff = "/pick/v1/handoff"
+)
+
+// Limits on what a decoder accepts, far above anything a router sends.
+const (
+	maxBodyBytes  = 1 << 20
+	maxHashes     = 1 << 16
+	maxStringLen  = 4096
+	maxOrderLen   = 4096
+	maxBatchLen   = 1 << 16
+	maxSnapshotMB = 64
+)
+
+var errMalformed = errors.New("malformed pick API body")
+
+// pickRequest is a replica's question: where does the request with this
+// key go. Seq names it in the replica's later events. Events are the
+// replica's events not yet delivered, applied before the decision, so the
+// picker never decides on a count that the asking replica knows is stale.
+type pickRequest struct {
+	Seq    uint64
+	Key    policy.Key
+	Events []event
+}
+
+// answer is the picker's decision: the instances in the order to try, what
+// it charged the first, and its epoch (see ledger).
+type answer struct {
+	Epoch           uint64
+	Order           []string
+	Prompt, Prefill int64
+	Decision        policy.Decision
+}
+
+// Event kinds a replica tells the picker of its requests.
+const (
+	eventDone      byte = 1 // the request ended
+	eventPrefilled byte = 2 // its first token came
+	eventNext      byte = 3 // it moved to the next instance of its order
+	eventAdopt     byte = 4 // count a request this picker did not decide
+)
+
+// event is one thing a replica tells the picker about one of its requests.
+// Next names the instance moved to, so that a batch delivered twice (a
+// pick call that timed out after the picker applied it) moves it once.
+// Adopt carries the request's charge: its order, prompt, prefill left,
+// and whether its first token came.
+type event struct {
+	Kind            byte
+	Seq             uint64
+	Instance        string
+	Order           []string
+	Prompt, Prefill int64
+	Prefilled       bool
+}
+
+type writer []byte
+
+func (w *writer) uint(v uint64)  { *w = binary.AppendUvarint(*w, v) }
+func (w *writer) int(v int64)    { w.uint(uint64(max(v, 0))) }
+func (w *writer) str(s string)   { w.uint(uint64(len(s))); *w = append(*w, s...) }
+func (w *writer) fixed(v uint64) { *w = binary.LittleEndian.AppendUint64(*w, v) }
+func (w *writer) bool(b bool) {
+	if b {
+		*w = append(*w, 1)
+	} else {
+		*w = append(*w, 0)
+	}
+}
+func (w *writer) strs(ss []string) {
+	w.uint(uint64(len(ss)))
+	for _, s := range ss {
+		w.str(s)
+	}
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", errMalformed, what)
+	}
+}
+
+func (r *reader) uint(what string, limit uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > limit {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) int(what string) int64 { return int64(r.uint(what, 1<<62)) }
+
+func (r *reader) fixed(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) < 8 {
+		r.fail(what)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) str(what string) string {
+	n := r.uint(what, maxStringLen)
+	if r.err != nil || uint64(len(r.b)) < n {
+		r.fail(what)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) bool(what string) bool {
+	if r.err != nil || len(r.b) < 1 || r.b[0] > 1 {
+		r.fail(what)
+		return false
+	}
+	v := r.b[0] == 1
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) strs(what string) []string {
+	n := r.uint(what, maxOrderLen)
+	out := make([]string, 0, min(n, 64))
+	for range n {
+		if out = append(out, r.str(what)); r.err != nil {
+			return nil
+		}
+	}
+	return out
+}
+
+func (r *reader) end() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	return r.err
+}
+
+func (p *pickRequest) append(b []byte) []byte {
+	w := writer(b)
+	w.uint(p.Seq)
+	w.str(p.Key.Model)
+	w.uint(uint64(p.Key.WindowBlocks))
+	w.uint(uint64(p.Key.TextBytes))
+	w.uint(uint64(p.Key.PromptBytes))
+	w.uint(uint64(len(p.Key.Hashes)))
+	for _, h := range p.Key.Hashes {
+		w.fixed(h)
+	}
+	return appendEvents(w, p.Events)
+}
+
+func decodePick(b []byte) (pickRequest, error) {
+	r := reader{b: b}
+	var p pickRequest
+	p.Seq = r.uint("seq", 1<<63)
+	p.Key.Model = r.str("model")
+	p.Key.WindowBlocks = int(r.uint("window blocks", maxHashes))
+	p.Key.TextBytes = int(r.uint("text bytes", 1<<40))
+	p.Key.PromptBytes = int(r.uint("prompt bytes", 1<<40))
+	n := r.uint("hashes", maxHashes)
+	if r.err == nil && uint64(len(r.b)) < 8*n {
+		r.fail("hashes")
+	}
+	if r.err == nil {
+		p.Key.Hashes = make([]uint64, n)
+		for i := range p.Key.Hashes {
+			p.Key.Hashes[i] = r.fixed("hash")
+		}
+	}
+	if r.err != nil {
+		return p, r.err
+	}
+	var err error
+	p.Events, err = decodeEvents(r.b)
+	return p, err
+}
+
+func (a *answer) append(b []byte) []byte {
+	w := writer(b)
+	w.fixed(a.Epoch)
+	w.strs(a.Order)
+	w.int(a.Prompt)
+	w.int(a.Prefill)
+	d := a.Decision
+	w.str(string(d.Strategy))
+	w.str(d.Spill)
+	w.uint(uint64(d.AnchorDepth))
+	w.bool(d.ColdPlaced)
+	w.str(d.Moved)
+	w.uint(uint64(d.MatchChars))
+	return w
+}
+
+func decodeAnswer(b []byte) (answer, error) {
+	r := reader{b: b}
+	var a answer
+	a.Epoch = r.fixed("epoch")
+	a.Order = r.strs("order")
+	a.Prompt = r.int("prompt")
+	a.Prefill = r.int("prefill")
+	a.Decision.Strategy = policy.Strategy(r.str("strategy"))
+	a.Decision.Spill = r.str("spill")
+	a.Decision.AnchorDepth = int(r.uint("anchor depth", maxHashes))
+	a.Decision.ColdPlaced = r.bool("cold placed")
+	a.Decision.Moved = r.str("moved")
+	a.Decision.MatchChars = int(r.uint("match chars", 1<<40))
+	return a, r.end()
+}
+
+func appendEvents(b []byte, evs []event) []byte {
+	w := writer(b)
+	w.uint(uint64(len(evs)))
+	for _, e := range evs {
+		w = append(w, e.Kind)
+		w.uint(e.Seq)
+		if e.Kind == eventNext {
+			w.str(e.Instance)
+		}
+		if e.Kind == eventAdopt {
+			w.strs(e.Order)
+			w.int(e.Prompt)
+			w.int(e.Prefill)
+			w.bool(e.Prefilled)
+		}
+	}
+	return w
+}
+
+func decodeEvents(b []byte) ([]event, error) {
+	r := reader{b: b}
+	n := r.uint("events", maxBatchLen)
+	out := make([]event, 0, min(n, 1024))
+	for range n {
+		if r.err != nil || len(r.b) == 0 {
+			r.fail("event")
+			break
+		}
+		e := event{Kind: r.b[0]}
+		r.b = r.b[1:]
+		e.Seq = r.uint("seq", 1<<63)
+		switch e.Kind {
+		case eventDone, eventPrefilled:
+		case eventNext:
+			e.Instance = r.str("instance")
+		case eventAdopt:
+			e.Order = r.strs("order")
+			e.Prompt = r.int("prompt")
+			e.Prefill = r.int("prefill")
+			e.Prefilled = r.bool("prefilled")
+		default:
+			r.fail("event kind")
+		}
+		out = append(out, e)
+	}
+	return out, r.end()
+}
