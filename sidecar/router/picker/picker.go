@@ -503,3 +503,6 @@ func (p *Picker) expireLoop(ctx context.Context) {
 		}
 	}
 }
+
+// Metrics are the picker's metrics.
+func (p *Picker) Metrics() *Metrics { return p.opts.Metrics }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,10 @@ type backend struct {
 	headers http.Header
 	// release, if set, gates each streamed chunk after the first.
 	release chan struct{}
+	// delay, if set, holds each completion that long; inFlight and peak
+	// count completions in progress (set delay before traffic).
+	delay          time.Duration
+	inFlight, peak atomic.Int64
 }
 
 func newBackend(t testing.TB, id string) *backend {
@@ -46,8 +51,13 @@ func newBackend(t testing.TB, id string) *backend {
 		_, _ = w.Write(body) // echo
 	})
 	completion := func(w http.ResponseWriter, r *http.Request) {
+		n := b.inFlight.Add(1)
+		defer b.inFlight.Add(-1)
+		for p := b.peak.Load(); n > p && !b.peak.CompareAndSwap(p, n); p = b.peak.Load() {
+		}
 		body, _ := io.ReadAll(r.Body)
 		b.record(body, r.Header)
+		time.Sleep(b.delay)
 		var req struct {
 			Model  string `json:"model"`
 			Stream bool   `json:"stream"`

@@ -15,6 +15,7 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/extract"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -110,12 +111,33 @@ func BenchmarkDecision(b *testing.B) {
 
 // BenchmarkProxyAddedLatency sends 4 KiB non-streaming chat requests on
 // loopback, alternately straight to the backend and through the router, in
-// the same process, and reports both medians and their difference.
+// the same process, and reports both medians and their difference: through
+// the leader (it decides in process) and through a non-leader (it asks the
+// leader over the signed pick API on loopback).
 func BenchmarkProxyAddedLatency(b *testing.B) {
+	for _, role := range []string{"leader", "non-leader"} {
+		b.Run(role, func(b *testing.B) { benchmarkAddedLatency(b, role == "non-leader") })
+	}
+}
+
+func benchmarkAddedLatency(b *testing.B, follower bool) {
 	be := newBackend(b, "vllm-0")
-	r := New(Options{AllowLoopbackBackends: true})
-	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"vllm-0": be.addr()})); err != nil {
+	doc := document(routingv1alpha1.StrategyPrefixAware, map[string]string{"vllm-0": be.addr()})
+	keys, err := picker.DeriveKeys([]byte("the endpoint's key, 32 bytes long"))
+	if err != nil {
 		b.Fatal(err)
+	}
+	r := New(Options{AllowLoopbackBackends: true, Keys: keys, Replica: "router-0"})
+	if err := r.Apply(doc); err != nil {
+		b.Fatal(err)
+	}
+	if follower {
+		pick := httptest.NewServer(r.Picker().Handler())
+		defer pick.Close()
+		r = New(Options{AllowLoopbackBackends: true, Keys: keys, Replica: "router-1", Picker: strings.TrimPrefix(pick.URL, "http://")})
+		if err := r.Apply(doc); err != nil {
+			b.Fatal(err)
+		}
 	}
 	router := httptest.NewServer(r.Handler())
 	defer router.Close()
@@ -151,4 +173,7 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 	r50, _ := percentiles(b, "routed-", routed)
 	b.ReportMetric(float64((r50-d50).Nanoseconds())/1e3, "added-p50-µs")
 	b.ReportMetric(float64(len(body)), "request-bytes")
+	if follower && counterValue(r.Picker().Metrics().Picks.WithLabelValues("picker")) < float64(b.N) {
+		b.Fatal("the non-leader did not ask the picker for every request")
+	}
 }
