@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,6 +35,9 @@ type routerBinary struct {
 	// forward: it knows --advertise-address (replicas forward requests to
 	// the replica that owns their instance).
 	forward bool
+	// picker: it knows --picker and --pick-listen (replicas ask one
+	// elected picker, here the first, named by address).
+	picker bool
 }
 
 var (
@@ -40,6 +45,7 @@ var (
 	peersFlag    = regexp.MustCompile(`(?m)^\s+-peers\b`)
 	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
 	forwardFlag  = regexp.MustCompile(`(?m)^\s+-advertise-address\b`)
+	pickerFlag   = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
 )
 
 // probeRouter reads what the router at path accepts from its usage.
@@ -49,7 +55,7 @@ func probeRouter(ctx context.Context, path, revision string) (routerBinary, erro
 	if len(out) == 0 && err != nil {
 		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
 	}
-	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out), forward: forwardFlag.Match(out)}, nil
+	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out), forward: forwardFlag.Match(out), picker: pickerFlag.Match(out)}, nil
 }
 
 func (b routerBinary) loopbackArgs() []string {
@@ -205,4 +211,29 @@ func median(xs []float64) float64 {
 		return (s[n/2-1] + s[n/2]) / 2
 	}
 	return s[n/2]
+}
+
+// pickerArgs returns, for a router that asks an elected picker, each
+// replica's picker flags: the first replica is the picker and serves the
+// pick API on pickAddr, the others ask it there, all signing with one key
+// written to dir (what the operator's Secret is in a cluster).
+func (b routerBinary) pickerArgs(dir, pickAddr string) (func(name string) []string, error) {
+	if !b.picker {
+		return nil, nil
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "pick.key")
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(secret)), 0o600); err != nil {
+		return nil, fmt.Errorf("write pick key: %w", err)
+	}
+	return func(name string) []string {
+		args := []string{"--pick-key-file", path, "--pod-name", name}
+		if name == "router-0" {
+			return append(args, "--picker", "self", "--pick-listen", pickAddr)
+		}
+		return append(args, "--picker", pickAddr)
+	}, nil
 }

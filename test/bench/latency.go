@@ -131,7 +131,7 @@ func (c *Config) timeDecisions(ids []string, bodies [][]byte, size, n int) Decis
 			panic(err)
 		}
 		t1 := time.Now()
-		ch, err := p.Pick(policy.Request{Model: r.Model, Tenant: r.Tenant, Text: r.Text, WindowBytes: r.WindowBytes})
+		ch, err := p.Pick(p.Key(policy.Request{Model: r.Model, Tenant: r.Tenant, Text: r.Text, WindowBytes: r.WindowBytes}))
 		if err != nil {
 			panic(err)
 		}

@@ -66,7 +66,7 @@ func (c *Config) place(keys routingKeys, h history, ids []string, t policy.Tunin
 		}
 		out := make([]string, len(keys.reqs))
 		for i, r := range keys.reqs {
-			ch, err := p.Pick(r)
+			ch, err := p.Pick(p.Key(r))
 			if err != nil {
 				panic(err)
 			}

@@ -445,7 +445,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	}
 	// Every replica must be told every peer's address before any starts,
 	// so the addresses are chosen first.
-	addrs, err := freeport.Loopback(2 * n)
+	addrs, err := freeport.Loopback(3 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -455,8 +455,12 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	}
 	var peerList []string
 	for i := range n {
-		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
-		peerList = append(peerList, addrs[2*i+1])
+		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[3*i], metricsAddr: addrs[3*i+1]})
+		peerList = append(peerList, addrs[3*i+1])
+	}
+	pickArgs, err := bin.pickerArgs(dir, addrs[2])
+	if err != nil {
+		return nil, err
 	}
 	for _, r := range f.replicas {
 		r.args = append([]string{
@@ -477,6 +481,9 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 		}
 		if bin.forward {
 			r.args = append(r.args, "--advertise-address", r.addr)
+		}
+		if bin.picker {
+			r.args = append(r.args, pickArgs(r.name)...)
 		}
 		if err := f.startReplica(r); err != nil {
 			return nil, err
@@ -783,10 +790,19 @@ func (s *spreader) selfAgreement() AgreementWindow {
 	return w
 }
 
+// peeked is a peer-protocol router's answer on /debug/route (a baseline
+// from before the picker).
+type peeked struct {
+	Instance string `json:"instance"`
+	Placed   string `json:"placed"`
+	Spill    string `json:"spill,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+}
+
 // debugRoute asks the router whose metrics listener is at base where body,
 // sent to the traffic path, would go.
-func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (policy.Peeked, error) {
-	var out policy.Peeked
+func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (peeked, error) {
+	var out peeked
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/route?endpoint="+url.QueryEscape(path), bytes.NewReader(body))
 	if err != nil {
 		return out, err
