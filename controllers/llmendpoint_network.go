@@ -77,9 +77,9 @@ func ingressPolicy(ep *v1alpha1.LLMEndpoint, name, role, app string, rules ...ne
 
 // buildRouterNetworkPolicy opens the routers' client port to
 // spec.networkPolicy.routerFrom (anyone when empty) and to the routers
-// themselves, which forward each request to the replica that owns its
-// instance, and their metrics port to their peers, which share load
-// reports over it, to the monitoring peers and to the operator's scraper.
+// themselves, their metrics port to the routers, the monitoring peers and
+// the operator's scraper, and their pick port to the endpoint's routers
+// only (the elected picker answers its siblings there).
 func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkingv1.NetworkPolicy {
 	clients := networkingv1.NetworkPolicyIngressRule{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerHTTPPort)},
@@ -96,7 +96,11 @@ func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkin
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerMetricsPort)},
 		From:  metricsReaders(ep, opts),
 	}
-	return ingressPolicy(ep, routerName(ep), roleRouter, "warmroute-router", clients, metrics)
+	pick := networkingv1.NetworkPolicyIngressRule{
+		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerPickPort)},
+		From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(ep, roleRouter)}}},
+	}
+	return ingressPolicy(ep, routerName(ep), roleRouter, "warmroute-router", clients, metrics, pick)
 }
 
 // tcpPort is a numeric TCP port of a NetworkPolicy rule. Numbers rather

@@ -140,12 +140,18 @@ func TestNetworkPolicies(t *testing.T) {
 		routers: []reach{
 			{appPod, routerHTTPPort, true},
 			{neighbour, routerHTTPPort, true},
-			{routerPod, routerMetricsPort, true}, // peers share load
+			{routerPod, routerMetricsPort, true},
 			{neighbour, routerMetricsPort, false},
 			{prometheus, routerMetricsPort, false},
 			{scraper, routerMetricsPort, true},
 			{operatorNeighbour, routerMetricsPort, false},
 			{scraperLookalike, routerMetricsPort, false},
+			// The pick API: the endpoint's own routers only.
+			{routerPod, routerPickPort, true},
+			{otherRouter, routerPickPort, false},
+			{neighbour, routerPickPort, false},
+			{appPod, routerPickPort, false},
+			{prometheus, routerPickPort, false},
 		},
 	}, {
 		name:    "LoRA",
@@ -167,6 +173,7 @@ func TestNetworkPolicies(t *testing.T) {
 		routers: []reach{
 			{prometheus, routerMetricsPort, true},
 			{prometheus, routerHTTPPort, true},
+			{prometheus, routerPickPort, false},
 		},
 	}, {
 		name:    "clients",
@@ -176,12 +183,12 @@ func TestNetworkPolicies(t *testing.T) {
 			{neighbour, routerHTTPPort, false},
 			{prometheus, routerHTTPPort, false},
 			{routerPod, routerMetricsPort, true},
-			// Replicas forward requests to the owner of their instance.
 			{routerPod, routerHTTPPort, true},
 			{otherRouter, routerHTTPPort, false},
 			// The scraper reads metrics, nothing else.
 			{scraper, routerMetricsPort, true},
 			{scraper, routerHTTPPort, false},
+			{appPod, routerPickPort, false},
 		},
 	}, {
 		name:      "no scraper",

@@ -73,15 +73,9 @@ func buildRouterServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount 
 
 // buildRouterRole lets the routers read their one ConfigMap through the
 // API (a watch reloads faster than the kubelet refreshes a mounted volume)
-// and find each other: list and watch EndpointSlices in the namespace (their
-// names are generated, so they cannot be limited by name; the router
-// selects its Service's by label).
+// and elect their picker with their one Lease.
 func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
-	return newRole(objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
-		APIGroups: []string{"discovery.k8s.io"},
-		Resources: []string{"endpointslices"},
-		Verbs:     []string{"list", "watch"},
-	})
+	return newRole(objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"), readRoutingConfigMap(ep), leaseRule(ep))
 }
 
 // buildRouterRoleBinding grants the router Role to the router's
@@ -138,6 +132,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		resources = *spec.Resources.DeepCopy()
 	}
 	tenancyArgs, tenancyVolumes, tenancyMounts, tenancyEnv := routerTenancy(ep)
+	pickArgs, pickVolume, pickMount := routerPicker(ep)
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
@@ -148,15 +143,11 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
 			"--drain-delay=" + strconv.Itoa(routerDrainSeconds) + "s",
 			"--shutdown-timeout=" + strconv.Itoa(routerShutdownSeconds) + "s",
-			// Replicas share one picture of load: peers are the client
-			// Service's endpoints, reached on the metrics port, which
-			// that Service (possibly a LoadBalancer) does not expose.
-			"--peer-service=" + ep.Namespace + "/" + routerServiceName(ep),
-			"--peer-port=" + strconv.Itoa(routerMetricsPort),
-		}, tenancyArgs...),
+		}, append(pickArgs, tenancyArgs...)...),
 		Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
+			{Name: "pick", ContainerPort: routerPickPort, Protocol: corev1.ProtocolTCP},
 		},
 		Resources: resources,
 		Env:       append(routerEnv(resources), tenancyEnv...),
@@ -164,7 +155,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		// directory mounts when the ConfigMap changes.
 		VolumeMounts: append([]corev1.VolumeMount{{
 			Name: "routing", MountPath: routerConfigDir, ReadOnly: true,
-		}}, tenancyMounts...),
+		}, pickMount}, tenancyMounts...),
 		ReadinessProbe:           httpProbe(routerReadinessPath, "metrics", 5, 2),
 		LivenessProbe:            httpProbe(routerHealthPath, "metrics", 10, 3),
 		SecurityContext:          readOnlyRootSecurityContext(),
@@ -177,7 +168,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		TerminationGracePeriodSeconds: ptr.To(int64(routerDrainSeconds + routerShutdownSeconds + 10)),
 		AutomountServiceAccountToken:  ptr.To(true),
 		Containers:                    []corev1.Container{container},
-		Volumes:                       append([]corev1.Volume{routingConfigMapVolume(ep)}, tenancyVolumes...),
+		Volumes:                       append([]corev1.Volume{routingConfigMapVolume(ep), pickVolume}, tenancyVolumes...),
 		SecurityContext:               restrictedPodSecurityContext(nil),
 	})
 }
@@ -199,12 +190,13 @@ func defaultRouterResources() corev1.ResourceRequirements {
 	}
 }
 
-// routerEnv names the replica for its peers (POD_NAME, POD_IP) and sets
+// routerEnv names the replica to the election (POD_NAME, POD_IP) and sets
 // GOMEMLIMIT to 90% of the container's memory limit, so the
 // Go runtime collects harder as it nears the limit rather than being
 // killed at it; the rest is room for memory the runtime does not count.
 func routerEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
-	// The pod's own name and address identify the replica to its peers.
+	// The pod's own name and address go into the Lease, where the other
+	// replicas find the picker.
 	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
 	limit, ok := res.Limits[corev1.ResourceMemory]
 	if !ok || limit.Value() <= 0 {
@@ -233,11 +225,11 @@ func buildRouterService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
 	}
 }
 
-// reconcileRouter creates the cache salt Secret, then applies the router's
-// ServiceAccount, Role, RoleBinding, Deployment and Service, in the order
-// the pods need them.
+// reconcileRouter creates the cache salt and pick key Secrets and the
+// Lease, then applies the router's ServiceAccount, Role, RoleBinding,
+// Deployment and Service, in the order the pods need them.
 func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
-	if err := r.reconcileCacheSalt(ctx, ep); err != nil {
+	if err := r.reconcileCreatedOnce(ctx, ep); err != nil {
 		return err
 	}
 	return r.applyInOrder(ctx, ep,

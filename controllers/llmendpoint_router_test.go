@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,11 +60,11 @@ func TestBuildRouterDeployment(t *testing.T) {
 				t.Errorf("CPU request = %s, want %s", q.String(), tt.wantCPU)
 			}
 			wantArgs := []string{"--config-dir=/etc/warmroute/routing", "--listen=:8080", "--metrics-listen=:9090", "--configmap=team/" + routingConfigMapName(tt.ep), "--drain-delay=5s", "--shutdown-timeout=60s",
-				"--peer-service=team/" + routerServiceName(tt.ep), "--peer-port=9090", "--cache-salt-key-file=/etc/warmroute/cache-salt/key"}
+				"--lease=team/" + routerLeaseName(tt.ep), "--pick-listen=:9091", "--pick-key-file=/etc/warmroute/pick-key/key", "--cache-salt-key-file=/etc/warmroute/cache-salt/key"}
 			if diff := cmp.Diff(wantArgs, c.Args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
-			// The replica's name and the IP it leaves out of its peers.
+			// The replica's name and address, for the Lease.
 			wantEnv := map[string]string{"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
 			for _, e := range c.Env {
 				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && wantEnv[e.Name] == e.ValueFrom.FieldRef.FieldPath {
@@ -73,13 +74,19 @@ func TestBuildRouterDeployment(t *testing.T) {
 			if len(wantEnv) != 0 {
 				t.Errorf("downward API env missing: %v (env %+v)", wantEnv, c.Env)
 			}
-			// The routing ConfigMap, then the cache salt Secret
-			// (TestRouterTenancy), each a directory, never a subPath.
-			if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" {
-				t.Errorf("routing mount %+v: want the directory, never a subPath", c.VolumeMounts)
+			// The routing ConfigMap, the pick key Secret, then the cache
+			// salt Secret (TestRouterTenancy), each a directory, never a
+			// subPath.
+			if len(c.VolumeMounts) != 3 || c.VolumeMounts[0].MountPath != routerConfigDir || c.VolumeMounts[0].SubPath != "" ||
+				c.VolumeMounts[1].MountPath != routerPickKeyDir || c.VolumeMounts[1].SubPath != "" {
+				t.Errorf("mounts %+v: want the routing and pick key directories, never a subPath", c.VolumeMounts)
 			}
-			if len(ps.Volumes) != 2 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != routingConfigMapName(tt.ep) {
+			if len(ps.Volumes) != 3 || ps.Volumes[0].ConfigMap == nil || ps.Volumes[0].ConfigMap.Name != routingConfigMapName(tt.ep) ||
+				ps.Volumes[1].Secret == nil || ps.Volumes[1].Secret.SecretName != pickKeySecretName(tt.ep) {
 				t.Errorf("volumes %+v", ps.Volumes)
+			}
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "pick" && p.ContainerPort == routerPickPort }) {
+				t.Errorf("ports %+v: no pick port", c.Ports)
 			}
 			if ps.ServiceAccountName != routerName(tt.ep) {
 				t.Errorf("service account %q", ps.ServiceAccountName)
@@ -107,7 +114,8 @@ func TestBuildRouterRBAC(t *testing.T) {
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{routingConfigMapName(ep)}, Verbs: []string{"get", "list", "watch"},
 	}, {
-		APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"},
+		// The one Lease, read and renewed; the operator creates it.
+		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{routerLeaseName(ep)}, Verbs: []string{"get", "update"},
 	}}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("role rules (-want +got):\n%s", diff)

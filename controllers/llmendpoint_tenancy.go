@@ -80,23 +80,26 @@ type saltSeen struct {
 	at  time.Time
 }
 
-// reconcileCacheSalt creates the endpoint's salt Secret if it does not
-// exist. An existing one is kept as it is, whoever made it: a user may
-// create it first to choose the key, and rotating is replacing its "key"
-// (see sidecar/README.md).
-func (r *LLMEndpointReconciler) reconcileCacheSalt(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
+// reconcileCreatedOnce creates the router's salt Secret, pick key Secret
+// and Lease (routerCreatedOnce) where they do not exist. An existing one is
+// kept as it is, whoever made it: a user may create a Secret first to
+// choose its key, and rotating the salt is replacing its "key" (see
+// sidecar/README.md).
+func (r *LLMEndpointReconciler) reconcileCreatedOnce(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
 	name := client.ObjectKeyFromObject(ep)
 	if seen, ok := r.saltSecrets.Load(name); ok && seen.(saltSeen).uid == ep.UID && time.Since(seen.(saltSeen).at) < cacheSaltRecheck {
 		return nil
 	}
-	secret, err := buildCacheSaltSecret(ep)
+	objs, err := routerCreatedOnce(ep)
 	if err != nil {
 		return err
 	}
-	switch err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); {
-	case err == nil, apierrors.IsAlreadyExists(err):
-	default:
-		return fmt.Errorf("create Secret %s: %w", secret.Name, err)
+	for _, o := range objs {
+		switch err := r.Create(ctx, o, client.FieldOwner(FieldOwner)); {
+		case err == nil, apierrors.IsAlreadyExists(err):
+		default:
+			return fmt.Errorf("create %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
 	}
 	r.saltSecrets.Store(name, saltSeen{uid: ep.UID, at: time.Now()})
 	return nil

@@ -70,8 +70,10 @@ func TestRouterTenancy(t *testing.T) {
 					}
 				}
 			}
-			if len(secrets) != len(tc.wantSecrets) || !containsAll(secrets, tc.wantSecrets) {
-				t.Errorf("Secret volumes %v, want %v", secrets, tc.wantSecrets)
+			// Every router mounts its pick key too (llmendpoint_picker.go).
+			want := append([]string{pickKeySecretName(newEndpoint())}, tc.wantSecrets...)
+			if len(secrets) != len(want) || !containsAll(secrets, want) {
+				t.Errorf("Secret volumes %v, want %v", secrets, want)
 			}
 		})
 	}
