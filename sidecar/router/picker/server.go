@@ -46,14 +46,22 @@ func (p *Picker) reply(w http.ResponseWriter, mac string, out []byte) {
 	_, _ = w.Write(out)
 }
 
-func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
-	caller, mac, body, ok := p.authenticated(w, req)
+// toLeader is authenticated for the calls only the leader answers.
+func (p *Picker) toLeader(w http.ResponseWriter, req *http.Request) (l *ledger, caller, mac string, body []byte, ok bool) {
+	caller, mac, body, ok = p.authenticated(w, req)
 	if !ok {
-		return
+		return nil, "", "", nil, false
 	}
-	l := p.leading()
-	if l == nil {
+	if l = p.leading(); l == nil {
 		http.Error(w, errNotLeader.Error(), statusNotLeader)
+		return nil, "", "", nil, false
+	}
+	return l, caller, mac, body, true
+}
+
+func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
+	l, caller, mac, body, ok := p.toLeader(w, req)
+	if !ok {
 		return
 	}
 	pr, err := decodePick(body)
@@ -75,13 +83,8 @@ func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
 }
 
 func (p *Picker) serveEvents(w http.ResponseWriter, req *http.Request) {
-	caller, mac, body, ok := p.authenticated(w, req)
+	l, caller, mac, body, ok := p.toLeader(w, req)
 	if !ok {
-		return
-	}
-	l := p.leading()
-	if l == nil {
-		http.Error(w, errNotLeader.Error(), statusNotLeader)
 		return
 	}
 	evs, err := decodeEvents(body)

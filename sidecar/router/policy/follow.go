@@ -44,16 +44,12 @@ const SpillFallback = "fallback"
 // requests here: while it lasts, an instance may hold up to the threshold
 // from each replica.
 func (p *Policy) Fallback(key Key) (*Choice, error) {
-	t := p.table.Load()
-	if t == nil {
-		return nil, ErrNoInstance
-	}
-	allowed, err := t.candidates(key.Model)
+	p.pick.Lock()
+	defer p.pick.Unlock()
+	t, allowed, err := p.allowed(key.Model)
 	if err != nil {
 		return nil, err
 	}
-	p.pick.Lock()
-	defer p.pick.Unlock()
 	order := rank(t, allowed, key.windowHash(t.cfg.HashSeed), nil)
 	c := &Choice{t: t, order: order, placed: -1, Decision: Decision{Strategy: t.cfg.Strategy, Spill: SpillFallback}}
 	best := -1

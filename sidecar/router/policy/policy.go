@@ -421,6 +421,17 @@ func (c *Choice) release() {
 	}
 }
 
+// allowed is the configuration in force and the instances of it allowed
+// to serve model.
+func (p *Policy) allowed(model string) (*table, []int, error) {
+	t := p.table.Load()
+	if t == nil {
+		return nil, nil, ErrNoInstance
+	}
+	set, err := t.candidates(model)
+	return t, set, err
+}
+
 // candidates resolves the model to the instances allowed to serve it.
 func (t *table) candidates(model string) ([]int, error) {
 	if model == "" || model == t.cfg.Model {
@@ -460,11 +471,7 @@ func (p *Policy) healthy(t *table, set []int) []int {
 func (p *Policy) Pick(key Key) (*Choice, error) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
-	t := p.table.Load()
-	if t == nil {
-		return nil, ErrNoInstance
-	}
-	allowed, err := t.candidates(key.Model)
+	t, allowed, err := p.allowed(key.Model)
 	if err != nil {
 		return nil, err
 	}
