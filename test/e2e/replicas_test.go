@@ -3,19 +3,25 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/test/harness"
 	"github.com/warmroute/warmroute/test/vllmsim"
 	"github.com/warmroute/warmroute/test/workload"
@@ -74,7 +80,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 
 		By(fmt.Sprintf("running a router process for each of the %d router pods", replicas))
 		var err error
-		pods, err = env.StartRouterPods(ctx, sharedEndpoint, "--enable-debug-route")
+		pods, err = env.StartRouterPods(ctx, sharedEndpoint)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(pods.Stop)
 		routers, err = pods.WaitReady(ctx, replicas, 60*time.Second)
@@ -98,20 +104,20 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		}).WithTimeout(30 * time.Second).Should(Succeed())
 	})
 
-	It("find each other through the router Service's EndpointSlices", func() {
+	It("elect one picker through the endpoint's Lease", func() {
 		Eventually(func(g Gomega) {
-			for _, r := range routers {
-				g.Expect(mustMetric(r, "warmroute_router_peers", map[string]string{"state": "fresh"})).
-					To(BeEquivalentTo(len(routers)-1), "router %s", r.URL)
-				g.Expect(mustMetric(r, "warmroute_router_peers", map[string]string{"state": "stale"})).
-					To(BeZero(), "router %s", r.URL)
-			}
+			g.Expect(leaderOf(routers)).To(BeNumerically(">=", 0), "no router leads, or several do")
 		}).WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		var lease coordinationv1.Lease
+		Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: sharedEndpoint + "-router"}, &lease)).To(Succeed())
+		leader := routers[leaderOf(routers)]
+		Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(HaveSuffix("@"+leader.PickAddr), "the Lease names the router that leads")
 	})
 
-	It("agree on where support-bot traffic goes, each seeing a random part of it", func() {
+	It("decide every request once, on the picker, each replica seeing a random part of the traffic", func() {
 		w := workload.SupportBot(workload.SupportBotConfig{Seed: 12, Users: 120, Turns: 4, ReplyTokens: 40})
 		opts := workload.Options{Concurrency: 8, TimeScale: timeScale, Model: sharedModel, Client: service}
+		before := picksBySource(routers)
 		results, err := workload.Run(ctx, serviceURL, w.Requests, opts)
 		Expect(err).NotTo(HaveOccurred())
 		failed := 0
@@ -121,55 +127,39 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			}
 		}
 		Expect(failed).To(BeZero(), "support-bot requests failed through the router Service")
-		received := receivedPerRouter(routers)
+		received := make([]int, len(routers))
+		for i, r := range routers {
+			received[i] = int(mustMetric(r, "warmroute_router_requests_total", nil))
+		}
 		GinkgoWriter.Printf("support-bot: %d requests, received per router replica %v\n", len(results), received)
 		for i, n := range received {
 			Expect(n).To(BeNumerically(">=", len(results)/(4*len(routers))), "replica %d saw its part of the traffic: %v", i, received)
 		}
-		// Each replica sent the requests it placed on an instance another
-		// replica owns to that owner, at the pod IP and client port it
-		// advertises; every one arrived.
-		var forwarded, arrived float64
-		for _, r := range routers {
-			forwarded += mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "forwarded"})
-			arrived += mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "received"})
+		picks := picksBySource(routers)
+		for source := range picks {
+			picks[source] -= before[source]
 		}
-		GinkgoWriter.Printf("support-bot: %v requests forwarded to the owner of their instance, %v arrived\n", forwarded, arrived)
-		Expect(forwarded).To(BeNumerically(">", 0), "no request was forwarded to its instance's owner")
-		Expect(arrived).To(Equal(forwarded))
+		GinkgoWriter.Printf("support-bot: decisions by source %v\n", picks)
+		Expect(picks["fallback"]).To(BeZero(), "requests routed by the fallback while the picker was up")
+		Expect(picks["picker"]).To(BeNumerically(">", 0), "no replica asked the picker")
+		Expect(picks["leader"] + picks["picker"]).To(BeNumerically("==", len(results)))
+	})
 
-		// Ask every replica where a sample of the same requests would go
-		// now; reports are pulled every 100 ms, so the picture settles
-		// within a few hundred milliseconds of the last request.
-		var sample []workload.Request
-		for i := 0; i < len(w.Requests); i += 2 {
-			sample = append(sample, w.Requests[i])
-		}
-		var agreement float64
-		var disagreed []string
-		Eventually(func(g Gomega) {
-			same := 0
-			disagreed = disagreed[:0]
-			for i, req := range sample {
-				body, err := workload.Body(req, workload.Options{Model: sharedModel})
-				g.Expect(err).NotTo(HaveOccurred())
-				answers := map[string]bool{}
-				for _, r := range routers {
-					inst, err := debugRoute(ctx, r, body)
-					g.Expect(err).NotTo(HaveOccurred())
-					answers[inst] = true
-				}
-				if len(answers) == 1 {
-					same++
-				} else if len(disagreed) < 5 {
-					disagreed = append(disagreed, fmt.Sprintf("%d (%s turn %d): %v", i, req.Session, req.Turn, answers))
-				}
+	It("refuse the pick API to a pod that is not a router of this endpoint", func() {
+		leader := routers[leaderOf(routers)]
+		for _, header := range []string{"", "v1 " + strconv.FormatInt(time.Now().UnixMilli(), 10) + " 00ff not-a-router"} {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader.PickAddr+picker.PathPick, bytes.NewReader([]byte{1, 0}))
+			Expect(err).NotTo(HaveOccurred())
+			if header != "" {
+				req.Header.Set(picker.AuthHeader, header)
 			}
-			agreement = float64(same) / float64(len(sample))
-			g.Expect(agreement).To(BeNumerically(">=", 0.98), "first disagreements: %v", disagreed)
-		}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
-		GinkgoWriter.Printf("support-bot: the %d replicas agreed on %.2f%% of %d sampled requests\n",
-			len(routers), 100*agreement, len(sample))
+			resp, err := metricsHTTP.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized), "%s", body)
+		}
+		Expect(mustMetric(leader, "warmroute_router_pick_api_refused_total", nil)).To(BeNumerically(">=", 2))
 	})
 
 	It("hold concurrencyThreshold per instance, whatever the number of replicas", func() {
@@ -205,7 +195,8 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		// batch plus requests queued, as an engine counts them. Every
 		// sample of the whole window is kept, so that a failure reports
 		// how far and how often the bound was overrun.
-		bound := sharedThreshold + len(routers)
+		// One picker counts every request: the threshold itself.
+		bound := sharedThreshold
 		peak := map[string]int{}
 		samples, over := 0, 0
 		Consistently(func(g Gomega) {
@@ -238,44 +229,125 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		Expect(top).To(BeNumerically(">=", sharedThreshold), "an instance was filled up to the threshold: %v", peak)
 		Expect(top).To(BeNumerically("<=", bound), "most requests in flight on one instance (%d of %d samples over the bound)", over, samples)
 	})
+
+	// A rolling update replaces the router pods one at a time, each once its
+	// replacement is ready: the harness has no kubelet to gate a
+	// Deployment's rollout on readiness probes, so the spec deletes the
+	// pods in that order itself. The picker steps down gracefully when its
+	// pod goes, and the next one starts warm.
+	It("roll the router pods under load without a failed request, the next picker warm", func() {
+		system := longText("rolling", 3000)
+		tr := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
+			return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
+		}, 40, 4)
+		defer tr.stop()
+		time.Sleep(time.Second)
+		old := podsOf(ctx)
+		for _, name := range old {
+			Expect(env.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})).To(Succeed())
+			Eventually(func(g Gomega) {
+				now := podsOf(ctx)
+				g.Expect(now).NotTo(ContainElement(name))
+				g.Expect(now).To(HaveLen(len(routers)))
+				_, err := pods.WaitReady(ctx, len(routers), time.Second)
+				g.Expect(err).NotTo(HaveOccurred())
+			}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		}
+		time.Sleep(2 * time.Second)
+		tr.stop()
+		var err error
+		routers, err = pods.WaitReady(ctx, len(routers), 10*time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		warm := 0.0
+		for _, r := range routers {
+			v, _ := harness.Metric(r, "warmroute_router_picker_terms_total", map[string]string{"start": "warm"})
+			warm += v
+		}
+		GinkgoWriter.Printf("rolled %d router pods under load: %d requests, %d failed; warm terms on the new pods: %v\n", len(old), tr.sent.Load(), tr.failed.Load(), warm)
+		Expect(tr.failureList()).To(BeEmpty())
+		Expect(tr.sent.Load()).To(BeNumerically(">", 20))
+		Expect(warm).To(BeNumerically(">=", 1), "no new picker started with its predecessor's state")
+		Eventually(func() int { return leaderOf(routers) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 0))
+	})
+
+	It("keep serving when the picker's process dies: a new picker within the Lease's time", func() {
+		Eventually(func() int { return leaderOf(routers) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 0))
+		dead := leaderOf(routers)
+		system := longText("failover", 3000)
+		tr := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
+			return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
+		}, 40, 4)
+		defer tr.stop()
+		time.Sleep(time.Second)
+		killed := time.Now()
+		Expect(routers[dead].Proc.Stop(0)).To(Succeed()) // SIGKILL at once: no handoff
+		var survivors []*harness.Router
+		for i, r := range routers {
+			if i != dead {
+				survivors = append(survivors, r)
+			}
+		}
+		limit := picker.DefaultLeaseDuration + picker.DefaultRetryPeriod + 2*time.Second
+		Eventually(func() int { return leaderOf(survivors) }).WithTimeout(limit).WithPolling(50 * time.Millisecond).Should(BeNumerically(">=", 0))
+		elected := time.Since(killed)
+		time.Sleep(2 * time.Second)
+		tr.stop()
+		fallback := picksBySource(survivors)["fallback"]
+		GinkgoWriter.Printf("picker killed: new picker after %s (lease %s + retry %s); %d requests, %d failed, %v routed by the fallback meanwhile\n",
+			elected.Round(10*time.Millisecond), picker.DefaultLeaseDuration, picker.DefaultRetryPeriod, tr.sent.Load(), tr.failed.Load(), fallback)
+		// Only requests on the killed process may fail: their connection
+		// breaks or is refused (no HTTP status). A survivor never answers
+		// an error because of the election.
+		for _, f := range tr.failureList() {
+			Expect(f).To(ContainSubstring("status 0 "), "a failure with an HTTP answer: %s", f)
+		}
+		Expect(fallback).To(BeNumerically(">", 0), "the survivors never needed the fallback: the test did not catch the gap")
+	})
 })
 
 var metricsHTTP = &http.Client{Timeout: 5 * time.Second}
 
-// debugRoute asks a router where it would send body now.
-func debugRoute(ctx context.Context, r *harness.Router, body []byte) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.MetricsURL+"/debug/route", bytes.NewReader(body))
-	if err != nil {
-		return "", err
+// leaderOf is the index of the one router that reports leading, -1 if
+// none or several do.
+func leaderOf(routers []*harness.Router) int {
+	leader := -1
+	for i, r := range routers {
+		v, err := harness.Metric(r, "warmroute_router_picker_leader", nil)
+		if err != nil || v != 1 {
+			continue
+		}
+		if leader >= 0 {
+			return -1
+		}
+		leader = i
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := metricsHTTP.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s/debug/route: %s", r.MetricsURL, resp.Status)
-	}
-	var out struct {
-		Instance string `json:"instance"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return "", fmt.Errorf("%s/debug/route: %w", r.MetricsURL, err)
-	}
-	return out.Instance, nil
+	return leader
 }
 
-// receivedPerRouter is how many requests each router received from the
-// Service, from its own counters: those it decided, less those a peer
-// forwarded to it, plus those it forwarded to their instance's owner.
-func receivedPerRouter(routers []*harness.Router) []int {
-	out := make([]int, len(routers))
-	for i, r := range routers {
-		decided := mustMetric(r, "warmroute_router_requests_total", nil)
-		in := mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "received"})
-		sent := mustMetric(r, "warmroute_router_forwards_total", map[string]string{"result": "forwarded"})
-		out[i] = int(decided - in + sent)
+// podsOf is the names of the endpoint's router pods that are not being
+// deleted.
+func podsOf(ctx context.Context) []string {
+	var list corev1.PodList
+	sel, err := labels.Parse(harness.RouterPodSelector(sharedEndpoint))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(env.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})).To(Succeed())
+	var out []string
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// picksBySource sums every router's decisions by who made them.
+func picksBySource(routers []*harness.Router) map[string]float64 {
+	out := map[string]float64{}
+	for _, source := range []string{"leader", "picker", "fallback"} {
+		for _, r := range routers {
+			v, _ := harness.Metric(r, "warmroute_router_picks_total", map[string]string{"source": source})
+			out[source] += v
+		}
 	}
 	return out
 }

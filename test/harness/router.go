@@ -22,6 +22,9 @@ import (
 type Router struct {
 	// URL is the traffic address, MetricsURL the metrics/health address.
 	URL, MetricsURL string
+	// PickAddr is the pick API's address (host:port), for a router pod
+	// the operator renders with --pick-listen.
+	PickAddr string
 	Proc            *process.Process
 	ConfigDir       string
 	name            string

@@ -30,10 +30,10 @@ func RouterPodSelector(endpoint string) string {
 // RouterPods plays the container runtime for an endpoint's router
 // Deployment: one router process per Running router pod, listening on the
 // pod's own IP on the ports the pod declares, with the arguments and
-// environment the operator rendered. Replicas find each other through the
-// router Service's EndpointSlices, read from the API server as in a cluster
-// (written by MirrorEndpointSlices, since the endpointslice controller
-// cannot publish loopback pod IPs). Pods are followed as they come and go.
+// environment the operator rendered. The replicas elect their picker with
+// the endpoint's Lease through the API server, and the others reach it on
+// its pod IP and pick port, as in a cluster. Pods are followed as they come
+// and go.
 type RouterPods struct {
 	agent  *PodAgent
 	cancel context.CancelFunc
@@ -47,15 +47,8 @@ type RouterPods struct {
 // further router flags. Stop ends the routers.
 func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...string) (*RouterPods, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	// The router Service is named after the endpoint (the operator's
-	// --peer-service); its slices are written here, see
-	// MirrorEndpointSlices.
-	if err := MirrorEndpointSlices(ctx, e.Kube, e.opts.Namespace, endpoint); err != nil {
-		cancel()
-		return nil, err
-	}
 	p := &RouterPods{cancel: cancel, done: make(chan struct{}), ready: map[*Router]bool{}}
-	// The port is unused: a router pod declares two, read from its spec.
+	// The port is unused: a router pod declares three, read from its spec.
 	p.agent = NewPodAgent(e.Kube, e.opts.Namespace, RouterPodSelector(endpoint), "router", 0, func(pod *corev1.Pod, _ string) (Backend, error) {
 		r, err := e.routerForPod(ctx, pod, extra)
 		if err != nil {
@@ -71,9 +64,8 @@ func (e *Env) StartRouterPods(ctx context.Context, endpoint string, extra ...str
 	return p, nil
 }
 
-// routerForPod starts the router of one pod without waiting for it: a
-// router with peers waits up to --peer-bootstrap-wait before it listens,
-// and the pod agent starts backends under its lock.
+// routerForPod starts the router of one pod without waiting for it: the
+// pod agent starts backends under its lock.
 func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string) (*Router, error) {
 	var c *corev1.Container
 	for i := range pod.Spec.Containers {
@@ -102,7 +94,7 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 			}
 			r.ConfigDir = dir
 			a = "--config-dir=" + dir
-		case "listen", "metrics-listen":
+		case "listen", "metrics-listen", "pick-listen":
 			// ":8080" means every address of the pod: here, its IP.
 			host, port, err := net.SplitHostPort(value)
 			if err != nil {
@@ -112,17 +104,20 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 				host = ip
 			}
 			addr := net.JoinHostPort(host, port)
-			if name == "listen" {
+			switch name {
+			case "listen":
 				r.URL = "http://" + addr
-			} else {
+			case "metrics-listen":
 				r.MetricsURL = "http://" + addr
+			default:
+				r.PickAddr = addr
 			}
 			a = "--" + name + "=" + addr
-		case "cache-salt-key-file", "api-keys-dir":
+		case "cache-salt-key-file", "pick-key-file", "api-keys-dir":
 			// Project the Secret mounted there, and wait for it as the
 			// kubelet does before it starts the container.
 			mountDir, file := value, ""
-			if name == "cache-salt-key-file" {
+			if name != "api-keys-dir" {
 				mountDir, file = filepath.Dir(value), filepath.Base(value)
 			}
 			secret, err := mountedSecret(pod, c, mountDir)
