@@ -167,15 +167,17 @@ func (p *Picker) startTerm(ctx context.Context, prev string) {
 
 // StepDown ends this replica's candidacy: while it leads it stops
 // deciding, keeps its state for its successor and releases the Lease. It
-// returns once the Lease is released (or the election was not running).
+// returns once the Lease is released. Without an election (a fixed picker)
+// there is no successor to hand over to, and nothing changes: a router
+// alone goes on deciding its last requests itself.
 func (p *Picker) StepDown() {
 	p.mu.Lock()
 	stop := p.stop
 	p.mu.Unlock()
-	p.stepDown()
 	if stop == nil {
 		return
 	}
+	p.stepDown()
 	stop()
 	<-p.done
 }
