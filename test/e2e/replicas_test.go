@@ -107,6 +107,9 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 	It("elect one picker through the endpoint's Lease", func() {
 		Eventually(func(g Gomega) {
 			g.Expect(leaderOf(routers)).To(BeNumerically(">=", 0), "no router leads, or several do")
+			for _, r := range routers {
+				g.Expect(mustMetric(r, "warmroute_router_picker_known", nil)).To(BeEquivalentTo(1), "router %s knows no picker yet", r.URL)
+			}
 		}).WithTimeout(20 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 		var lease coordinationv1.Lease
 		Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: sharedEndpoint + "-router"}, &lease)).To(Succeed())

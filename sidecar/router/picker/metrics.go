@@ -9,8 +9,9 @@ type Metrics struct {
 	Picks        *prometheus.CounterVec
 	PickErrors   prometheus.Counter
 	PickDuration prometheus.Histogram
-	// Leader is 1 while this replica is the elected picker.
-	Leader prometheus.Gauge
+	// Leader is 1 while this replica is the elected picker; Known while it
+	// knows which replica is (itself included).
+	Leader, Known prometheus.Gauge
 	// Handoffs counts terms started, by whether the old leader's state
 	// was restored (warm) or not (cold).
 	Handoffs *prometheus.CounterVec
@@ -30,13 +31,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Round trip of a pick API call to the elected sibling.", Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14)}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "picker_leader",
 			Help: "1 while this replica is the elected picker of its endpoint."}),
+		Known: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "picker_known",
+			Help: "1 while this replica knows which replica is the picker (itself included); 0 while it routes every request by its fallback."}),
 		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "picker_terms_total",
 			Help: "Terms this replica started as the picker, by start: warm (restored the old leader's state), cold (none to restore)."}, []string{"start"}),
 		Refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pick_api_refused_total",
 			Help: "Pick API calls refused for want of a valid signature with the endpoint's key."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Handoffs, m.Refused)
+		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Known, m.Handoffs, m.Refused)
 	}
 	return m
 }

@@ -371,8 +371,10 @@ func (p *Picker) use(c conn) {
 	}
 	p.epoch, p.downUntil, p.adopt = 0, time.Time{}, true
 	if c == nil {
+		p.opts.Metrics.Known.Set(0)
 		return
 	}
+	p.opts.Metrics.Known.Set(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{conn: c, signal: make(chan struct{}, 1), cancel: cancel}
 	p.cur = l

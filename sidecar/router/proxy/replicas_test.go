@@ -107,3 +107,40 @@ func TestThresholdHoldsAcrossReplicas(t *testing.T) {
 		t.Errorf("control: 3 routers deciding alone kept the instance at %d, within the threshold; the test cannot tell", peak)
 	}
 }
+
+// TestNoPickerNoFailure: a replica whose picker is gone (here: nothing
+// listens at its address) serves every request by its fallback, stays
+// ready, and says so in its metrics.
+func TestNoPickerNoFailure(t *testing.T) {
+	backends, addrs := newBackends(t, 3)
+	keys, err := picker.DeriveKeys([]byte("the endpoint's key, 32 bytes long"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Options{AllowLoopbackBackends: true, EjectBase: time.Minute, Replica: "router-1", Keys: keys, Picker: deadAddr(t)})
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, addrs)); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(r.Handler())
+	t.Cleanup(srv.Close)
+	const n = 20
+	for i := range n {
+		resp, body := postURL(t, srv.URL+"/v1/chat/completions", chatBody("m", fmt.Sprintf("conversation %d", i), ""))
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
+		}
+	}
+	if !r.Ready() {
+		t.Error("not ready without a picker")
+	}
+	if got := counterValue(r.Picker().Metrics().Picks.WithLabelValues("fallback")); got != n {
+		t.Errorf("%v requests by the fallback, want %d", got, n)
+	}
+	served := 0
+	for _, b := range backends {
+		served += b.count()
+	}
+	if served != n {
+		t.Errorf("backends served %d of %d", served, n)
+	}
+}
