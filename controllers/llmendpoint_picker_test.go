@@ -125,7 +125,8 @@ var _ = Describe("Router picker election", func() {
 		Eventually(func() bool { return follower.p.Leading() }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
 		GinkgoWriter.Printf("new picker %s after step-down\n", time.Since(stepped).Round(time.Millisecond))
 		Expect(time.Since(stepped)).To(BeNumerically("<", picker.DefaultLeaseDuration))
-		Expect(testutil.ToFloat64(follower.p.Metrics().Handoffs.WithLabelValues("warm"))).To(Equal(1.0), "the successor did not restore the old leader's state")
+		Expect(testutil.ToFloat64(leader.p.Metrics().Handoffs.WithLabelValues("sent", "ok"))).To(Equal(1.0), "the old leader did not hand its state over")
+		Expect(testutil.ToFloat64(follower.p.Metrics().Handoffs.WithLabelValues("received", "restored"))).To(Equal(1.0), "the successor did not restore the old leader's state")
 
 		By("the routers' identity reaching no other Lease")
 		other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses"}}

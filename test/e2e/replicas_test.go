@@ -263,7 +263,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		Expect(err).NotTo(HaveOccurred())
 		warm := 0.0
 		for _, r := range routers {
-			v, _ := harness.Metric(r, "warmroute_router_picker_terms_total", map[string]string{"start": "warm"})
+			v, _ := harness.Metric(r, "warmroute_router_picker_handoffs_total", map[string]string{"direction": "received", "result": "restored"})
 			warm += v
 		}
 		GinkgoWriter.Printf("rolled %d router pods under load: %d requests, %d failed; warm terms on the new pods: %v\n", len(old), tr.sent.Load(), tr.failed.Load(), warm)

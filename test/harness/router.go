@@ -24,14 +24,14 @@ type Router struct {
 	URL, MetricsURL string
 	// PickAddr is the pick API's address (host:port), for a router pod
 	// the operator renders with --pick-listen.
-	PickAddr string
-	Proc            *process.Process
-	ConfigDir       string
-	name            string
-	args            []string
-	env             []string // VAR=value, for a router pod's environment
-	logDir          string
-	bin             string
+	PickAddr  string
+	Proc      *process.Process
+	ConfigDir string
+	name      string
+	args      []string
+	env       []string // VAR=value, for a router pod's environment
+	logDir    string
+	bin       string
 }
 
 // RoutingConfigMapName is the routing ConfigMap of an endpoint.

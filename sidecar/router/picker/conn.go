@@ -110,9 +110,10 @@ func (c *remoteConn) events(ctx context.Context, evs []event) (uint64, error) {
 	return epoch, r.end()
 }
 
-// handoff fetches the old leader's state.
-func (c *remoteConn) handoff(ctx context.Context) ([]byte, error) {
-	return c.call(ctx, PathHandoff, nil, maxSnapshotMB<<20)
+// handoff hands the old leader's state to the new one.
+func (c *remoteConn) handoff(ctx context.Context, snap []byte) error {
+	_, err := c.call(ctx, PathHandoff, snap, maxBodyBytes)
+	return err
 }
 
 func (c *remoteConn) String() string { return c.addr }

@@ -2,10 +2,10 @@ package picker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,10 +45,10 @@ const (
 	DefaultRetryPeriod   = time.Second
 )
 
-// handoffTimeout bounds the successor's fetch of the old leader's state;
-// a dead leader refuses the connection at once, so it is reached only when
-// the old leader hangs.
-const handoffTimeout = 2 * time.Second
+// handoffTimeout bounds how long a leader that stepped down waits for a
+// successor to take the Lease and sends it its state: a candidate takes a
+// released Lease within the retry period (1.2 s with jitter).
+const handoffTimeout = 3 * time.Second
 
 // identity is the Lease holder identity: "<pod name>@<pick address>".
 func identity(name, addr string) string { return name + "@" + addr }
@@ -72,17 +72,12 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 	e.RetryPeriod = cmpOr(e.RetryPeriod, DefaultRetryPeriod)
 	self := identity(e.Name, e.Address)
 	ctx, stop := context.WithCancel(ctx)
-	p.mu.Lock()
-	p.stop = stop
-	p.mu.Unlock()
 	defer close(p.done)
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Lease},
 		Client:     e.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: self},
 	}
-	var last atomic.Value // string: the last leader seen that is not this replica
-	last.Store("")
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   e.LeaseDuration,
@@ -92,16 +87,27 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 		Name:            e.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				p.startTerm(ctx, addressOf(last.Load().(string)))
+				p.startTerm()
 				go p.expireLoop(ctx)
 			},
-			OnStoppedLeading: p.stepDown,
+			OnStoppedLeading: func() { p.stepDown() },
 			OnNewLeader:      func(string) {},
 		},
 	})
 	if err != nil {
+		stop()
 		return fmt.Errorf("leader election: %w", err)
 	}
+	p.mu.Lock()
+	p.stop, p.self = stop, self
+	p.holder = func(ctx context.Context) (string, error) {
+		rec, _, err := lock.Get(ctx)
+		if err != nil {
+			return "", err
+		}
+		return rec.HolderIdentity, nil
+	}
+	p.mu.Unlock()
 	// Followers track the Lease holder every RetryPeriod rather than in
 	// OnNewLeader, whose calls run in goroutines of their own and may
 	// arrive out of order.
@@ -116,9 +122,6 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 			case <-tick.C:
 			}
 			id := le.GetLeader()
-			if id != "" && id != self {
-				last.Store(id)
-			}
 			if le.IsLeader() || id == following {
 				continue
 			}
@@ -136,50 +139,67 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 	return nil
 }
 
-// startTerm begins this replica's term as the picker, warm with the state
-// of the old leader at prev (its pick address) when it stepped down
-// gracefully, cold otherwise.
-func (p *Picker) startTerm(ctx context.Context, prev string) {
+// startTerm begins this replica's term as the picker, cold: a leader that
+// stepped down gracefully sends its state within a moment (handOver).
+func (p *Picker) startTerm() {
 	l, err := newLedger(p.opts.Tuning, p.cfg.Load())
 	if err != nil {
 		p.opts.Log.Error(err, "cannot start the picker's term")
 		return
 	}
-	start := "cold"
-	if prev != "" {
-		c := &remoteConn{addr: prev, replica: p.opts.Replica, keys: p.opts.Keys, client: &http.Client{Transport: p.opts.Transport}}
-		hctx, cancel := context.WithTimeout(ctx, handoffTimeout)
-		snap, err := c.handoff(hctx)
-		cancel()
-		switch {
-		case err != nil:
-			p.opts.Log.Info("starting cold: no state from the old leader", "old", prev, "reason", err.Error())
-		case l.policy.Restore(snap) != nil:
-			p.opts.Log.Info("starting cold: the old leader's state did not restore", "old", prev)
-		default:
-			start = "warm"
-		}
-	}
-	p.opts.Metrics.Handoffs.WithLabelValues(start).Inc()
-	p.opts.Log.Info("elected picker", "start", start, "indexEntries", l.policy.IndexEntries())
+	p.opts.Metrics.Terms.Inc()
+	p.opts.Log.Info("elected picker")
 	p.becomeLeader(l)
 }
 
 // StepDown ends this replica's candidacy: while it leads it stops
-// deciding, keeps its state for its successor and releases the Lease. It
-// returns once the Lease is released. Without an election (a fixed picker)
+// deciding, releases the Lease, and sends its state to the replica that
+// takes the Lease next, so that one starts warm. It returns once that is
+// done or handoffTimeout has passed. Without an election (a fixed picker)
 // there is no successor to hand over to, and nothing changes: a router
 // alone goes on deciding its last requests itself.
 func (p *Picker) StepDown() {
 	p.mu.Lock()
-	stop := p.stop
+	stop, holder, self := p.stop, p.holder, p.self
 	p.mu.Unlock()
 	if stop == nil {
 		return
 	}
-	p.stepDown()
+	snap := p.stepDown()
 	stop()
 	<-p.done
+	if snap != nil {
+		p.handOver(holder, self, snap)
+	}
+}
+
+// handOver waits for a successor to take the Lease and sends it snap.
+func (p *Picker) handOver(holder func(context.Context) (string, error), self string, snap []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), handoffTimeout)
+	defer cancel()
+	for {
+		id, err := holder(ctx)
+		if err == nil && id != "" && id != self {
+			c := &remoteConn{addr: addressOf(id), replica: p.opts.Replica, keys: p.opts.Keys, client: &http.Client{Transport: p.opts.Transport}}
+			err := c.handoff(ctx, snap)
+			if err == nil {
+				p.opts.Metrics.Handoffs.WithLabelValues("sent", "ok").Inc()
+				return
+			}
+			if !errors.Is(err, errNotLeader) || ctx.Err() != nil {
+				// Not merely a successor still starting its term.
+				p.opts.Metrics.Handoffs.WithLabelValues("sent", "failed").Inc()
+				p.opts.Log.Info("could not hand the picker's state over", "successor", id, "error", err.Error())
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			p.opts.Metrics.Handoffs.WithLabelValues("sent", "no_successor").Inc()
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func cmpOr(d, def time.Duration) time.Duration {

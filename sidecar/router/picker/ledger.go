@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -16,6 +17,10 @@ import (
 type ledger struct {
 	epoch  uint64
 	policy *policy.Policy
+	// started is when the term began; warm is set once the old leader's
+	// state was restored (see receive).
+	started time.Time
+	warm    bool
 
 	mu      sync.Mutex
 	tickets map[ticketKey]*policy.Choice
@@ -36,7 +41,7 @@ type ticketKey struct {
 const ticketTTL = 10 * heartbeatEvery
 
 func newLedger(t policy.Tuning, cfg *policy.Config) (*ledger, error) {
-	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t),
+	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), started: time.Now(),
 		tickets: map[ticketKey]*policy.Choice{}, seen: map[string]time.Time{}}
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
@@ -101,6 +106,28 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 			}
 		}
 	}
+}
+
+// acceptHandoffFor is how long into its term a picker takes its
+// predecessor's state: the old leader pushes it as soon as it sees the
+// Lease taken, within a second or two; later, the new leader has learnt
+// enough of its own that an old picture would overwrite it.
+const acceptHandoffFor = 10 * time.Second
+
+var errHandoffRefused = errors.New("handoff refused: this term already has its predecessor's state, or is too old for it")
+
+// receive restores the old leader's state into a young term, once.
+func (l *ledger) receive(snap []byte, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.warm || now.Sub(l.started) > acceptHandoffFor {
+		return errHandoffRefused
+	}
+	if err := l.policy.Restore(snap); err != nil {
+		return err
+	}
+	l.warm = true
+	return nil
 }
 
 // expire releases the requests of replicas silent since before now − ttl.

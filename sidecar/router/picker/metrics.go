@@ -12,8 +12,10 @@ type Metrics struct {
 	// Leader is 1 while this replica is the elected picker; Known while it
 	// knows which replica is (itself included).
 	Leader, Known prometheus.Gauge
-	// Handoffs counts terms started, by whether the old leader's state
-	// was restored (warm) or not (cold).
+	// Terms counts the terms this replica started as the picker.
+	Terms prometheus.Counter
+	// Handoffs counts state handed over between leaders, by direction
+	// (sent, received) and result.
 	Handoffs *prometheus.CounterVec
 	// Refused counts pick API calls refused for want of a valid signature.
 	Refused prometheus.Counter
@@ -33,13 +35,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this replica is the elected picker of its endpoint."}),
 		Known: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "picker_known",
 			Help: "1 while this replica knows which replica is the picker (itself included); 0 while it routes every request by its fallback."}),
-		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "picker_terms_total",
-			Help: "Terms this replica started as the picker, by start: warm (restored the old leader's state), cold (none to restore)."}, []string{"start"}),
+		Terms: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "picker_terms_total",
+			Help: "Terms this replica started as the elected picker."}),
+		Handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "picker_handoffs_total",
+			Help: "The picker's state handed from a leader that stepped down to its successor, by direction (sent, received) and result (sent: ok, failed, no_successor; received: restored, refused)."}, []string{"direction", "result"}),
 		Refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pick_api_refused_total",
 			Help: "Pick API calls refused for want of a valid signature with the endpoint's key."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Known, m.Handoffs, m.Refused)
+		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Known, m.Terms, m.Handoffs, m.Refused)
 	}
 	return m
 }

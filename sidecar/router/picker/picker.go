@@ -73,9 +73,10 @@ type Picker struct {
 	cur *link
 	// lead is this replica's ledger while it leads.
 	lead *ledger
-	// retired is this replica's state after it stepped down, for its
-	// successor (see serveHandoff).
-	retired []byte
+	// holder reads the Lease's holder identity, self is this replica's
+	// (set by Elect, for the handoff).
+	holder func(context.Context) (string, error)
+	self   string
 	// epoch is the current picker's, once it has answered.
 	epoch uint64
 	// open is this replica's requests in flight.
@@ -437,7 +438,6 @@ func (p *Picker) InFlight() int {
 func (p *Picker) becomeLeader(l *ledger) {
 	p.mu.Lock()
 	p.lead = l
-	p.retired = nil
 	p.mu.Unlock()
 	p.opts.Metrics.Leader.Set(1)
 	p.use(localConn{l: l, replica: p.opts.Replica})
@@ -465,28 +465,20 @@ func (p *Picker) Follow(addr string) {
 }
 
 // stepDown ends this replica's term: it stops deciding (callers get 503
-// and fall back or find the successor) and keeps its state for the
-// successor.
-func (p *Picker) stepDown() {
+// and fall back or find the successor) and returns its state for the
+// successor (nil if it did not lead).
+func (p *Picker) stepDown() []byte {
 	p.mu.Lock()
 	l := p.lead
 	p.lead = nil
 	p.mu.Unlock()
 	if l == nil {
-		return
+		return nil
 	}
 	snap := l.policy.Snapshot()
-	p.mu.Lock()
-	p.retired = snap
-	p.mu.Unlock()
 	p.opts.Metrics.Leader.Set(0)
 	p.use(nil)
-}
-
-func (p *Picker) retiredState() []byte {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.retired
+	return snap
 }
 
 // expireLoop releases the requests of silent replicas while this replica

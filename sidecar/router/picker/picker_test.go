@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -180,8 +181,8 @@ func TestFallbackThenAdoption(t *testing.T) {
 }
 
 // A leader that steps down hands its state to its successor, which then
-// places known keys where the old leader had them (warm); without the old
-// leader it starts cold.
+// places known keys where the old leader would have (warm); a term that
+// already has its predecessor's state, or is too old, refuses another.
 func TestHandoff(t *testing.T) {
 	keys := testKeys(t, testSecret)
 	cfg := testConfig(keys, 7, 100)
@@ -189,7 +190,6 @@ func TestHandoff(t *testing.T) {
 	if err := old.Lead(); err != nil {
 		t.Fatal(err)
 	}
-	oldSrv := serve(t, old)
 	ctx := context.Background()
 	var texts []string
 	for i := range 200 {
@@ -202,30 +202,48 @@ func TestHandoff(t *testing.T) {
 		tk.Done()
 	}
 	oldPolicy := old.leading().policy
-	old.stepDown()
-	if old.Leading() {
-		t.Fatal("still leading after stepping down")
+	snap := old.stepDown()
+	if old.Leading() || snap == nil {
+		t.Fatal("still leading, or no state, after stepping down")
 	}
 
-	warm := newReplica(t, "router-1", keys, cfg)
-	warm.startTerm(ctx, strings.TrimPrefix(oldSrv.URL, "http://"))
-	cold := newReplica(t, "router-2", keys, cfg)
-	oldSrv.Close()
-	cold.startTerm(ctx, strings.TrimPrefix(oldSrv.URL, "http://"))
-	if got := counter(warm.opts.Metrics.Handoffs.WithLabelValues("warm")); got != 1 {
-		t.Fatalf("successor did not start warm")
+	successor := newReplica(t, "router-1", keys, cfg)
+	srv := serve(t, successor)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var taken atomic.Bool // the Lease, as the old leader reads it
+	go func() {
+		time.Sleep(150 * time.Millisecond) // the successor takes the Lease...
+		taken.Store(true)
+		time.Sleep(100 * time.Millisecond)
+		successor.startTerm() // ...and starts its term a moment later
+	}()
+	lease := func(context.Context) (string, error) {
+		if taken.Load() {
+			return "router-1@" + addr, nil
+		}
+		return "", nil
 	}
-	if got := counter(cold.opts.Metrics.Handoffs.WithLabelValues("cold")); got != 1 {
-		t.Fatalf("replica without a predecessor did not start cold")
+	old.handOver(lease, "router-0@somewhere", snap)
+	if got := counter(old.opts.Metrics.Handoffs.WithLabelValues("sent", "ok")); got != 1 {
+		t.Fatalf("handoffs sent ok: %v", got)
 	}
-	if warm.leading().policy.IndexEntries() == 0 || cold.leading().policy.IndexEntries() != 0 {
-		t.Fatalf("index entries: warm %d, cold %d", warm.leading().policy.IndexEntries(), cold.leading().policy.IndexEntries())
+	if got := counter(successor.opts.Metrics.Handoffs.WithLabelValues("received", "restored")); got != 1 {
+		t.Fatalf("handoffs restored: %v", got)
 	}
+	if successor.leading().policy.IndexEntries() != oldPolicy.IndexEntries() {
+		t.Fatalf("index entries: %d restored of %d", successor.leading().policy.IndexEntries(), oldPolicy.IndexEntries())
+	}
+	// A second handoff into the same term is refused.
+	c := &remoteConn{addr: addr, replica: "router-2", keys: keys, client: &http.Client{}}
+	if err := c.handoff(ctx, snap); err == nil {
+		t.Error("a second handoff was taken")
+	}
+
 	// The successor decides the same stream as the old leader would
 	// have, had it gone on.
 	differ := 0
 	for _, text := range texts {
-		tk, err := warm.Pick(ctx, key(warm, text))
+		tk, err := successor.Pick(ctx, key(successor, text))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,7 @@ import (
 
 // Handler serves the pick API on the pick listener: picks and events while
 // this replica leads (503 otherwise, so callers fall back or find the new
-// leader), and, once it has stepped down gracefully, its state to its
-// successor. Every call must be signed with the endpoint's key (auth.go);
+// leader), and the state its predecessor hands it when it steps down. Every call must be signed with the endpoint's key (auth.go);
 // anything else gets 401 and no information.
 func (p *Picker) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -25,7 +24,11 @@ func (p *Picker) Handler() http.Handler {
 
 // authenticated reads a call's body and checks its signature.
 func (p *Picker) authenticated(w http.ResponseWriter, req *http.Request) (caller, mac string, body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxBodyBytes))
+	limit := int64(maxBodyBytes)
+	if req.URL.Path == PathHandoff {
+		limit = maxSnapshotMB << 20
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
 	if err != nil {
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 		return "", "", nil, false
@@ -99,14 +102,16 @@ func (p *Picker) serveEvents(w http.ResponseWriter, req *http.Request) {
 }
 
 func (p *Picker) serveHandoff(w http.ResponseWriter, req *http.Request) {
-	_, mac, _, ok := p.authenticated(w, req)
+	l, caller, mac, body, ok := p.toLeader(w, req)
 	if !ok {
 		return
 	}
-	snap := p.retiredState()
-	if snap == nil {
-		http.Error(w, "no state to hand off: this replica has not stepped down", http.StatusNotFound)
+	if err := l.receive(body, time.Now()); err != nil {
+		p.opts.Metrics.Handoffs.WithLabelValues("received", "refused").Inc()
+		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	}
-	p.reply(w, mac, snap)
+	p.opts.Metrics.Handoffs.WithLabelValues("received", "restored").Inc()
+	p.opts.Log.Info("restored the old leader's state", "from", caller, "indexEntries", l.policy.IndexEntries())
+	p.reply(w, mac, nil)
 }
