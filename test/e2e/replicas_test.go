@@ -177,6 +177,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 			return out
 		}
 		spilledBefore := spills()
+		picksBefore := picksBySource(routers)
 		system := longText("shared-view", 6000)
 		// Short requests over many prefixes keep the hot prefix a small
 		// share of decisions (not replicated on purpose), while its long
@@ -222,6 +223,11 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		for reason := range spilled {
 			spilled[reason] -= spilledBefore[reason]
 		}
+		picks := picksBySource(routers)
+		for source := range picks {
+			picks[source] -= picksBefore[source]
+		}
+		GinkgoWriter.Printf("decisions by source during the burst: %v\n", picks)
 		top := 0
 		for _, n := range peak {
 			top = max(top, n)

@@ -24,6 +24,11 @@ type ledger struct {
 
 	mu      sync.Mutex
 	tickets map[ticketKey]*policy.Choice
+	// dropped remembers, for ticketTTL, the requests a replica said were
+	// done before their pick arrived: a pick call that timed out on the
+	// replica (which then routed the request by its fallback and said so)
+	// may still reach the picker, and must not be counted.
+	dropped map[ticketKey]time.Time
 	// seen is when each replica last called; the requests of a replica
 	// silent for longer than ticketTTL are released (it died, or lost the
 	// picker: it will adopt them again into whichever picker it finds).
@@ -42,7 +47,7 @@ const ticketTTL = 10 * heartbeatEvery
 
 func newLedger(t policy.Tuning, cfg *policy.Config) (*ledger, error) {
 	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), started: time.Now(),
-		tickets: map[ticketKey]*policy.Choice{}, seen: map[string]time.Time{}}
+		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}}
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
 			return nil, err
@@ -65,6 +70,13 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 	defer l.mu.Unlock()
 	l.seen[replica] = now
 	k := ticketKey{replica, req.Seq}
+	if _, gone := l.dropped[k]; gone {
+		// The replica gave up waiting and already said so: the request
+		// went elsewhere, and is adopted there.
+		c.Done()
+		delete(l.dropped, k)
+		return a, nil
+	}
 	if old, ok := l.tickets[k]; ok {
 		old.Done() // a replica never reuses a number; a restarted one might
 	}
@@ -95,6 +107,8 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 			if ok {
 				c.Done()
 				delete(l.tickets, k)
+			} else {
+				l.dropped[k] = now
 			}
 		case eventPrefilled:
 			if ok {
@@ -134,6 +148,11 @@ func (l *ledger) receive(snap []byte, now time.Time) error {
 func (l *ledger) expire(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for k, at := range l.dropped {
+		if now.Sub(at) > ticketTTL {
+			delete(l.dropped, k)
+		}
+	}
 	for r, at := range l.seen {
 		if now.Sub(at) <= ticketTTL {
 			continue

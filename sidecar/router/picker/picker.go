@@ -229,6 +229,11 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		default:
+			// The call may have reached the picker and been counted
+			// there: say it is done (the picker forgets it, or drops it
+			// when it arrives), before the fallback's request is
+			// adopted under the same number.
+			p.enqueue(l, event{Kind: eventDone, Seq: seq})
 			p.failed(l, err)
 		}
 	}
