@@ -93,8 +93,7 @@ func pickServer(f *flags, r *proxy.Router, log logr.Logger) *http.Server {
 	if f.picker.listen == "" {
 		return nil
 	}
-	return &http.Server{Addr: f.picker.listen, Handler: r.Picker().Handler(), ReadHeaderTimeout: f.readHeaderTimeout,
-		IdleTimeout: f.idleTimeout, ErrorLog: proxy.StdLogger(log.WithName("pick"))}
+	return listenerServer(f.picker.listen, f, r.Picker().Handler(), log.WithName("pick"))
 }
 
 // startElection runs this replica as a candidate for picker when --lease
