@@ -252,10 +252,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 	// pods in that order itself. The picker steps down gracefully when its
 	// pod goes, and the next one starts warm.
 	It("roll the router pods under load without a failed request, the next picker warm", func() {
-		system := longText("rolling", 3000)
-		tr := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-			return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
-		}, 40, 4)
+		tr := conversations(ctx, service, "rolling")
 		defer tr.stop()
 		time.Sleep(time.Second)
 		old := podsOf(ctx)
@@ -289,10 +286,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 	It("keep serving when the picker's process dies: a new picker within the Lease's time", func() {
 		Eventually(func() int { return leaderOf(routers) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 0))
 		dead := leaderOf(routers)
-		system := longText("failover", 3000)
-		tr := startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-			return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
-		}, 40, 4)
+		tr := conversations(ctx, service, "failover")
 		defer tr.stop()
 		time.Sleep(time.Second)
 		killed := time.Now()
@@ -338,6 +332,15 @@ func leaderOf(routers []*harness.Router) int {
 		leader = i
 	}
 	return leader
+}
+
+// conversations sends 40 conversations behind one system prompt from 4
+// clients through the router Service until stopped.
+func conversations(ctx context.Context, service *http.Client, seed string) *traffic {
+	system := longText(seed, 3000)
+	return startTraffic(ctx, func(ctx context.Context, g, n int) reply {
+		return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
+	}, 40, 4)
 }
 
 // podsOf is the names of the endpoint's router pods that are not being

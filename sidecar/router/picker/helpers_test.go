@@ -37,6 +37,16 @@ func newReplica(t testing.TB, name string, keys Keys, cfg policy.Config) *Picker
 	return p
 }
 
+// newLeader is "router-0" leading under cfg, its pick API on loopback.
+func newLeader(t testing.TB, keys Keys, cfg policy.Config) (*Picker, *httptest.Server) {
+	t.Helper()
+	p := newReplica(t, "router-0", keys, cfg)
+	if err := p.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	return p, serve(t, p)
+}
+
 // serve runs p's pick API on loopback.
 func serve(t testing.TB, p *Picker) *httptest.Server {
 	t.Helper()

@@ -29,11 +29,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestFollowerAsksTheLeader(t *testing.T) {
 	keys := testKeys(t, testSecret)
 	cfg := testConfig(keys, 3, 10)
-	leader := newReplica(t, "router-0", keys, cfg)
-	if err := leader.Lead(); err != nil {
-		t.Fatal(err)
-	}
-	srv := serve(t, leader)
+	leader, srv := newLeader(t, keys, cfg)
 	follower := newReplica(t, "router-1", keys, cfg)
 	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
 
@@ -72,11 +68,7 @@ func TestFollowerAsksTheLeader(t *testing.T) {
 func TestPickAPIRefusesStrangers(t *testing.T) {
 	keys := testKeys(t, testSecret)
 	cfg := testConfig(keys, 3, 10)
-	leader := newReplica(t, "router-0", keys, cfg)
-	if err := leader.Lead(); err != nil {
-		t.Fatal(err)
-	}
-	srv := serve(t, leader)
+	leader, srv := newLeader(t, keys, cfg)
 
 	stranger := testKeys(t, []byte("another endpoint's key, 32 bytes"))
 	outsider := newReplica(t, "not-a-sibling", stranger, testConfig(stranger, 3, 10))
@@ -117,11 +109,7 @@ func TestPickAPIRefusesStrangers(t *testing.T) {
 func TestFallbackThenAdoption(t *testing.T) {
 	keys := testKeys(t, testSecret)
 	cfg := testConfig(keys, 5, 2)
-	leader := newReplica(t, "router-0", keys, cfg)
-	if err := leader.Lead(); err != nil {
-		t.Fatal(err)
-	}
-	srv := serve(t, leader)
+	_, srv := newLeader(t, keys, cfg)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	srv.Close() // the leader is gone
 
