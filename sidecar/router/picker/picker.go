@@ -432,14 +432,7 @@ func (p *Picker) send(ctx context.Context, l *link) {
 	}
 }
 
-// InFlight is this replica's own requests in flight (metrics).
-func (p *Picker) InFlight() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.open)
-}
-
-// lead makes this replica the picker, with l as its state.
+// becomeLeader makes this replica the picker, with l as its state.
 func (p *Picker) becomeLeader(l *ledger) {
 	p.mu.Lock()
 	p.lead = l
