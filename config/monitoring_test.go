@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	routermetrics "github.com/warmroute/warmroute/sidecar/router/metrics"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
@@ -65,12 +66,12 @@ func TestDashboardsAndAlertsNameRealMetrics(t *testing.T) {
 func TestKnownMetricsRefusesMadeUpNames(t *testing.T) {
 	known := knownMetrics(t)
 	for _, n := range []string{"warmroute_router_requests_total", "warmroute_router_time_to_first_token_seconds_bucket",
-		"warmroute_router_in_flight_requests", "warmroute_router_peers", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
+		"warmroute_router_in_flight_requests", "warmroute_router_picks_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
 		if !known.has(n) {
 			t.Errorf("%s is a real metric, refused", n)
 		}
 	}
-	for _, n := range []string{"warmroute_router_request_total", "warmroute_router_requests_total_bucket",
+	for _, n := range []string{"warmroute_router_request_total", "warmroute_router_requests_total_bucket", "warmroute_router_peers",
 		"vllm:prefix_cache_hit_total", "vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"} {
 		if known.has(n) {
 			t.Errorf("%s is not a real metric, accepted", n)
@@ -107,13 +108,31 @@ func knownMetrics(t *testing.T) metricSet {
 	oneBackend := func(report func(string, float64)) { report("b", 0) }
 	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero,
 		InFlight: oneBackend, PrefillTokens: oneBackend})
-	routermetrics.NewPeers(m.Registry, routermetrics.PeerGauges{Peers: func() (int, int) { return 0, 0 }, ReportAge: zero})
+	pm := picker.NewMetrics(m.Registry)
 	// Vectors without a child are missing from a Gather: describe the
-	// struct's collectors as well.
-	v := reflect.ValueOf(*m)
-	for i := range v.NumField() {
-		c, ok := v.Field(i).Interface().(prometheus.Collector)
-		if !ok || v.Field(i).IsNil() {
+	// structs' collectors as well.
+	for _, v := range []any{*m, *pm} {
+		describe(t, v, s)
+	}
+	gather(t, m.Registry, s)
+
+	sim, err := vllmsim.New(vllmsim.Config{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	gather(t, sim.Registry(), s)
+	return s
+}
+
+// describe adds the names of the collectors in the fields of the metrics
+// struct v.
+func describe(t *testing.T, v any, s metricSet) {
+	t.Helper()
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumField() {
+		c, ok := rv.Field(i).Interface().(prometheus.Collector)
+		if !ok || rv.Field(i).IsNil() {
 			continue
 		}
 		ch := make(chan *prometheus.Desc, 8)
@@ -126,15 +145,6 @@ func knownMetrics(t *testing.T) metricSet {
 			}
 		}
 	}
-	gather(t, m.Registry, s)
-
-	sim, err := vllmsim.New(vllmsim.Config{Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
-	gather(t, sim.Registry(), s)
-	return s
 }
 
 func gather(t *testing.T, g prometheus.Gatherer, s metricSet) {
