@@ -61,8 +61,10 @@ func TestShortBenchmark(t *testing.T) {
 	if oracle.HitRate <= random.HitRate {
 		t.Errorf("long-context: pooled oracle %.3f does not beat RANDOM %.3f", oracle.HitRate, random.HitRate)
 	}
-	if len(rep.Remap) == 0 || len(rep.Decision) == 0 || rep.Proxy.Samples == 0 || rep.Forward.Samples == 0 {
-		t.Errorf("missing measurements: %d remaps, %d decision sizes, %d proxy samples, %d forwarded samples", len(rep.Remap), len(rep.Decision), rep.Proxy.Samples, rep.Forward.Samples)
+	// The router under test asks one picker: it forwards nothing, so the
+	// forwarding hop (peer-protocol baselines only) is not measured.
+	if len(rep.Remap) == 0 || len(rep.Decision) == 0 || rep.Proxy.Samples == 0 || rep.Forward.Samples != 0 {
+		t.Errorf("measurements: %d remaps, %d decision sizes, %d proxy samples, %d forwarded samples (want none)", len(rep.Remap), len(rep.Decision), rep.Proxy.Samples, rep.Forward.Samples)
 	}
 	for _, m := range rep.Remap {
 		if m.Moved <= 0 || m.Moved > 1 || m.Ideal <= 0 {
@@ -80,7 +82,7 @@ func TestShortBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", "added by the hop", cfg.Command} {
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", cfg.Command} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}
@@ -122,8 +124,11 @@ func checkReplicas(t *testing.T, cfg Config, rep *Report) {
 				t.Errorf("%s × %d replicas: %d of %d requests failed", w, n, x.Summary.Failures, x.Summary.Requests)
 			case x.MaxInFlight < 1 || x.QueryTokens == 0:
 				t.Errorf("%s × %d replicas: the simulators saw nothing (most in flight %d, %d prompt tokens)", w, n, x.MaxInFlight, x.QueryTokens)
-			case x.Self.Samples == 0 || x.PeekErrors != 0 || (n > 1 && x.Samples == 0):
-				t.Errorf("%s × %d replicas: %d requests peeked on all replicas, %d on one twice, %d peek errors", w, n, x.Samples, x.Self.Samples, x.PeekErrors)
+			case x.Samples != 0 || x.PeekErrors != 0:
+				// Only peer-protocol routers are peeked (/debug/route).
+				t.Errorf("%s × %d replicas: %d requests peeked, %d peek errors, from routers that share one picker", w, n, x.Samples, x.PeekErrors)
+			case w == workload.NameHotPrefix && x.MaxInFlight > rep.Config.ConcurrencyThreshold:
+				t.Errorf("hot prefix × %d replicas: %d requests at once on one instance, over the threshold %d", n, x.MaxInFlight, rep.Config.ConcurrencyThreshold)
 			}
 		}
 	}
@@ -131,8 +136,8 @@ func checkReplicas(t *testing.T, cfg Config, rep *Report) {
 	if rs == nil {
 		t.Fatal("no restart run")
 	}
-	if rs.Failures != 0 || rs.Requests == 0 || rs.Before.Samples == 0 || rs.First10s.Samples == 0 {
-		t.Errorf("restart: %d of %d requests failed; %d samples before, %d in the 10 s after", rs.Failures, rs.Requests, rs.Before.Samples, rs.First10s.Samples)
+	if rs.Failures != 0 || rs.Requests == 0 {
+		t.Errorf("restart: %d of %d requests failed", rs.Failures, rs.Requests)
 	}
 	if rs.Down <= 0 {
 		t.Errorf("restart: down for %s", rs.Down)
