@@ -121,6 +121,8 @@ type Router struct {
 	state    atomic.Pointer[state]
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
+	// seedFromDocument: no endpoint key was given (see New).
+	seedFromDocument bool
 	// upstreamAuth is the Authorization value sent to vLLM in place of
 	// the client's ("" to pass the client's through), see UpstreamAPIKey.
 	upstreamAuth string
@@ -158,10 +160,15 @@ func New(opts Options) *Router {
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
-	if opts.Keys.Zero() {
+	// Without the endpoint's key the router decides alone: nobody can
+	// call its pick API (keys of its own sign it), no hash leaves it, and
+	// its block hashes are keyed by the routing document's seed, as every
+	// such router's are, so that routers deciding alone place alike.
+	seedFromDocument := opts.Keys.Zero()
+	if seedFromDocument {
 		opts.Keys = picker.RandomKeys()
 	}
-	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}}
+	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}, seedFromDocument: seedFromDocument}
 	if opts.UpstreamAPIKey != "" && opts.Auth.Authenticated() {
 		r.upstreamAuth = "Bearer " + opts.UpstreamAPIKey
 	}
@@ -263,6 +270,15 @@ func (r *Router) Policy() *policy.Policy { return r.policy }
 // Picker exposes who decides (the election, the pick listener, tests).
 func (r *Router) Picker() *picker.Picker { return r.picker }
 
+// hashSeed keys the block hashes: the endpoint's key when the router has
+// it, the document's seed for a router that decides alone.
+func (r *Router) hashSeed(doc *routingv1alpha1.Document) uint64 {
+	if r.seedFromDocument {
+		return doc.HashSeed
+	}
+	return r.opts.Keys.HashSeed
+}
+
 // Apply installs a routing document; it is the config loader's Apply. An
 // error leaves the document in force unchanged.
 func (r *Router) Apply(doc *routingv1alpha1.Document) error {
@@ -281,7 +297,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	cfg := policy.Config{
 		Strategy:             strategy,
 		Model:                doc.Model,
-		HashSeed:             r.opts.Keys.HashSeed,
+		HashSeed:             r.hashSeed(doc),
 		PrefixLength:         doc.PrefixAware.PrefixLength,
 		ConcurrencyThreshold: doc.PrefixAware.ConcurrencyThreshold,
 		Adapters:             make(map[string][]string, len(doc.Adapters)),
