@@ -115,10 +115,10 @@ demo-down: ## Stop everything `make demo` started.
 # skips it).
 BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 # BENCH_BASELINE is the revision whose router runs beside this one for
-# before/after figures (the router before the last change to its decisions:
-# 9da087d, before long cold spills were remembered (remembersSpill);
-# empty skips it).
-BENCH_BASELINE ?= 9da087d
+# before/after figures (the router the last redesign replaced: aee5bda, the
+# replicas' peer protocol before one elected picker decided for them; its
+# replica runs share state through that protocol); empty skips it.
+BENCH_BASELINE ?= aee5bda
 
 .PHONY: bench
 bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 50 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
