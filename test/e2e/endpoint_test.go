@@ -180,9 +180,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		// move-slack (1.08 × the average), and the keys it then sheds go to
 		// other old instances. With 240 conversations (48 keys per
 		// instance) that moved more than 2 % of the pairs in about 1 CI run
-		// in 20. The same traffic in process over 300 seeds
-		// (TestScaleOutWithReplicasMovesLittleBetweenSurvivors): worst seed
-		// 4.2 % with 240 conversations, 2.7 % with 480, 0.9 % with 960.
+		// in 20; more conversations dilute the shed keys.
 		const groups = 960
 		trafficFor := func(ctx context.Context, g, n int) reply {
 			// g + n/groups alternates the router replica a group uses from

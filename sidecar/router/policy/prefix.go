@@ -330,8 +330,7 @@ const stickySlack = 8
 // a known key to the newcomer only while it is joining and the key's first
 // choice; the newcomer's random fifth of the keys can leave an old instance
 // over MoveSlack, which then sheds keys to other old ones, more than it
-// must because its share counts past decisions
-// (TestScaleOutWithReplicasMovesLittleBetweenSurvivors).
+// must because its share counts past decisions.
 //
 // The key lives on the entry's current holder (the highest version, see
 // indexEntry), or on its former holder when the current one is not in the
