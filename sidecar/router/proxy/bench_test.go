@@ -66,47 +66,59 @@ func chatBodies(n, size int) [][]byte {
 func BenchmarkDecision(b *testing.B) {
 	for _, strategy := range []policy.Strategy{policy.PrefixAware, policy.Baseline} {
 		for _, ep := range []string{"chat", "invocations"} {
-			b.Run(fmt.Sprintf("%s/%s/64KiB", strategy, ep), func(b *testing.B) {
-				bodies := chatBodies(256, 64<<10)
-				p := policy.New(policy.Tuning{BenchmarkStrategies: true})
-				ins := make([]policy.Instance, 8)
-				for i := range ins {
-					ins[i] = policy.Instance{ID: fmt.Sprintf("vllm-%d", i), Address: "127.0.0.1:1"}
-				}
-				if err := p.Update(policy.Config{Strategy: strategy, Model: "m", HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: ins}); err != nil {
-					b.Fatal(err)
-				}
-				lim := extract.Limits{Window: 4096, Lookahead: p.LookaheadBytes()}
-				samples := make([]time.Duration, 0, b.N)
-				b.SetBytes(int64(len(bodies[0])))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := range b.N {
-					body := bodies[i%len(bodies)]
-					start := time.Now()
-					var x extract.Request
-					var err error
-					if ep == "chat" {
-						x, err = extract.OpenAI(extract.Chat, body, "", lim)
-					} else {
-						x, err = extract.Invocations(body, "", lim)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					c, err := p.Pick(p.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes}))
-					if err != nil {
-						b.Fatal(err)
-					}
-					x.Release()
-					c.Done()
-					samples = append(samples, time.Since(start))
-				}
-				b.StopTimer()
-				percentiles(b, "", samples)
-			})
+			b.Run(fmt.Sprintf("%s/%s/64KiB", strategy, ep), func(b *testing.B) { benchmarkDecision(b, strategy, ep, 8) })
 		}
 	}
+}
+
+// BenchmarkDecisionFleet is BenchmarkDecision's PREFIX_AWARE chat decision
+// over fleets of 8 to 1,024 instances: one picker decides for a whole
+// endpoint, so its cost per decision as the fleet grows is the fleet's
+// ceiling.
+func BenchmarkDecisionFleet(b *testing.B) {
+	for _, n := range []int{8, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) { benchmarkDecision(b, policy.PrefixAware, "chat", n) })
+	}
+}
+
+func benchmarkDecision(b *testing.B, strategy policy.Strategy, ep string, instances int) {
+	bodies := chatBodies(256, 64<<10)
+	p := policy.New(policy.Tuning{BenchmarkStrategies: true})
+	ins := make([]policy.Instance, instances)
+	for i := range ins {
+		ins[i] = policy.Instance{ID: fmt.Sprintf("vllm-%d", i), Address: "127.0.0.1:1"}
+	}
+	if err := p.Update(policy.Config{Strategy: strategy, Model: "m", HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: ins}); err != nil {
+		b.Fatal(err)
+	}
+	lim := extract.Limits{Window: 4096, Lookahead: p.LookaheadBytes()}
+	samples := make([]time.Duration, 0, b.N)
+	b.SetBytes(int64(len(bodies[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		body := bodies[i%len(bodies)]
+		start := time.Now()
+		var x extract.Request
+		var err error
+		if ep == "chat" {
+			x, err = extract.OpenAI(extract.Chat, body, "", lim)
+		} else {
+			x, err = extract.Invocations(body, "", lim)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := p.Pick(p.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		x.Release()
+		c.Done()
+		samples = append(samples, time.Since(start))
+	}
+	b.StopTimer()
+	percentiles(b, "", samples)
 }
 
 // BenchmarkProxyAddedLatency sends 4 KiB non-streaming chat requests on
