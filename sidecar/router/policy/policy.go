@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/warmroute/warmroute/api/hrw"
 )
 
 // Spill reasons, as counted in metrics.
@@ -526,28 +524,6 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 		}
 	}
 	return 0
-}
-
-// rank returns set ordered by descending HRW score of key (the key's
-// preference order), reusing out's storage.
-func rank(t *table, set []int, key uint64, out []int) []int {
-	out = append(out[:0], set...)
-	var stack [32]float64
-	scores := stack[:0]
-	if len(set) > len(stack) {
-		scores = make([]float64, 0, len(set))
-	}
-	for _, i := range out {
-		scores = append(scores, hrw.Score(key, t.members[i].idHash, t.members[i].weight))
-	}
-	// Insertion sort: sets are a handful of instances.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && (scores[j] > scores[j-1] || scores[j] == scores[j-1] && out[j] < out[j-1]); j-- {
-			scores[j], scores[j-1] = scores[j-1], scores[j]
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 // seedShares starts instances that joined a running fleet at the average

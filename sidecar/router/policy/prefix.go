@@ -2,7 +2,6 @@ package policy
 
 import (
 	"math"
-	"slices"
 	"sort"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -167,12 +166,11 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, set, pbuf []int) 
 		if r == len(set) {
 			continue
 		}
-		ranked := rank(t, set, h, pbuf)
 		if r == 1 {
-			w.parent, w.leaf = ranked, i
+			w.parent, w.leaf = rank(t, set, h, pbuf), i
 			break
 		}
-		set = append(set[:0], ranked[:r]...)
+		set = append(set[:0], rankTop(t, set, h, r, pbuf)...)
 	}
 	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
@@ -216,11 +214,24 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 		}
 	}
 	if len(w.parent) < len(allowed) {
-		for _, m := range rank(t, allowed, w.hashes[w.leaf], nil) {
-			if !slices.Contains(w.parent, m) {
-				order = append(order, m)
+		// The rest in the key's order: rank the members outside the
+		// parent set (ranking a subset keeps their relative order), found
+		// with a bitmap rather than a search of the parent per member.
+		var bits [16]uint64 // 1,024 members without allocating
+		in := bits[:]
+		if words := (len(t.members) + 63) / 64; words > len(bits) {
+			in = make([]uint64, words)
+		}
+		for _, m := range w.parent {
+			in[m/64] |= 1 << (m % 64)
+		}
+		rest := order[len(order):len(order):cap(order)]
+		for _, m := range allowed {
+			if in[m/64]&(1<<(m%64)) == 0 {
+				rest = append(rest, m)
 			}
 		}
+		order = append(order, rank(t, rest, w.hashes[w.leaf], rest)...)
 	}
 	return order
 }

@@ -1,0 +1,116 @@
+package policy
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/warmroute/warmroute/api/hrw"
+)
+
+// A key's preference order is its rendezvous (HRW) order: instances by
+// descending score, ties by position in the table, so that the order is a
+// total one and any algorithm that sorts by it returns the same list. One
+// picker decides for a whole endpoint, so ranking is per decision and per
+// instance: it must cost about the fleet's size, not its square (an
+// insertion sort did, 85 % of a 1,024-instance decision), and no deeper
+// than the caller reads.
+
+// scored is a member with its score for the key being ranked.
+type scored struct {
+	score float64
+	m     int
+}
+
+// before reports whether a comes first in the key's order.
+func (a scored) before(b scored) bool {
+	return a.score > b.score || a.score == b.score && a.m < b.m
+}
+
+// scoredPool holds scratch for scoring sets larger than a stack buffer;
+// decisions run one at a time, but rank is also called by tests and the
+// fallback, so a pool rather than a field of the policy.
+var scoredPool = sync.Pool{New: func() any { return new([]scored) }}
+
+// rank returns set in the key's preference order, reusing out's storage.
+func rank(t *table, set []int, key uint64, out []int) []int {
+	return rankTop(t, set, key, len(set), out)
+}
+
+// rankTop returns the first k of rank(t, set, key, out): the replica-set
+// walk keeps only the r best of a set, and a full sort of a 1,024-instance
+// fleet to keep six is most of the work. It scores every member once
+// (O(n)) and keeps the k best in a heap: O(n + k log k log n) on random
+// scores, O(n log n) when k is n.
+func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
+	var stack [32]scored
+	if len(set) <= len(stack) {
+		return rankScored(t, set, key, k, stack[:0], out)
+	}
+	buf := scoredPool.Get().(*[]scored)
+	defer scoredPool.Put(buf)
+	if cap(*buf) < len(set) {
+		*buf = make([]scored, 0, len(set))
+	}
+	return rankScored(t, set, key, k, *buf, out)
+}
+
+// rankScored is rankTop with scratch for the scores.
+func rankScored(t *table, set []int, key uint64, k int, all []scored, out []int) []int {
+	k = min(k, len(set))
+	for _, m := range set {
+		all = append(all, scored{hrw.Score(key, t.members[m].idHash, t.members[m].weight), m})
+	}
+	if k < len(all)/4 {
+		selectTop(all, k)
+		all = all[:k]
+	}
+	slices.SortFunc(all, func(a, b scored) int {
+		if a.before(b) {
+			return -1
+		}
+		return 1
+	})
+	out = out[:0]
+	for _, s := range all[:k] {
+		out = append(out, s.m)
+	}
+	return out
+}
+
+// selectTop moves the k first of all in the key's order (in no particular
+// order) to all[:k]: a heap of the k best so far with the worst at its
+// root, which a later member replaces only when it comes before it.
+func selectTop(all []scored, k int) {
+	if k <= 0 {
+		return
+	}
+	h := all[:k]
+	for i := k/2 - 1; i >= 0; i-- {
+		siftWorst(h, i)
+	}
+	for i := k; i < len(all); i++ {
+		if all[i].before(h[0]) {
+			h[0], all[i] = all[i], h[0]
+			siftWorst(h, 0)
+		}
+	}
+}
+
+// siftWorst restores the heap property below i: every parent comes after
+// its children in the key's order, so the root is the worst kept.
+func siftWorst(h []scored, i int) {
+	for {
+		worst, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[worst].before(h[l]) {
+			worst = l
+		}
+		if r < len(h) && h[worst].before(h[r]) {
+			worst = r
+		}
+		if worst == i {
+			return
+		}
+		h[i], h[worst] = h[worst], h[i]
+		i = worst
+	}
+}
