@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"slices"
 	"sync"
 
@@ -26,10 +27,13 @@ func (a scored) before(b scored) bool {
 	return a.score > b.score || a.score == b.score && a.m < b.m
 }
 
-// scoredPool holds scratch for scoring sets larger than a stack buffer;
-// decisions run one at a time, but rank is also called by tests and the
-// fallback, so a pool rather than a field of the policy.
-var scoredPool = sync.Pool{New: func() any { return new([]scored) }}
+// rankScratch is scratch for scoring sets larger than a stack buffer,
+// and the radix sort's second buffer. Decisions run one at a time, but
+// rank is also called by the fallback and tests, so a pool rather than a
+// field of the policy.
+type rankScratch struct{ all, tmp []scored }
+
+var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
 
 // rank returns set in the key's preference order, reusing out's storage.
 func rank(t *table, set []int, key uint64, out []int) []int {
@@ -38,43 +42,94 @@ func rank(t *table, set []int, key uint64, out []int) []int {
 
 // rankTop returns the first k of rank(t, set, key, out): the replica-set
 // walk keeps only the r best of a set, and a full sort of a 1,024-instance
-// fleet to keep six is most of the work. It scores every member once
-// (O(n)) and keeps the k best in a heap: O(n + k log k log n) on random
-// scores, O(n log n) when k is n.
+// fleet to keep six is most of the work. It scores every member once and
+// keeps the k best in a heap, O(n + k log k log n) on random scores; a
+// whole order of a large set is radix-sorted, O(n).
 func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 	var stack [32]scored
 	if len(set) <= len(stack) {
-		return rankScored(t, set, key, k, stack[:0], out)
+		return rankScored(t, set, key, k, stack[:0], nil, out)
 	}
-	buf := scoredPool.Get().(*[]scored)
-	defer scoredPool.Put(buf)
-	if cap(*buf) < len(set) {
-		*buf = make([]scored, 0, len(set))
+	sc := rankPool.Get().(*rankScratch)
+	defer rankPool.Put(sc)
+	if cap(sc.all) < len(set) {
+		sc.all, sc.tmp = make([]scored, 0, len(set)), make([]scored, len(set))
 	}
-	return rankScored(t, set, key, k, *buf, out)
+	return rankScored(t, set, key, k, sc.all, sc.tmp, out)
 }
 
-// rankScored is rankTop with scratch for the scores.
-func rankScored(t *table, set []int, key uint64, k int, all []scored, out []int) []int {
+// radixFrom is the smallest set whose whole order is radix-sorted rather
+// than compared: below it a comparison sort's n log n compares cost less
+// than eight passes over the set.
+const radixFrom = 128
+
+// rankScored is rankTop with scratch for the scores (all, empty) and, for
+// sets of radixFrom members or more, for the radix sort (tmp, as long).
+func rankScored(t *table, set []int, key uint64, k int, all, tmp []scored, out []int) []int {
 	k = min(k, len(set))
 	for _, m := range set {
 		all = append(all, scored{hrw.Score(key, t.members[m].idHash, t.members[m].weight), m})
 	}
-	if k < len(all)/4 {
+	switch {
+	case k < len(all)/4:
 		selectTop(all, k)
 		all = all[:k]
+		sortScored(all)
+	case len(all) >= radixFrom:
+		all = radixSort(all, tmp[:len(all)])
+	default:
+		sortScored(all)
 	}
+	out = out[:0]
+	for _, s := range all[:k] {
+		out = append(out, s.m)
+	}
+	return out
+}
+
+func sortScored(all []scored) {
 	slices.SortFunc(all, func(a, b scored) int {
 		if a.before(b) {
 			return -1
 		}
 		return 1
 	})
-	out = out[:0]
-	for _, s := range all[:k] {
-		out = append(out, s.m)
+}
+
+// radixSort sorts all into the key's order, using tmp (as long) as the
+// second buffer, and returns whichever holds the result. Scores are
+// positive floats, whose bits order like the numbers, so the complement of
+// the bits sorts descending as an unsigned key: a stable least significant
+// digit first radix sort, one byte a pass, skipping bytes every score
+// shares. Equal scores (the same name hash and weight: practically never)
+// are then put in position order, as before requires.
+func radixSort(all, tmp []scored) []scored {
+	for shift := 0; shift < 64; shift += 8 {
+		var count [256]int
+		for _, s := range all {
+			count[byte(^math.Float64bits(s.score)>>shift)]++
+		}
+		if count[byte(^math.Float64bits(all[0].score)>>shift)] == len(all) {
+			continue
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for _, s := range all {
+			d := byte(^math.Float64bits(s.score) >> shift)
+			tmp[count[d]] = s
+			count[d]++
+		}
+		all, tmp = tmp, all
 	}
-	return out
+	for i := 1; i < len(all); i++ {
+		for j := i; j > 0 && all[j].before(all[j-1]); j-- {
+			all[j], all[j-1] = all[j-1], all[j]
+		}
+	}
+	return all
 }
 
 // selectTop moves the k first of all in the key's order (in no particular
