@@ -100,11 +100,14 @@ func sortScored(all []scored) {
 // second buffer, and returns whichever holds the result. Scores are
 // positive floats, whose bits order like the numbers, so the complement of
 // the bits sorts descending as an unsigned key: a stable least significant
-// digit first radix sort, one byte a pass, skipping bytes every score
-// shares. Equal scores (the same name hash and weight: practically never)
-// are then put in position order, as before requires.
+// digit first radix sort, one byte a pass, of the top 32 bits (sign,
+// exponent and 20 bits of mantissa: members of a 1,024-instance fleet
+// rarely share them), skipping bytes every score shares. An insertion sort
+// then orders what the top bits left equal by the whole score and, for
+// equal scores, by position, as before requires: it only swaps neighbours
+// out of order, a handful.
 func radixSort(all, tmp []scored) []scored {
-	for shift := 0; shift < 64; shift += 8 {
+	for shift := 32; shift < 64; shift += 8 {
 		var count [256]int
 		for _, s := range all {
 			count[byte(^math.Float64bits(s.score)>>shift)]++
