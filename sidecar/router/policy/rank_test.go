@@ -1,9 +1,12 @@
 package policy
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
 )
@@ -118,5 +121,169 @@ func TestFallbackOrderIsTheReference(t *testing.T) {
 		if got := fallbackOrder(tb, allowed, w, chosen); !slices.Equal(got, want) {
 			t.Fatalf("round %d: %d members, %d allowed, parent %d: got %v, want %v", round, n, len(allowed), len(w.parent), got, want)
 		}
+	}
+}
+
+// referencePrefixAware is PREFIX_AWARE as it decided before rankTop: the
+// same steps, with the replica-set walk and the fallback order ranking by
+// referenceRank (every set sorted whole). Registered as a benchmark
+// strategy of the tests only, so that a policy can run it through Pick.
+type referencePrefixAware struct{}
+
+const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
+
+func init() { register(referenceStrategy, referencePrefixAware{}, true) }
+
+func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
+	w := referenceReplicaSets(p, t, key, allowed)
+	depths := recordDepths(w.leaf, len(w.hashes))
+	x := p.expect(key, t.blockSize, w, depths)
+	placed, ver, moved := p.place(t, w)
+	chosen := p.coldPlacement(t, w.parent, placed, &x)
+	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
+	c.order, c.Spill = p.guard(t, referenceFallbackOrder(t, allowed, w, chosen), &x)
+	m := t.members[c.order[0]]
+	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
+	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
+	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
+}
+
+// referenceReplicaSets is replicaSets ranking each level's whole set.
+func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
+	hashes := key.Hashes
+	if len(hashes) == 0 {
+		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
+	}
+	window := min(max(key.WindowBlocks, 1), len(hashes))
+	total := float64(p.pop.total.Load()) + popularityPrior
+	n := float64(len(allowed))
+	set := slices.Clone(allowed)
+	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
+	for i := 0; ; i++ {
+		if i == len(w.hashes) {
+			if len(w.hashes) == len(hashes) {
+				break
+			}
+			w.hashes = hashes
+		}
+		h := w.hashes[i]
+		est := p.pop.estimate(h)
+		if est >= 2 && w.shared == i {
+			w.shared = i + 1
+		}
+		r := max(1, min(int(math.Ceil(float64(est)/total*n/p.tuning.ReplicaLoad)), len(set)))
+		if r == len(set) {
+			continue
+		}
+		ranked := referenceRank(t, set, h)
+		if r == 1 {
+			w.parent, w.leaf = ranked, i
+			break
+		}
+		set = ranked[:r]
+	}
+	if w.leaf < 0 {
+		w.leaf = len(w.hashes) - 1
+		w.parent = referenceRank(t, set, w.hashes[w.leaf])
+		w.choices = len(w.parent)
+	}
+	return w
+}
+
+// TestDecisionsAreTheReferences runs long random request sequences through
+// PREFIX_AWARE and through referencePrefixAware, side by side on two
+// policies over fleets of 8 to 600 instances, and requires every decision
+// to be the same: the same order of instances, spill, anchor and move. The
+// traffic mixes a few popular documents behind a shared system prompt
+// (replica sets of several sizes), conversations that grow, and new
+// prompts; requests stay in flight for a random while, some prefilled, so
+// that instances reach the concurrency threshold and the token cap and
+// requests spill; instances are ejected now and then.
+func TestDecisionsAreTheReferences(t *testing.T) {
+	for _, n := range []int{8, 64, 256, 600} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(n), 9))
+			now := time.Unix(1e9, 0)
+			tune := Tuning{BenchmarkStrategies: true, DecayEvery: 512, Now: func() time.Time { return now }}
+			policies := [2]*Policy{New(tune), New(tune)}
+			for i, s := range []Strategy{PrefixAware, referenceStrategy} {
+				if err := policies[i].Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 1024, ConcurrencyThreshold: 4, Instances: fleet(n)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			system := randomText(r, 700)
+			docs := make([]string, 40)
+			for i := range docs {
+				docs[i] = randomText(r, 200+r.IntN(3000))
+			}
+			var convs []string
+			type held struct{ c [2]*Choice }
+			var inFlight []held
+			spills, moves, cold := map[string]int{}, map[string]int{}, 0
+			// Enough requests in flight that the threshold binds on hot
+			// replica sets whatever the fleet's size.
+			hold := max(3*min(n, 64), n/2)
+			decisions := 3000
+			if n > 256 {
+				decisions = 1500
+			}
+			for i := range decisions {
+				var text string
+				switch k := r.IntN(10); {
+				case k < 5:
+					text = system + docs[int(float64(len(docs))*r.Float64()*r.Float64())] + randomText(r, 20)
+				case k < 8 && len(convs) > 0:
+					j := r.IntN(len(convs))
+					convs[j] += randomText(r, 100+r.IntN(400))
+					text = convs[j]
+				default:
+					text = randomText(r, 100+r.IntN(6000))
+					convs = append(convs, text)
+				}
+				if r.IntN(50) == 0 {
+					id, until := fmt.Sprintf("vllm-%d", r.IntN(n)), now.Add(time.Duration(1+r.IntN(200))*time.Millisecond)
+					for _, p := range policies {
+						p.Eject(id, until)
+					}
+				}
+				now = now.Add(time.Millisecond)
+				req := Request{Text: []byte(text), WindowBytes: min(len(text), 1024), PromptBytes: len(text) * (1 + r.IntN(20))}
+				var h held
+				for j, p := range policies {
+					h.c[j] = pick(t, p, req)
+				}
+				got, want := h.c[0], h.c[1]
+				gotD, wantD := got.Decision, want.Decision
+				wantD.Strategy = gotD.Strategy
+				if !slices.Equal(got.Order(), want.Order()) || gotD != wantD || got.hit != want.hit {
+					t.Fatalf("decision %d (%d instances): %v %+v, reference %v %+v", i, n, got.Order()[:min(4, len(got.Order()))], got.Decision, want.Order()[:min(4, len(want.Order()))], want.Decision)
+				}
+				spills[got.Spill]++
+				moves[got.Moved]++
+				if got.ColdPlaced {
+					cold++
+				}
+				inFlight = append(inFlight, h)
+				for len(inFlight) > 0 && (len(inFlight) > hold || r.IntN(3) == 0) {
+					j := r.IntN(len(inFlight))
+					retry, prefilled := r.IntN(20) == 0, r.IntN(2) == 0
+					for _, c := range inFlight[j].c {
+						if retry {
+							c.Next()
+						}
+						if prefilled {
+							c.Prefilled()
+						}
+						c.Done()
+					}
+					inFlight = slices.Delete(inFlight, j, j+1)
+				}
+			}
+			t.Logf("%d instances: spills %v, moves %v, cold placements %d", n, spills, moves, cold)
+			if spills[SpillConcurrency] == 0 || spills[SpillTokens] == 0 || spills[SpillUnhealthy] == 0 {
+				t.Errorf("the sequence did not spill for every reason (%v): it does not test the guard", spills)
+			}
+		})
 	}
 }
