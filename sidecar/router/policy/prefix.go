@@ -132,10 +132,12 @@ func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
 	return own, own >= p.tuning.TokenFloor
 }
 
-// replicaSets walks the block chain (step 1), using the given buffers.
-// The walk reads the key's lookahead blocks (those past WindowBlocks) only
-// when every block of the window is shared by a dominant fraction.
-func (p *Policy) replicaSets(t *table, key Key, allowed []int, set, pbuf []int) walk {
+// replicaSets walks the block chain (step 1), using the given buffers
+// (sbuf holds the set once it shrinks; until then it is allowed itself,
+// not a copy of the fleet). The walk reads the key's lookahead blocks
+// (those past WindowBlocks) only when every block of the window is shared
+// by a dominant fraction.
+func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
 	hashes := key.Hashes
 	if len(hashes) == 0 {
 		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
@@ -143,7 +145,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, set, pbuf []int) 
 	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
-	set = append(set, allowed...)
+	set := allowed
 	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
 	for i := 0; ; i++ {
 		if i == len(w.hashes) {
@@ -170,7 +172,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, set, pbuf []int) 
 			w.parent, w.leaf = rank(t, set, h, pbuf), i
 			break
 		}
-		set = append(set[:0], rankTop(t, set, h, r, pbuf)...)
+		set = append(sbuf[:0], rankTop(t, set, h, r, pbuf)...)
 	}
 	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
