@@ -28,9 +28,9 @@ func (a scored) before(b scored) bool {
 }
 
 // rankScratch is scratch for scoring sets larger than a stack buffer,
-// and the radix sort's second buffer. Decisions run one at a time, but
-// rank is also called by the fallback and tests, so a pool rather than a
-// field of the policy.
+// and the radix sort's second buffer. Decisions run one at a time per
+// policy, but rank is a function of a table, and a router holds more than
+// one policy (the picker's, its own proxy's): a pool rather than a field.
 type rankScratch struct{ all, tmp []scored }
 
 var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
