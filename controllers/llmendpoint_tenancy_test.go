@@ -29,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -180,9 +181,15 @@ var _ = Describe("Router tenancy", func() {
 		// the Secret, by a spec change the router Deployment shows.
 		reconcileForgetting := func(routers int32) {
 			reconciles.Reconciler.(*LLMEndpointReconciler).saltSecrets.Delete(types.NamespacedName{Namespace: ns, Name: "chat"})
-			Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "chat"}, ep)).To(Succeed())
-			ep.Spec.Router.Replicas = ptr.To(routers)
-			Expect(k8sClient.Update(suiteCtx, ep)).To(Succeed())
+			// The operator records its default images on the endpoint
+			// meanwhile (a patch), so the update may meet a newer version.
+			Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: "chat"}, ep); err != nil {
+					return err
+				}
+				ep.Spec.Router.Replicas = ptr.To(routers)
+				return k8sClient.Update(suiteCtx, ep)
+			})).To(Succeed())
 			Eventually(func(g Gomega) {
 				g.Expect(*getDeployment(g, ns, routerName(ep)).Spec.Replicas).To(Equal(routers))
 			}).Should(Succeed())
