@@ -349,3 +349,33 @@ func (f *fixture) get(t testing.TB, path string, header ...string) (*http.Respon
 	req, _ := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
 	return do(t, req, header...)
 }
+
+// TestClientForwardingHeadersIgnored: vLLM sees the address the router got
+// the request from, whatever X-Forwarded-* a client sends, with or without
+// the forwarding marker routers once trusted from each other.
+func TestClientForwardingHeadersIgnored(t *testing.T) {
+	f := newFixture(t, 1, Options{})
+	b := f.backends["vllm-0"]
+	for _, marker := range []string{"", "1"} {
+		header := []string{"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "gopher"}
+		if marker != "" {
+			header = append(header, "X-Warmroute-Forwarded", marker)
+		}
+		resp, out := f.post(t, "/v1/completions", `{"model":"m","prompt":"hi"}`, header...)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		b.mu.Lock()
+		h := b.headers.Clone()
+		b.mu.Unlock()
+		if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "127.0.0.1" {
+			t.Errorf("marker %q: vLLM got X-Forwarded-For %q, want only the client's address 127.0.0.1", marker, got)
+		}
+		if got := h.Get("X-Forwarded-Host"); got == "evil.example" {
+			t.Errorf("marker %q: vLLM got the client's X-Forwarded-Host", marker)
+		}
+		if got := h.Get("X-Forwarded-Proto"); got != "http" {
+			t.Errorf("marker %q: vLLM got X-Forwarded-Proto %q, want http", marker, got)
+		}
+	}
+}
