@@ -1,0 +1,378 @@
+package epp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/proxy"
+	"github.com/warmroute/warmroute/test/vllmsim"
+)
+
+// fixture is a router serving the protocol on loopback, a real ext_proc
+// client to it, and simulated vLLM instances.
+type fixture struct {
+	router *proxy.Router
+	client extprocv3.ExternalProcessorClient
+	health healthpb.HealthClient
+	sims   map[string]*vllmsim.Server // by address
+}
+
+func startSims(t *testing.T, n int) (map[string]*vllmsim.Server, map[string]string) {
+	t.Helper()
+	sims, ids := map[string]*vllmsim.Server{}, map[string]string{}
+	for i := range n {
+		sim, err := vllmsim.Start(vllmsim.Config{Listen: "127.0.0.1:0", Model: "m", TimeScale: 0.001})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sim.Close() })
+		sims[sim.Addr()] = sim
+		ids[fmt.Sprintf("vllm-%d", i)] = sim.Addr()
+	}
+	return sims, ids
+}
+
+func document(instances map[string]string) *routingv1alpha1.Document {
+	d := &routingv1alpha1.Document{APIVersion: routingv1alpha1.APIVersion, Kind: routingv1alpha1.Kind, Model: "m",
+		Strategy: routingv1alpha1.StrategyPrefixAware, HashSeed: 1}
+	for id, addr := range instances {
+		d.Instances = append(d.Instances, routingv1alpha1.Instance{ID: id, Address: addr})
+	}
+	slices.SortFunc(d.Instances, func(a, b routingv1alpha1.Instance) int { return strings.Compare(a.ID, b.ID) })
+	d.Default()
+	if err := d.Validate(); err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func newFixture(t *testing.T, n int, opts proxy.Options) *fixture {
+	t.Helper()
+	sims, ids := startSims(t, n)
+	opts.AllowLoopbackBackends = true
+	r := proxy.New(opts)
+	if err := r.Apply(document(ids)); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	New(r, logr.Discard()).Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &fixture{router: r, client: extprocv3.NewExternalProcessorClient(cc), health: healthpb.NewHealthClient(cc), sims: sims}
+}
+
+// inFlight is the router's count of requests in flight over all instances.
+func (f *fixture) inFlight() float64 {
+	var n float64
+	f.router.Gauges().InFlight(func(_ string, v float64) { n += v })
+	return n
+}
+
+// result is what the gateway saw of one request.
+type result struct {
+	status   int    // the immediate response's status, or the backend's
+	endpoint string // x-gateway-destination-endpoint
+	body     []byte // the response body
+	decided  time.Duration
+}
+
+// gatewayRequest plays Envoy for one request in FULL_DUPLEX_STREAMED mode:
+// request headers, then the body in chunks, end of stream on the last;
+// then it forwards the body the picker sent back to the endpoint it chose
+// and streams the response through the processor, headers and body chunks
+// with end of stream on the last.
+func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte, subset []string) result {
+	t.Helper()
+	stream, err := f.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+		{Key: "content-type", RawValue: []byte("application/json")}, {Key: "content-length", RawValue: []byte(fmt.Sprint(len(body)))}}}}
+	first := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hdrs}}
+	if subset != nil {
+		vals := make([]any, len(subset))
+		for i, s := range subset {
+			vals[i] = s
+		}
+		st, _ := structpb.NewStruct(map[string]any{SubsetKey: vals})
+		first.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{SubsetNamespace: st}}
+	}
+	start := time.Now()
+	must(t, stream.Send(first))
+	for i, c := range chunks(body, 3) {
+		must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: c, EndOfStream: i == 2}}}))
+	}
+	resp, err := stream.Recv()
+	must(t, err)
+	if im := resp.GetImmediateResponse(); im != nil {
+		return result{status: int(im.GetStatus().GetCode()), body: im.GetBody()}
+	}
+	var res result
+	for _, h := range resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == DestinationHeader {
+			res.endpoint = string(h.GetHeader().GetRawValue())
+		}
+	}
+	md := resp.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue()
+	if res.endpoint == "" || md != res.endpoint {
+		t.Fatalf("header %q, metadata %q", res.endpoint, md)
+	}
+	var sent []byte
+	for {
+		resp, err := stream.Recv()
+		must(t, err)
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		sent = append(sent, sr.GetBody()...)
+		if sr.GetEndOfStream() {
+			break
+		}
+	}
+	res.decided = time.Since(start)
+	hr, err := http.Post("http://"+res.endpoint+"/v1/chat/completions", "application/json", bytes.NewReader(sent))
+	must(t, err)
+	defer hr.Body.Close()
+	res.status = hr.StatusCode
+	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{}}}}))
+	_, err = stream.Recv()
+	must(t, err)
+	out, err := io.ReadAll(hr.Body)
+	must(t, err)
+	for i, c := range chunks(out, 2) {
+		must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: c, EndOfStream: i == 1}}}))
+		resp, err := stream.Recv()
+		must(t, err)
+		res.body = append(res.body, resp.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+	}
+	must(t, stream.CloseSend())
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream did not end: %v", err)
+	}
+	return res
+}
+
+func chunks(b []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	step := len(b) / n
+	for i := range n {
+		end := (i + 1) * step
+		if i == n-1 {
+			end = len(b)
+		}
+		out[i] = b[i*step : end]
+	}
+	return out
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func chat(prompt string) []byte {
+	return []byte(fmt.Sprintf(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":%q}]}`, prompt))
+}
+
+// workload is groups of requests sharing a long prefix, shuffled.
+func workload() [][]byte {
+	rng := rand.New(rand.NewPCG(7, 7))
+	var out [][]byte
+	for g := range 12 {
+		prefix := strings.Repeat(fmt.Sprintf("system prompt of group %d. ", g), 60)
+		for q := range 6 {
+			out = append(out, chat(prefix+fmt.Sprintf("question %d", q)))
+		}
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func hitRate(sims map[string]*vllmsim.Server) float64 {
+	var q, h int64
+	for _, s := range sims {
+		st := s.Stats()
+		q += st.PrefixCacheQueries
+		h += st.PrefixCacheHits
+	}
+	return float64(h) / float64(q)
+}
+
+// TestHitRateThroughTheProtocol sends a prefix-sharing workload through
+// the protocol and the same workload through a standalone router on its
+// own simulators: the two place alike, so their hit rates agree, and
+// every request's accounting has ended.
+func TestHitRateThroughTheProtocol(t *testing.T) {
+	f := newFixture(t, 3, proxy.Options{})
+	ctx := context.Background()
+	var decided []time.Duration
+	for _, body := range workload() {
+		res := f.gatewayRequest(ctx, t, body, nil)
+		if res.status != http.StatusOK || f.sims[res.endpoint] == nil {
+			t.Fatalf("status %d endpoint %q: %s", res.status, res.endpoint, res.body)
+		}
+		if !bytes.Contains(res.body, []byte(`"choices"`)) {
+			t.Fatalf("response body not passed through: %s", res.body)
+		}
+		decided = append(decided, res.decided)
+	}
+	if n := f.inFlight(); n != 0 {
+		t.Fatalf("%v requests still counted in flight", n)
+	}
+	viaEPP := hitRate(f.sims)
+
+	sims, ids := startSims(t, 3)
+	r := proxy.New(proxy.Options{AllowLoopbackBackends: true})
+	must(t, r.Apply(document(ids)))
+	srv := httptest.NewServer(r.Handler())
+	defer srv.Close()
+	for _, body := range workload() {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		must(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("standalone status %d", resp.StatusCode)
+		}
+	}
+	standalone := hitRate(sims)
+	slices.Sort(decided)
+	t.Logf("hit rate through the protocol %.3f, standalone %.3f; request headers to body sent back, median %v p90 %v",
+		viaEPP, standalone, decided[len(decided)/2], decided[len(decided)*9/10])
+	if standalone < 0.5 {
+		t.Fatalf("standalone hit rate %.3f: the workload shows nothing", standalone)
+	}
+	if viaEPP < standalone-0.01 {
+		t.Fatalf("hit rate through the protocol %.3f, standalone %.3f", viaEPP, standalone)
+	}
+}
+
+func TestEdgeCases(t *testing.T) {
+	f := newFixture(t, 2, proxy.Options{MaxBodyBytes: 4096})
+	ctx := context.Background()
+	body := chat("hello there")
+
+	t.Run("subset hint matching nothing", func(t *testing.T) {
+		res := f.gatewayRequest(ctx, t, body, []string{"10.0.0.1:8000"})
+		if res.status != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", res.status)
+		}
+	})
+	t.Run("subset hint honoured", func(t *testing.T) {
+		var only string
+		for a := range f.sims {
+			only = a
+		}
+		for range 5 {
+			res := f.gatewayRequest(ctx, t, chat(fmt.Sprint("q", rand.Int())), []string{only})
+			if res.status != http.StatusOK || res.endpoint != only {
+				t.Fatalf("status %d endpoint %q, want %q", res.status, res.endpoint, only)
+			}
+		}
+	})
+	t.Run("body over the limit", func(t *testing.T) {
+		res := f.gatewayRequest(ctx, t, chat(strings.Repeat("x", 5000)), nil)
+		if res.status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("status %d", res.status)
+		}
+	})
+	t.Run("bad body", func(t *testing.T) {
+		res := f.gatewayRequest(ctx, t, []byte(`{"model":"m","messages":`), nil)
+		if res.status != http.StatusBadRequest || !bytes.Contains(res.body, []byte(`"error"`)) {
+			t.Fatalf("status %d %s", res.status, res.body)
+		}
+	})
+	t.Run("client cancels mid-body", func(t *testing.T) {
+		cancel, _ := f.partial(ctx, t, body[:5], false)
+		cancel()
+		waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 })
+	})
+	t.Run("client cancels mid-response", func(t *testing.T) {
+		cancel, stream := f.partial(ctx, t, body, true)
+		_, err := stream.Recv()
+		must(t, err)
+		if f.inFlight() != 1 {
+			t.Fatalf("in flight %v after the decision, want 1", f.inFlight())
+		}
+		cancel()
+		waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 })
+	})
+	t.Run("health", func(t *testing.T) {
+		for _, svc := range []string{"", ServiceName, LivenessService} {
+			h, err := f.health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("%q: %v %v", svc, h, err)
+			}
+		}
+	})
+	t.Run("no endpoints", func(t *testing.T) {
+		must(t, f.router.Apply(document(nil)))
+		res := f.gatewayRequest(ctx, t, body, nil)
+		if res.status != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", res.status)
+		}
+	})
+	if n := f.inFlight(); n != 0 {
+		t.Fatalf("%v requests still counted in flight", n)
+	}
+}
+
+// partial opens a stream and sends the headers and one body chunk, the
+// body's end or not, and leaves the rest to the test.
+func (f *fixture) partial(ctx context.Context, t *testing.T, chunk []byte, end bool) (context.CancelFunc, extprocv3.ExternalProcessor_ProcessClient) {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	stream, err := f.client.Process(cctx)
+	must(t, err)
+	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}}}}))
+	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: end}}}))
+	return cancel, stream
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
