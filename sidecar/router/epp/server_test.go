@@ -35,6 +35,7 @@ type fixture struct {
 	client extprocv3.ExternalProcessorClient
 	health healthpb.HealthClient
 	sims   map[string]*vllmsim.Server // by address
+	ids    map[string]string          // addresses by instance id
 }
 
 func startSims(t *testing.T, n int) (map[string]*vllmsim.Server, map[string]string) {
@@ -87,7 +88,7 @@ func newFixture(t *testing.T, n int, opts proxy.Options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return &fixture{router: r, client: extprocv3.NewExternalProcessorClient(cc), health: healthpb.NewHealthClient(cc), sims: sims}
+	return &fixture{router: r, client: extprocv3.NewExternalProcessorClient(cc), health: healthpb.NewHealthClient(cc), sims: sims, ids: ids}
 }
 
 // inFlight is the router's count of requests in flight over all instances.
@@ -336,6 +337,31 @@ func TestEdgeCases(t *testing.T) {
 			h, err := f.health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 			if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 				t.Fatalf("%q: %v %v", svc, h, err)
+			}
+		}
+	})
+	t.Run("all ejected", func(t *testing.T) {
+		for _, id := range []string{"vllm-0", "vllm-1"} {
+			f.router.Picker().Eject(id, time.Now().Add(time.Minute))
+		}
+		res := f.gatewayRequest(ctx, t, body, nil)
+		for _, id := range []string{"vllm-0", "vllm-1"} {
+			f.router.Picker().Readmit(id)
+		}
+		if res.status != http.StatusServiceUnavailable {
+			t.Fatalf("status %d", res.status)
+		}
+		if res := f.gatewayRequest(ctx, t, body, nil); res.status != http.StatusOK {
+			t.Fatalf("readmitted: status %d", res.status)
+		}
+	})
+	t.Run("one ejected", func(t *testing.T) {
+		f.router.Picker().Eject("vllm-0", time.Now().Add(time.Minute))
+		defer f.router.Picker().Readmit("vllm-0")
+		for i := range 5 {
+			res := f.gatewayRequest(ctx, t, chat(fmt.Sprint("other ", i)), nil)
+			if res.status != http.StatusOK || res.endpoint == f.ids["vllm-0"] {
+				t.Fatalf("status %d endpoint %s (vllm-0 is ejected)", res.status, res.endpoint)
 			}
 		}
 	})

@@ -100,6 +100,13 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	if err != nil {
 		return nil, refusal(unpickable(err, key.Model))
 	}
+	if !r.policy.Healthy(t.Instance().ID) {
+		// Every candidate is ejected (the policy fails open). The proxy
+		// tries one anyway and moves on when the connection fails; a
+		// gateway has no such fallback, and the protocol asks for 503.
+		t.Done()
+		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
+	}
 	d.Ticket = t
 	return d, nil
 }
