@@ -160,15 +160,12 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			x.prefilled = true
 			x.decided.Prefilled()
 		}
-		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}}); err != nil {
-			return true, err
-		}
 		if b.GetEndOfStream() {
 			x.finish()
 			x.decided = nil
 		}
-		return false, nil
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		x.finish()
 		x.decided = nil

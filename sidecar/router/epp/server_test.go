@@ -38,7 +38,7 @@ type fixture struct {
 	ids    map[string]string          // addresses by instance id
 }
 
-func startSims(t *testing.T, n int) (map[string]*vllmsim.Server, map[string]string) {
+func startSims(t testing.TB, n int) (map[string]*vllmsim.Server, map[string]string) {
 	t.Helper()
 	sims, ids := map[string]*vllmsim.Server{}, map[string]string{}
 	for i := range n {
@@ -67,7 +67,7 @@ func document(instances map[string]string) *routingv1alpha1.Document {
 	return d
 }
 
-func newFixture(t *testing.T, n int, opts proxy.Options) *fixture {
+func newFixture(t testing.TB, n int, opts proxy.Options) *fixture {
 	t.Helper()
 	sims, ids := startSims(t, n)
 	opts.AllowLoopbackBackends = true
@@ -150,16 +150,7 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	if res.endpoint == "" || md != res.endpoint {
 		t.Fatalf("header %q, metadata %q", res.endpoint, md)
 	}
-	var sent []byte
-	for {
-		resp, err := stream.Recv()
-		must(t, err)
-		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-		sent = append(sent, sr.GetBody()...)
-		if sr.GetEndOfStream() {
-			break
-		}
-	}
+	sent := bodySentBack(t, stream)
 	res.decided = time.Since(start)
 	hr, err := http.Post("http://"+res.endpoint+"/v1/chat/completions", "application/json", bytes.NewReader(sent))
 	must(t, err)
@@ -185,6 +176,25 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	return res
 }
 
+// bodySentBack reads the request body the processor streams on, to its
+// end of stream (in several pieces when it inserted a salt).
+func bodySentBack(t testing.TB, stream extprocv3.ExternalProcessor_ProcessClient) []byte {
+	t.Helper()
+	var sent []byte
+	for {
+		resp, err := stream.Recv()
+		must(t, err)
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil {
+			t.Fatalf("expected a request body piece, got %v", resp)
+		}
+		sent = append(sent, sr.GetBody()...)
+		if sr.GetEndOfStream() {
+			return sent
+		}
+	}
+}
+
 func chunks(b []byte, n int) [][]byte {
 	out := make([][]byte, n)
 	step := len(b) / n
@@ -198,7 +208,7 @@ func chunks(b []byte, n int) [][]byte {
 	return out
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +389,7 @@ func TestEdgeCases(t *testing.T) {
 
 // partial opens a stream and sends the headers and one body chunk, the
 // body's end or not, and leaves the rest to the test.
-func (f *fixture) partial(ctx context.Context, t *testing.T, chunk []byte, end bool) (context.CancelFunc, extprocv3.ExternalProcessor_ProcessClient) {
+func (f *fixture) partial(ctx context.Context, t testing.TB, chunk []byte, end bool) (context.CancelFunc, extprocv3.ExternalProcessor_ProcessClient) {
 	t.Helper()
 	cctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -391,6 +401,66 @@ func (f *fixture) partial(ctx context.Context, t *testing.T, chunk []byte, end b
 	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: end}}}))
 	return cancel, stream
+}
+
+// TestThresholdThroughTheProtocol holds requests of one hot prefix open
+// through the protocol: the picker counts each in flight from its decision
+// to the response's end, so no instance is given more than the threshold
+// while others have room, and the first response chunk ends the request's
+// prefill load.
+func TestThresholdThroughTheProtocol(t *testing.T) {
+	const threshold = 2
+	f := newFixture(t, 3, proxy.Options{})
+	doc := document(f.ids)
+	doc.PrefixAware.ConcurrencyThreshold = threshold
+	must(t, f.router.Apply(doc))
+	ctx := context.Background()
+	prompt := strings.Repeat("one hot system prompt shared by every request. ", 40)
+	per := map[string]int{}
+	var streams []extprocv3.ExternalProcessor_ProcessClient
+	for i := range 3 * threshold {
+		_, stream := f.partial(ctx, t, chat(prompt+fmt.Sprint(i)), true)
+		resp, err := stream.Recv()
+		must(t, err)
+		addr := resp.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue()
+		per[addr]++
+		if per[addr] > threshold {
+			t.Fatalf("request %d: %s has %d in flight, threshold %d (%v)", i, addr, per[addr], threshold, per)
+		}
+		bodySentBack(t, stream)
+		streams = append(streams, stream)
+	}
+	if f.inFlight() != 3*threshold || f.prefill() == 0 {
+		t.Fatalf("in flight %v, prefill tokens %v", f.inFlight(), f.prefill())
+	}
+	for _, stream := range streams {
+		for _, m := range []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {}\n\n")}}},
+		} {
+			must(t, stream.Send(m))
+			_, err := stream.Recv()
+			must(t, err)
+		}
+	}
+	if f.inFlight() != 3*threshold || f.prefill() != 0 {
+		t.Fatalf("after the first chunks: in flight %v, prefill tokens %v", f.inFlight(), f.prefill())
+	}
+	for _, stream := range streams {
+		must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}}))
+		_, err := stream.Recv()
+		must(t, err)
+	}
+	if f.inFlight() != 0 {
+		t.Fatalf("in flight %v after every response ended", f.inFlight())
+	}
+}
+
+func (f *fixture) prefill() float64 {
+	var n float64
+	f.router.Gauges().PrefillTokens(func(_ string, v float64) { n += v })
+	return n
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
