@@ -235,9 +235,7 @@ func (x *exchange) decide(noBody bool) (bool, error) {
 		// The salt may have changed the body's length.
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
-	if d.RemoveAuthorization {
-		mut.RemoveHeaders = append(mut.RemoveHeaders, "authorization")
-	}
+	mut.RemoveHeaders = d.RemoveHeaders
 	if d.Authorization != "" {
 		mut.SetHeaders = append(mut.SetHeaders, header("authorization", d.Authorization))
 	}

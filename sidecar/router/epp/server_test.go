@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +27,7 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
@@ -38,11 +41,11 @@ type fixture struct {
 	ids    map[string]string          // addresses by instance id
 }
 
-func startSims(t testing.TB, n int) (map[string]*vllmsim.Server, map[string]string) {
+func startSims(t testing.TB, n int, apiKey string) (map[string]*vllmsim.Server, map[string]string) {
 	t.Helper()
 	sims, ids := map[string]*vllmsim.Server{}, map[string]string{}
 	for i := range n {
-		sim, err := vllmsim.Start(vllmsim.Config{Listen: "127.0.0.1:0", Model: "m", TimeScale: 0.001})
+		sim, err := vllmsim.Start(vllmsim.Config{Listen: "127.0.0.1:0", Model: "m", TimeScale: 0.001, APIKey: apiKey})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +72,7 @@ func document(instances map[string]string) *routingv1alpha1.Document {
 
 func newFixture(t testing.TB, n int, opts proxy.Options) *fixture {
 	t.Helper()
-	sims, ids := startSims(t, n)
+	sims, ids := startSims(t, n, opts.UpstreamAPIKey)
 	opts.AllowLoopbackBackends = true
 	r := proxy.New(opts)
 	if err := r.Apply(document(ids)); err != nil {
@@ -104,6 +107,9 @@ type result struct {
 	endpoint string // x-gateway-destination-endpoint
 	body     []byte // the response body
 	decided  time.Duration
+	// sent and forwarded are the body and headers the gateway sent on.
+	sent      []byte
+	forwarded http.Header
 }
 
 // gatewayRequest plays Envoy for one request in FULL_DUPLEX_STREAMED mode:
@@ -111,15 +117,20 @@ type result struct {
 // then it forwards the body the picker sent back to the endpoint it chose
 // and streams the response through the processor, headers and body chunks
 // with end of stream on the last.
-func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte, subset []string) result {
+func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte, subset []string, kv ...string) result {
 	t.Helper()
 	stream, err := f.client.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fwd := http.Header{"Content-Type": {"application/json"}}
 	hdrs := &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
 		{Key: "content-type", RawValue: []byte("application/json")}, {Key: "content-length", RawValue: []byte(fmt.Sprint(len(body)))}}}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hdrs.Headers.Headers = append(hdrs.Headers.Headers, &corev3.HeaderValue{Key: strings.ToLower(kv[i]), RawValue: []byte(kv[i+1])})
+		fwd.Add(kv[i], kv[i+1])
+	}
 	first := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hdrs}}
 	if subset != nil {
 		vals := make([]any, len(subset))
@@ -141,18 +152,28 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 		return result{status: int(im.GetStatus().GetCode()), body: im.GetBody()}
 	}
 	var res result
-	for _, h := range resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+	mut := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
+	for _, k := range mut.GetRemoveHeaders() {
+		fwd.Del(k)
+	}
+	for _, h := range mut.GetSetHeaders() {
+		fwd.Set(h.GetHeader().GetKey(), string(h.GetHeader().GetRawValue()))
 		if h.GetHeader().GetKey() == DestinationHeader {
 			res.endpoint = string(h.GetHeader().GetRawValue())
 		}
 	}
+	res.forwarded = fwd
 	md := resp.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue()
 	if res.endpoint == "" || md != res.endpoint {
 		t.Fatalf("header %q, metadata %q", res.endpoint, md)
 	}
 	sent := bodySentBack(t, stream)
 	res.decided = time.Since(start)
-	hr, err := http.Post("http://"+res.endpoint+"/v1/chat/completions", "application/json", bytes.NewReader(sent))
+	res.sent = sent
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+res.endpoint+"/v1/chat/completions", bytes.NewReader(sent))
+	must(t, err)
+	hreq.Header = fwd
+	hr, err := http.DefaultClient.Do(hreq)
 	must(t, err)
 	defer hr.Body.Close()
 	res.status = hr.StatusCode
@@ -266,7 +287,7 @@ func TestHitRateThroughTheProtocol(t *testing.T) {
 	}
 	viaEPP := hitRate(f.sims)
 
-	sims, ids := startSims(t, 3)
+	sims, ids := startSims(t, 3, "")
 	r := proxy.New(proxy.Options{AllowLoopbackBackends: true})
 	must(t, r.Apply(document(ids)))
 	srv := httptest.NewServer(r.Handler())
@@ -402,6 +423,43 @@ func (f *fixture) partial(ctx context.Context, t testing.TB, chunk []byte, end b
 		RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: end}}}))
 	return cancel, stream
 }
+
+// TestTenancyThroughTheProtocol: with API keys the picker refuses a
+// request without one, and has the gateway send on the body with the
+// tenant's cache_salt, without the client's key and with vLLM's own.
+func TestTenancyThroughTheProtocol(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "acme"), []byte(keyAcme), 0o600))
+	ks := &tenancy.KeyStore{}
+	_, err := ks.LoadDir(dir)
+	must(t, err)
+	salts, err := tenancy.NewSalter([]byte("0123456789abcdef0123456789abcdef"))
+	must(t, err)
+	f := newFixture(t, 2, proxy.Options{Auth: tenancy.Auth{Keys: ks}, Salts: salts, UpstreamAPIKey: "vllm-own-key"})
+	ctx := context.Background()
+	body := chat("hello")
+	if res := f.gatewayRequest(ctx, t, body, nil); res.status != http.StatusUnauthorized {
+		t.Fatalf("without a key: status %d", res.status)
+	}
+	res := f.gatewayRequest(ctx, t, body, nil, "Authorization", "Bearer "+keyAcme, "X-Prefix-Aware-Id", "bravo")
+	if res.status != http.StatusOK {
+		t.Fatalf("status %d: %s", res.status, res.body)
+	}
+	if want := fmt.Sprintf(`"cache_salt":%q`, salts.Salt("acme")); !bytes.Contains(res.sent, []byte(want)) {
+		t.Fatalf("body sent on %s, want %s in it", res.sent, want)
+	}
+	if got := res.forwarded.Get("Authorization"); got != "Bearer vllm-own-key" {
+		t.Fatalf("Authorization sent on %q", got)
+	}
+	if got := res.forwarded.Get("X-Prefix-Aware-Id"); got != "" {
+		t.Fatalf("tenant header sent on: %q", got)
+	}
+	if fmt.Sprint(len(res.sent)) != res.forwarded.Get("Content-Length") {
+		t.Fatalf("content-length %s for %d bytes", res.forwarded.Get("Content-Length"), len(res.sent))
+	}
+}
+
+const keyAcme = "sk-acme-0123456789abcdef"
 
 // TestThresholdThroughTheProtocol holds requests of one hot prefix open
 // through the protocol: the picker counts each in flight from its decision

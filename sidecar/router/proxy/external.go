@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/picker"
@@ -20,11 +21,12 @@ type Decided struct {
 	*picker.Ticket
 	// Body is what goes to vLLM, in pieces (see route.body).
 	Body [][]byte
+	// RemoveHeaders are the request's headers vLLM must not see (the
+	// tenant's, the client's credentials: tenancy.Auth.Strip), lower case.
+	RemoveHeaders []string
 	// Authorization replaces the client's Authorization header when it is
-	// not "" (see Options.UpstreamAPIKey); with authentication on, the
-	// client's header is removed in any case (RemoveAuthorization).
-	Authorization       string
-	RemoveAuthorization bool
+	// not "" (see Options.UpstreamAPIKey).
+	Authorization string
 }
 
 // Refusal is the answer to a request the router will not place: status,
@@ -78,7 +80,14 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	if bad != nil {
 		return nil, refusal(bad)
 	}
-	d := &Decided{RemoveAuthorization: r.opts.Auth.Authenticated(), Authorization: r.upstreamAuth}
+	d := &Decided{Authorization: r.upstreamAuth}
+	kept := h.Clone()
+	r.opts.Auth.Strip(kept)
+	for k := range h {
+		if _, ok := kept[k]; !ok {
+			d.RemoveHeaders = append(d.RemoveHeaders, strings.ToLower(k))
+		}
+	}
 	var key policy.Key
 	if ep, ok := inferencePath(method, path); ok {
 		x, bad := r.extractRouting(st, ep, body, id)
