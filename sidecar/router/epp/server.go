@@ -121,16 +121,19 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
+// finish ends the request's accounting and gives back its body budget;
+// calling it again is harmless.
 func (x *exchange) finish() {
 	x.s.router.Release(x.held)
 	x.held = 0
 	if x.decided != nil {
 		x.decided.Done()
+		x.decided = nil
 	}
 }
 
-// handle answers one message; done once the exchange is over (an
-// immediate response sent, or the response's end passed).
+// handle answers one message; done once an immediate response has ended
+// the exchange.
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	switch m := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -152,6 +155,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		x.served(req.GetMetadataContext())
+		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
+			x.finish()
+		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -162,13 +168,11 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		}
 		if b.GetEndOfStream() {
 			x.finish()
-			x.decided = nil
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		x.finish()
-		x.decided = nil
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}

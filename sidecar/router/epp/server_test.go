@@ -363,6 +363,23 @@ func TestEdgeCases(t *testing.T) {
 		cancel()
 		waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 })
 	})
+	t.Run("served endpoint read back, response without a body", func(t *testing.T) {
+		f.servedElsewhere(ctx, t, body, true)
+		if n := f.inFlight(); n != 0 {
+			t.Fatalf("in flight %v after a response without a body", n)
+		}
+	})
+	t.Run("served endpoint moves the count", func(t *testing.T) {
+		stream, chosen, other := f.servedElsewhere(ctx, t, body, false)
+		per := map[string]float64{}
+		f.router.Gauges().InFlight(func(id string, v float64) { per[f.ids[id]] = v })
+		if per[other] != 1 || per[chosen] != 0 {
+			t.Fatalf("in flight by address %v: want 1 on the served %s", per, other)
+		}
+		must(t, stream.CloseSend())
+		_, _ = stream.Recv()
+		waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 })
+	})
 	t.Run("health", func(t *testing.T) {
 		for _, svc := range []string{"", ServiceName, LivenessService} {
 			h, err := f.health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
@@ -519,6 +536,28 @@ func (f *fixture) prefill() float64 {
 	var n float64
 	f.router.Gauges().PrefillTokens(func(_ string, v float64) { n += v })
 	return n
+}
+
+// servedElsewhere has a request decided, then answers its response headers
+// (the response's end or not) reporting another instance as served.
+func (f *fixture) servedElsewhere(ctx context.Context, t testing.TB, body []byte, end bool) (stream extprocv3.ExternalProcessor_ProcessClient, chosen, other string) {
+	t.Helper()
+	_, stream = f.partial(ctx, t, body, true)
+	resp, err := stream.Recv()
+	must(t, err)
+	chosen = resp.GetDynamicMetadata().GetFields()[MetadataNamespace].GetStructValue().GetFields()[DestinationHeader].GetStringValue()
+	bodySentBack(t, stream)
+	other = f.ids["vllm-0"]
+	if other == chosen {
+		other = f.ids["vllm-1"]
+	}
+	st, _ := structpb.NewStruct(map[string]any{ServedKey: other})
+	must(t, stream.Send(&extprocv3.ProcessingRequest{
+		Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{EndOfStream: end}},
+		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: st}}}))
+	_, err = stream.Recv()
+	must(t, err)
+	return stream, chosen, other
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
