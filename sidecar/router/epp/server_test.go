@@ -20,12 +20,14 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -439,6 +441,33 @@ func (f *fixture) partial(ctx context.Context, t testing.TB, chunk []byte, end b
 	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: chunk, EndOfStream: end}}}))
 	return cancel, stream
+}
+
+// TestReplicaAsksThePicker: a replica that is not the picker serves the
+// protocol by asking the picker, as its proxy does; every decision is the
+// picker's.
+func TestReplicaAsksThePicker(t *testing.T) {
+	keys, err := picker.DeriveKeys([]byte("the endpoint's key, 32 bytes long"))
+	must(t, err)
+	leader := proxy.New(proxy.Options{AllowLoopbackBackends: true, Replica: "router-0", Keys: keys})
+	pick := httptest.NewServer(leader.Picker().Handler())
+	defer pick.Close()
+	f := newFixture(t, 3, proxy.Options{Replica: "router-1", Keys: keys, Picker: strings.TrimPrefix(pick.URL, "http://")})
+	must(t, leader.Apply(document(f.ids)))
+	ctx := context.Background()
+	work := workload()
+	for _, body := range work {
+		if res := f.gatewayRequest(ctx, t, body, nil); res.status != http.StatusOK {
+			t.Fatalf("status %d: %s", res.status, res.body)
+		}
+	}
+	picks := f.router.Picker().Metrics().Picks
+	if got := testutil.ToFloat64(picks.WithLabelValues("picker")); got != float64(len(work)) {
+		t.Fatalf("%v of %d decisions by the picker (fallback %v)", got, len(work), testutil.ToFloat64(picks.WithLabelValues("fallback")))
+	}
+	if hr := hitRate(f.sims); hr < 0.5 {
+		t.Fatalf("hit rate %.3f through a replica", hr)
+	}
 }
 
 // TestTenancyThroughTheProtocol: with API keys the picker refuses a
