@@ -31,7 +31,7 @@ import (
 
 type flags struct {
 	configDir, configFile, configMap, kubeconfig string
-	listen, metricsListen                        string
+	listen, metricsListen, eppListen             string
 	maxBodyBytes, maxBufferedBytes               int64
 	maxHeaderBytes                               int
 	bodyReadTimeout, streamIdleTimeout           time.Duration
@@ -58,6 +58,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
 	fs.StringVar(&f.listen, "listen", ":8080", "traffic address")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
+	fs.StringVar(&f.eppListen, "epp-listen", "", "address of the Endpoint Picker Protocol (Envoy ext_proc v3 gRPC, with gRPC health) for a Gateway's InferencePool (\"\": not served)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
 	fs.Int64Var(&f.maxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, on the traffic and metrics listeners (431 above)")
@@ -223,7 +224,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		servers = append(servers, pick)
 	}
 
-	errc := make(chan error, len(servers))
+	errc := make(chan error, len(servers)+1) // and the EPP server
 	for _, srv := range servers {
 		ln, err := net.Listen("tcp", srv.Addr)
 		if err != nil {
@@ -235,6 +236,10 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 				errc <- fmt.Errorf("serve %s: %w", srv.Addr, err)
 			}
 		}()
+	}
+	stopEPP, err := serveEPP(f.eppListen, r, log, errc)
+	if err != nil {
+		return err
 	}
 	// Stand for picker once the pick listener is open: a leader must be
 	// reachable by the time the Lease names it.
@@ -258,6 +263,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	log.Info("shutting down; finishing in-flight requests", "timeout", f.shutdown.String())
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
 	defer cancel()
+	stopEPP(sctx)
 	if err := shutdownServers(sctx, conns, log, servers...); err != nil {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}

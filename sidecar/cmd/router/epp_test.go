@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/warmroute/warmroute/sidecar/router/epp"
+)
+
+// TestEPPListener: with --epp-listen the router serves the ext_proc
+// service's gRPC health (the protocol itself is tested in router/epp), and
+// shuts it down with the rest.
+func TestEPPListener(t *testing.T) {
+	backend := httptest.NewServer(http.NotFoundHandler())
+	defer backend.Close()
+	addr := freeAddr(t)
+	_, cancel, done := startRouter(t, backend.URL, logr.Discard(), "--epp-listen", addr, "--drain-delay", "0")
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	h, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceName})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health %v %v", h, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,56 @@
+package epp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/warmroute/warmroute/sidecar/router/proxy"
+)
+
+// The picker's added time per request through the protocol, against the
+// same decision called in process (BenchmarkDecide): one whole exchange
+// on a fresh ext_proc stream over loopback, as a gateway makes it, without
+// the backend. The difference is what the protocol costs.
+func BenchmarkProtocolExchange(b *testing.B) {
+	f := newFixture(b, 3, proxy.Options{})
+	body := chat("a benchmark prompt of moderate length, the same every time")
+	ctx := context.Background()
+	for b.Loop() {
+		_, stream := f.partial(ctx, b, body, true)
+		if _, err := stream.Recv(); err != nil { // the request headers' answer
+			b.Fatal(err)
+		}
+		bodySentBack(b, stream)
+		for _, m := range []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}},
+		} {
+			if err := stream.Send(m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = stream.CloseSend()
+		if _, err := stream.Recv(); err != io.EOF {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	f := newFixture(b, 3, proxy.Options{})
+	body := chat("a benchmark prompt of moderate length, the same every time")
+	for b.Loop() {
+		d, refused := f.router.Decide(context.Background(), http.MethodPost, "/v1/chat/completions", http.Header{}, body)
+		if refused != nil {
+			b.Fatal(refused.Status)
+		}
+		d.Done()
+	}
+}

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/picker"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// Decided is a request the router placed for a caller that forwards it
+// itself (the Endpoint Picker Protocol, sidecar/router/epp): the same
+// identification, extraction, salting and decision serveInference makes,
+// without the forwarding.
+type Decided struct {
+	// Ticket holds the decision until Done; the caller reports the first
+	// token (Prefilled) and the end (Done).
+	*picker.Ticket
+	// Body is what goes to vLLM, in pieces (see route.body).
+	Body [][]byte
+	// RemoveHeaders are the request's headers vLLM must not see (the
+	// tenant's, the client's credentials: tenancy.Auth.Strip), lower case.
+	RemoveHeaders []string
+	// Authorization replaces the client's Authorization header when it is
+	// not "" (see Options.UpstreamAPIKey).
+	Authorization string
+}
+
+// Refusal is the answer to a request the router will not place: status,
+// headers and an OpenAI-style body, as the proxy would have written them.
+type Refusal struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func refusal(bad *badRequest) *Refusal {
+	rec := httptest.NewRecorder()
+	bad.write(rec)
+	return &Refusal{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+}
+
+// TooLarge is the refusal of a body over MaxBodyBytes.
+func (r *Router) TooLarge() *Refusal {
+	return refusal(invalid(http.StatusRequestEntityTooLarge, "request_too_large", "", "request body exceeds the router's limit"))
+}
+
+// MaxBodyBytes is the largest request body the router accepts.
+func (r *Router) MaxBodyBytes() int64 { return r.opts.MaxBodyBytes }
+
+// Hold takes n bytes of the router-wide body budget, or reports false
+// (then Overloaded is the answer); Release gives them back.
+func (r *Router) Hold(n int64) bool { return r.budget.reserve(n) }
+
+// Release returns bytes taken by Hold.
+func (r *Router) Release(n int64) { r.budget.release(n) }
+
+// Overloaded is the refusal while the body budget is spent: the request
+// is shed, 429 as the Endpoint Picker Protocol asks (the proxy answers 503
+// with Retry-After, which its own clients retry alike).
+func (r *Router) Overloaded() *Refusal {
+	return refusal(&badRequest{status: http.StatusTooManyRequests, typ: "rate_limit_exceeded", code: "router_overloaded",
+		msg: "the router is holding as many request bodies as it may; retry shortly", retryAfter: 1})
+}
+
+// Decide places a request given its method, path, headers and whole body.
+// Inference paths are read as the proxy reads them; any other request
+// (GET /v1/models, /health) carries no routing text and is placed by
+// load alone under the served model.
+func (r *Router) Decide(ctx context.Context, method, path string, h http.Header, body []byte) (*Decided, *Refusal) {
+	start := time.Now()
+	st := r.state.Load()
+	if st == nil {
+		return nil, refusal(noConfig)
+	}
+	id, bad := r.identify(httptest.NewRecorder(), &http.Request{Header: h})
+	if bad != nil {
+		return nil, refusal(bad)
+	}
+	d := &Decided{Authorization: r.upstreamAuth}
+	kept := h.Clone()
+	r.opts.Auth.Strip(kept)
+	for k := range h {
+		if _, ok := kept[k]; !ok {
+			d.RemoveHeaders = append(d.RemoveHeaders, strings.ToLower(k))
+		}
+	}
+	var key policy.Key
+	if ep, ok := inferencePath(method, path); ok {
+		x, bad := r.extractRouting(st, ep, body, id)
+		if bad == nil {
+			d.Body, bad = r.saltedBody(body, x)
+		}
+		if bad != nil {
+			r.opts.Metrics.Requests.WithLabelValues("", string(st.strategy), "rejected").Inc()
+			return nil, refusal(bad)
+		}
+		key = r.policy.Key(policyRequest(x))
+		x.Release()
+	} else {
+		key = r.policy.Key(policy.Request{})
+		d.Body = [][]byte{body}
+	}
+	t, err := r.picker.Pick(ctx, key)
+	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, refusal(unpickable(err, key.Model))
+	}
+	if !r.policy.Healthy(t.Instance().ID) {
+		// Every candidate is ejected (the policy fails open). The proxy
+		// tries one anyway and moves on when the connection fails; a
+		// gateway has no such fallback, and the protocol asks for 503.
+		t.Done()
+		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
+	}
+	d.Ticket = t
+	return d, nil
+}
+
+func inferencePath(method, path string) (endpoint, bool) {
+	if method != http.MethodPost {
+		return 0, false
+	}
+	switch path {
+	case "/invocations":
+		return endpointInvocations, true
+	case "/v1/chat/completions":
+		return endpointChat, true
+	case "/v1/completions":
+		return endpointCompletions, true
+	}
+	return 0, false
+}
