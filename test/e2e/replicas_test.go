@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -283,12 +284,30 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		Eventually(func() int { return leaderOf(routers) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 0))
 	})
 
-	It("keep serving when the picker's process dies: a new picker within the Lease's time", func() {
+	// A leader that dies leaves the next one cold: conversations it had
+	// placed may land elsewhere on their next turn. Fresh conversations
+	// keep arriving (see conversations), so the new picker learns the
+	// traffic again; the hit rate over the window that ends recovery after
+	// the kill is held to the one before it.
+	It("keep serving when the picker's process dies: a new picker within the Lease's time, the hit rate back within 30 s", func() {
+		const (
+			// warmup lets every conversation slot start, so that the
+			// before window sees conversations at every turn.
+			warmup = 3 * time.Second
+			// window is long enough for a few hundred requests.
+			window = 10 * time.Second
+			// recovery is the target: the hit rate within 2 points of
+			// before within 30 s of the kill.
+			recovery = 30 * time.Second
+		)
 		Eventually(func() int { return leaderOf(routers) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 0))
 		dead := leaderOf(routers)
 		tr := conversations(ctx, service, "failover")
 		defer tr.stop()
-		time.Sleep(time.Second)
+		time.Sleep(warmup)
+		mark := fleetStats(ctx, sims)
+		time.Sleep(window)
+		before := fleetStats(ctx, sims).Since(mark).Total()
 		killed := time.Now()
 		Expect(routers[dead].Proc.Stop(0)).To(Succeed()) // SIGKILL at once: no handoff
 		var survivors []*harness.Router
@@ -300,18 +319,37 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		limit := picker.DefaultLeaseDuration + picker.DefaultRetryPeriod + 2*time.Second
 		Eventually(func() int { return leaderOf(survivors) }).WithTimeout(limit).WithPolling(50 * time.Millisecond).Should(BeNumerically(">=", 0))
 		elected := time.Since(killed)
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Until(killed.Add(recovery - window)))
+		mark = fleetStats(ctx, sims)
+		time.Sleep(time.Until(killed.Add(recovery)))
+		after := fleetStats(ctx, sims).Since(mark).Total()
 		tr.stop()
 		fallback := picksBySource(survivors)["fallback"]
 		GinkgoWriter.Printf("picker killed: new picker after %s (lease %s + retry %s); %d requests, %d failed, %v routed by the fallback meanwhile\n",
 			elected.Round(10*time.Millisecond), picker.DefaultLeaseDuration, picker.DefaultRetryPeriod, tr.sent.Load(), tr.failed.Load(), fallback)
+		GinkgoWriter.Printf("hit rate (token-weighted, simulators' counters): %.1f %% over the %s before the kill (%d requests, %d prompt tokens), %.1f %% from %s to %s after it (%d requests, %d prompt tokens)\n",
+			100*before.HitRate(), window, before.Requests, before.PrefixCacheQueries,
+			100*after.HitRate(), recovery-window, recovery, after.Requests, after.PrefixCacheQueries)
 		// Only requests on the killed process may fail: their connection
 		// breaks or is refused (no HTTP status). A survivor never answers
 		// an error because of the election.
+		// Those sent to it after it died, until the readiness probe (every
+		// 50 ms) takes it out of the Service, are refused: counted apart.
+		refused := 0
 		for _, f := range tr.failureList() {
 			Expect(f).To(ContainSubstring("status 0 "), "a failure with an HTTP answer: %s", f)
+			if strings.Contains(f, "connection refused") {
+				refused++
+			}
 		}
+		GinkgoWriter.Printf("failed: %d refused by the dead process before the probe took it out, %d broken in flight\n", refused, len(tr.failureList())-refused)
 		Expect(fallback).To(BeNumerically(">", 0), "the survivors never needed the fallback: the test did not catch the gap")
+		// Each window holds many whole conversations (conversationTurns
+		// requests each), so its rate is not one conversation's luck.
+		for _, w := range []vllmsim.Stats{before, after} {
+			Expect(w.Requests).To(BeNumerically(">=", 10*conversationTurns*conversationSlots/4), "too few requests in a window to weigh the hit rate")
+		}
+		Expect(100*after.HitRate()).To(BeNumerically(">=", 100*before.HitRate()-2), "hit rate %s after the kill, against the %s before it", recovery, window)
 	})
 })
 
@@ -334,13 +372,41 @@ func leaderOf(routers []*harness.Router) int {
 	return leader
 }
 
-// conversations sends 40 conversations behind one system prompt from 4
-// clients through the router Service until stopped.
+// Conversation traffic: conversationSlots conversations at a time, each of
+// conversationTurns turns.
+const conversationSlots, conversationTurns = 40, 4
+
+// conversations sends conversations behind one system prompt from 4
+// clients through the router Service until stopped. Each turn resends the
+// conversation's history (its opening, then every earlier turn), so most of
+// a prompt is a cache hit only on an instance that served an earlier turn;
+// a conversation gives way to a new one after conversationTurns turns, so
+// new conversations keep arriving for the picker to place. Placed at
+// random over 4 instances, a conversation's turns would share an instance
+// with an earlier one only 1/4, 7/16 and 37/64 of the time.
 func conversations(ctx context.Context, service *http.Client, seed string) *traffic {
-	system := longText(seed, 3000)
+	system := longText(seed, 1000)
 	return startTraffic(ctx, func(ctx context.Context, g, n int) reply {
-		return chatWith(ctx, service, serviceURL, sharedModel, system, fmt.Sprintf("Conversation %d. ", g), "", 16)
-	}, 40, 4)
+		round := n / conversationSlots
+		id := fmt.Sprintf("%s conversation %d.%d", seed, g, round/conversationTurns)
+		var user strings.Builder
+		user.WriteString(longText(id, 2000))
+		for turn := 0; turn <= round%conversationTurns; turn++ {
+			fmt.Fprintf(&user, " Turn %d: %s", turn, longText(fmt.Sprintf("%s turn %d", id, turn), 400))
+		}
+		return chatWith(ctx, service, serviceURL, sharedModel, system, user.String(), "", 16)
+	}, conversationSlots, 4)
+}
+
+// fleetStats reads the simulators' own counters from their /metrics.
+func fleetStats(ctx context.Context, sims []*vllmsim.Server) workload.FleetStats {
+	urls := make([]string, len(sims))
+	for i, s := range sims {
+		urls[i] = s.URL()
+	}
+	st, err := workload.ScrapeFleet(ctx, metricsHTTP, urls)
+	Expect(err).NotTo(HaveOccurred())
+	return st
 }
 
 // podsOf is the names of the endpoint's router pods that are not being
