@@ -29,8 +29,9 @@ type Election struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Lease timings. A leader that dies is replaced within LeaseDuration +
-// RetryPeriod (about 5 s), during which replicas route by the fallback; a
+// Lease timings. A leader that dies is replaced within LeaseDuration + two
+// RetryPeriods with jitter (the candidate counts from when it saw the last
+// renewal, up to one retry late: 4–6.4 s), during which replicas route by the fallback; a
 // leader that steps down releases the Lease (ReleaseOnCancel) and a
 // candidate takes it at its next try, within RetryPeriod (with client-go's
 // jitter, 1.2 s). The leader renews every RetryPeriod and gives up when it
