@@ -29,11 +29,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/test/localcluster"
@@ -136,13 +133,7 @@ func TestOperatorUpgradeKeepsTheRunningVLLMImage(t *testing.T) {
 // function is called.
 func runOperator(t *testing.T, cfg *rest.Config, opts Options) func() {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 testScheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  CacheOptions(),
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgr, err := newTestManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

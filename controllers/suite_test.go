@@ -132,17 +132,24 @@ var suiteOptions = Options{
 	MetricsScraper: &scraperPeer,
 }
 
-// startOperator runs the operator's manager against cfg until ctx ends,
-// with its client counting writes and its reconciler counting runs.
-func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *reconcileCounter) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+// newTestManager is the operator's manager as the tests run it: no metrics
+// or probe listeners, and controller names not checked for uniqueness,
+// since several managers (envtest, the local cluster, a restarted
+// operator) run in one process.
+func newTestManager(cfg *rest.Config) (ctrl.Manager, error) {
+	return ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testScheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  CacheOptions(),
-		// Two managers (envtest and the local cluster) in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
+}
+
+// startOperator runs the operator's manager against cfg until ctx ends,
+// with its client counting writes and its reconciler counting runs.
+func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *reconcileCounter) {
+	mgr, err := newTestManager(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	w := &writeCounter{Client: mgr.GetClient(), byNamespace: map[string]int{}}
 	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions}
