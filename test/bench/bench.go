@@ -126,11 +126,7 @@ type Report struct {
 	Remap    []Remap
 	Decision []DecisionLatency
 	Proxy    ProxyOverhead
-	// Forward is what forwarding to the owner adds (Direct: the owner
-	// decides; Routed: another replica forwards to it); zero when the
-	// router does not forward.
-	Forward ProxyOverhead
-	Uploads UploadMemory
+	Uploads  UploadMemory
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
@@ -259,10 +255,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Proxy = proxies[0]
 	if len(proxies) > 1 {
 		rep.BeforeProxy = &proxies[1]
-	}
-	cfg.log("forwarding to the owner")
-	if rep.Forward, err = cfg.measureForwardHop(ctx); err != nil {
-		return nil, fmt.Errorf("forwarding hop: %w", err)
 	}
 	if b := cfg.baseline; b != nil {
 		cfg.log("decision benchmark at %s and now", b.revision)

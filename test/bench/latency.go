@@ -268,51 +268,6 @@ func alternate(ctx context.Context, client *http.Client, n int, bodies [][]byte,
 	return out, nil
 }
 
-// measureForwardHop times what forwarding to the owner adds: 4 KiB
-// requests that two replicas place on an instance replica 1 owns, sent one
-// at a time, alternately to replica 1 (which decides them itself, as one
-// router) and to replica 0 (which forwards them to replica 1). Zero when
-// the router does not forward.
-func (c *Config) measureForwardHop(ctx context.Context) (ProxyOverhead, error) {
-	if !c.router.forward {
-		return ProxyOverhead{}, nil
-	}
-	f, err := c.startReplicaFleet(ctx, filepath.Join(c.WorkDir, "forward"), 2, proxyTimeScale, c.router)
-	if err != nil {
-		return ProxyOverhead{}, err
-	}
-	defer f.stop()
-	peek := &http.Client{Timeout: 10 * time.Second}
-	owner := f.replicas[1]
-	// The replicas learn each other's addresses from their first reports.
-	var forwarded [][]byte
-	deadline := time.Now().Add(10 * time.Second)
-	for len(forwarded) == 0 && time.Now().Before(deadline) {
-		for _, body := range c.proxyBodies() {
-			d, err := debugRoute(ctx, peek, f.replicas[0].metricsURL(), "/v1/chat/completions", body)
-			if err != nil {
-				return ProxyOverhead{}, err
-			}
-			if d.Owner == owner.name {
-				forwarded = append(forwarded, body)
-			}
-		}
-		if len(forwarded) == 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	if len(forwarded) == 0 {
-		return ProxyOverhead{}, fmt.Errorf("no request of 64 forwarded from %s to %s", f.replicas[0].name, owner.name)
-	}
-	client := workload.NewClient()
-	defer client.CloseIdleConnections()
-	lat, err := alternate(ctx, client, c.ProxySamples, forwarded, "http://"+owner.addr, "http://"+f.replicas[0].addr)
-	if err != nil {
-		return ProxyOverhead{}, err
-	}
-	return overhead(len(forwarded[0]), lat[0], lat[1]), nil
-}
-
 // UploadMemory is the router's memory under a burst of large uploads, with
 // small requests sent meanwhile.
 type UploadMemory struct {

@@ -279,11 +279,6 @@ func (r *Report) Markdown() string {
 	p("\n**Added proxy latency** (%d B non-streaming chat requests, one at a time, alternately straight to one simulator answering in microseconds and through the router binary in front of it (and, with a baseline, to its own simulator and through the baseline's router, in the same turn), on loopback; %d samples each):\n\n", pr.BodyBytes, pr.Samples)
 	p("| path | p50 | p99 |\n|---|---:|---:|\n| direct | %s | %s |\n| through the router | %s | %s |\n| **added by the router** | **%s** | %s |\n",
 		micros(pr.DirectP50), micros(pr.DirectP99), micros(pr.RoutedP50), micros(pr.RoutedP99), micros(pr.AddedP50), micros(pr.AddedP99))
-	if fw := r.Forward; fw.Samples > 0 {
-		p("\n**Added by forwarding to the owner** (the same requests, %d B, chosen among 64 so that two replicas place them on an instance replica 1 owns; one at a time, alternately to replica 1, which decides them, and to replica 0, which forwards them to replica 1; %d samples each):\n\n", fw.BodyBytes, fw.Samples)
-		p("| path | p50 | p99 |\n|---|---:|---:|\n| to the owner | %s | %s |\n| through another replica | %s | %s |\n| **added by the hop** | **%s** | %s |\n",
-			micros(fw.DirectP50), micros(fw.DirectP99), micros(fw.RoutedP50), micros(fw.RoutedP99), micros(fw.AddedP50), micros(fw.AddedP99))
-	}
 	p("\nAmazon reports 1.3–1.9 ms of routing overhead per request for its prefix-aware router.\n")
 	p("%s", uploadsSection(r.Uploads))
 	return b.String()
