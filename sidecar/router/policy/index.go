@@ -34,7 +34,10 @@ type indexEntry struct {
 
 func newPrefixIndex(capacity int) *prefixIndex {
 	capacity = max(capacity, 2)
-	return &prefixIndex{young: make(map[uint64]indexEntry, capacity/2), old: map[uint64]indexEntry{}, capacity: capacity}
+	// Not presized: every replica keeps a policy for its fallback that
+	// fills only while no picker answers, and a presized generation would
+	// hold ~5 MiB of empty buckets in each.
+	return &prefixIndex{young: map[uint64]indexEntry{}, old: map[uint64]indexEntry{}, capacity: capacity}
 }
 
 func (x *prefixIndex) lookupLocked(h uint64) (indexEntry, bool) {
