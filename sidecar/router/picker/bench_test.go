@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,35 +90,22 @@ func BenchmarkPickAPIFleet256(b *testing.B) {
 				ks[i] = key(ps[0], text)
 			}
 			lat := make([][]time.Duration, replicas*per)
-			var next atomic.Int64
-			var wg sync.WaitGroup
 			b.ResetTimer()
 			start := time.Now()
-			for c := range lat {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					p := ps[c%replicas]
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						if offered > 0 {
-							time.Sleep(time.Until(start.Add(time.Duration(float64(i) / offered * 1e9))))
-						}
-						t0 := time.Now()
-						tk, err := p.Pick(context.Background(), ks[i%int64(len(ks))])
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						lat[c] = append(lat[c], time.Since(t0))
-						tk.Done()
-					}
-				}()
-			}
-			wg.Wait()
+			callers(len(lat), int64(b.N), func(c int, i int64) bool {
+				if offered > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / offered * 1e9))))
+				}
+				t0 := time.Now()
+				tk, err := ps[c%replicas].Pick(context.Background(), ks[i%int64(len(ks))])
+				if err != nil {
+					b.Error(err)
+					return false
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+				tk.Done()
+				return true
+			})
 			elapsed := time.Since(start)
 			b.StopTimer()
 			var fell float64

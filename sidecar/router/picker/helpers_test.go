@@ -3,6 +3,8 @@ package picker
 import (
 	"fmt"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -62,4 +64,25 @@ func key(p *Picker, text string) policy.Key {
 func picks(t testing.TB, m *Metrics, source string) float64 {
 	t.Helper()
 	return counter(m.Picks.WithLabelValues(source))
+}
+
+// callers runs n goroutines that share the calls numbered 0 to total-1,
+// caller c making call i with do(c, i) until do returns false or the calls
+// run out, and waits for them.
+func callers(n int, total int64, do func(c int, i int64) bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= total || !do(c, i) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -45,30 +43,18 @@ func TestLongRunMemory(t *testing.T) {
 	// 4 KiB routing texts: 64 block hashes each, distinct from the first
 	// block on, so every pick adds entries.
 	doc := strings.Repeat("a long shared document. ", 200)[:4<<10]
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for c := range replicas * per {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := ps[c%replicas]
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(total) {
-					return
-				}
-				tk, err := p.Pick(context.Background(), key(p, fmt.Sprintf("conversation %d: %s", i, doc)))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				tk.Prefilled()
-				tk.Done()
-			}
-		}()
-	}
-	wg.Wait()
+	callers(replicas*per, int64(total), func(c int, i int64) bool {
+		p := ps[c%replicas]
+		tk, err := p.Pick(context.Background(), key(p, fmt.Sprintf("conversation %d: %s", i, doc)))
+		if err != nil {
+			t.Error(err)
+			return false
+		}
+		tk.Prefilled()
+		tk.Done()
+		return true
+	})
 	elapsed := time.Since(start)
 	// The last done events are on their way (each replica's sender
 	// delivers what queued while it was busy).
