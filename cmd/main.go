@@ -138,10 +138,13 @@ func main() {
 	log.Info("operand pods", "platform", pods.resolved,
 		"vllmRunAsUser", ptrString(opts.VLLM.RunAsUser), "vllmFSGroup", ptrString(opts.VLLM.FSGroup),
 		"metricsScraperAdmitted", opts.MetricsScraper != nil)
-	if err := (&controllers.LLMEndpointReconciler{
-		Client:  mgr.GetClient(),
-		Options: opts,
-	}).SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
+	store := metricsAPI.store()
+	reconciler := &controllers.LLMEndpointReconciler{Client: mgr.GetClient(), Options: opts}
+	if store != nil {
+		// The scraper's figures set the vLLM pods' deletion costs.
+		reconciler.Heat = store
+	}
+	if err := reconciler.SetupWithManager(mgr, maxConcurrentReconciles); err != nil {
 		log.Error(err, "unable to set up the controller", "controller", "LLMEndpoint")
 		os.Exit(1)
 	}
@@ -152,7 +155,7 @@ func main() {
 		}
 	}
 
-	if err := metricsAPI.setup(mgr); err != nil {
+	if err := metricsAPI.setup(mgr, store); err != nil {
 		log.Error(err, "unable to set up the custom metrics API")
 		os.Exit(1)
 	}

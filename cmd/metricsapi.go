@@ -28,13 +28,21 @@ func (f *metricsAPIFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.statusPeriod, "load-status-period", 30*time.Second, "Least time between two writes of an LLMEndpoint's status.load.")
 }
 
-// setup adds the scraper, the API server and the status publisher to the
-// manager; all three read one in-memory store.
-func (f *metricsAPIFlags) setup(mgr ctrl.Manager) error {
+// store is the in-memory store the scraper fills, or nil when the API is
+// off.
+func (f *metricsAPIFlags) store() *custommetrics.Store {
 	if f.port == 0 {
 		return nil
 	}
-	store := custommetrics.NewStore()
+	return custommetrics.NewStore()
+}
+
+// setup adds the scraper, the API server and the status publisher to the
+// manager; all three read store (nil: the API is off).
+func (f *metricsAPIFlags) setup(mgr ctrl.Manager, store *custommetrics.Store) error {
+	if store == nil {
+		return nil
+	}
 	kubeconfig := ""
 	if fl := flag.Lookup(config.KubeconfigFlagName); fl != nil {
 		kubeconfig = fl.Value.String()

@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/custommetrics"
 )
 
 // FieldOwner is the field manager of every server-side apply the operator
@@ -71,6 +72,12 @@ type Options struct {
 	MetricsScraper *networkingv1.NetworkPolicyPeer
 }
 
+// CacheHeat is the recent prefix-cache hits of each vLLM pod of an
+// endpoint, when known (internal/custommetrics.Store).
+type CacheHeat interface {
+	Heat(types.NamespacedName) (custommetrics.Heat, bool)
+}
+
 // LLMEndpointReconciler reconciles LLMEndpoint objects.
 type LLMEndpointReconciler struct {
 	client.Client
@@ -79,6 +86,10 @@ type LLMEndpointReconciler struct {
 	APIReader client.Reader
 	Recorder  recorder.EventRecorder
 	Options   Options
+	// Heat, when set, tells how many cache hits each vLLM pod served
+	// recently (the operator's metrics scraper), which then sets the pods'
+	// deletion costs; without it they follow the pods' age.
+	Heat CacheHeat
 
 	applied appliedCache
 	// saltSecrets is, per LLMEndpoint name, the saltSeen of its salt

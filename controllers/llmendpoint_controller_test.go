@@ -596,6 +596,36 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		}).Should(Succeed())
 	})
 
+	It("annotates instances with a deletion cost by the cache hits they served, when measured", func() {
+		ep := minimalEndpoint(ns, "chat")
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
+		// Oldest is coldest: the hits, not the age, set the cost.
+		suiteHeat.set(client.ObjectKeyFromObject(ep), map[string]float64{"chat-vllm-old": 3, "chat-vllm-hot": 5000})
+		old := createInstancePod(ns, "chat", "chat-vllm-old")
+		hot := createInstancePod(ns, "chat", "chat-vllm-hot")
+		unmeasured := createInstancePod(ns, "chat", "chat-vllm-new")
+		setPodReady(old, "10.1.0.1", true, time.Now().Add(-48*time.Hour))
+		setPodReady(hot, "10.1.0.2", true, time.Now().Add(-2*time.Minute))
+		setPodReady(unmeasured, "10.1.0.3", true, time.Now().Add(-90*time.Second))
+		costs := func(g Gomega) map[string]string {
+			out := map[string]string{}
+			for _, p := range []*corev1.Pod{old, hot, unmeasured} {
+				g.Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+				out[p.Name] = p.Annotations[annotationPodDeletionCost]
+			}
+			return out
+		}
+		// 1 + floor(log2(1 + hits)): 3 hits → 3, 5,000 → 13; none yet → 0
+		// (no annotation written for a zero cost on a fresh pod).
+		Eventually(costs).Should(Equal(map[string]string{"chat-vllm-old": "3", "chat-vllm-hot": "13", "chat-vllm-new": ""}))
+		By("following the heat as it changes")
+		suiteHeat.set(client.ObjectKeyFromObject(ep), map[string]float64{"chat-vllm-old": 3, "chat-vllm-hot": 1, "chat-vllm-new": 200})
+		// The reconciler recomputes on its heat refresh; a pod event
+		// brings it on at once.
+		setPodReady(old, "10.1.0.1", true, time.Now().Add(-48*time.Hour).Add(time.Second))
+		Eventually(costs).Should(Equal(map[string]string{"chat-vllm-old": "3", "chat-vllm-hot": "2", "chat-vllm-new": "8"}))
+	})
+
 	It("is scaled through the scale subresource, by a client and by kubectl", func() {
 		ep := minimalEndpoint(ns, "chat")
 		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())

@@ -428,16 +428,36 @@ func (r *LLMEndpointReconciler) reconcileVLLM(ctx context.Context, ep *v1alpha1.
 }
 
 // podDeletionCost is what losing a ready instance costs in cached traffic,
-// as a pod-deletion-cost: its prefix cache grows warmer the longer it
-// serves, so the cost is log2 of the minutes since it became ready (capped).
-// The log scale changes the annotation a handful of times in a pod's life
-// rather than on every reconcile. next is when the cost next rises (0:
-// never). Instances that are not ready cost 0, and the ReplicaSet removes
-// them first anyway.
-func podDeletionCost(pod *corev1.Pod, now time.Time) (cost int32, next time.Duration) {
+// as a pod-deletion-cost, so that a scale-in removes the instance whose
+// loss costs the fewest cache hits.
+//
+// When the endpoint's heat is known (the hit tokens each pod served
+// recently, from vLLM's own prefix-cache counters: see
+// internal/custommetrics.Heat), the cost is 1 + log2(1 + hit tokens): an
+// instance that served twice the hits costs one step more, so the
+// annotation changes when a pod's hits double or halve rather than on
+// every scrape, and any instance with hits outranks one without. A ready
+// pod without a figure yet (scraped once, or not at all) is new and
+// cold: 0.
+//
+// Without heat (the operator's metrics scraper is off, or has not read the
+// endpoint twice yet), the cache is assumed to grow warmer the longer an
+// instance serves: log2 of the minutes since it became ready (capped), and
+// next is when the cost next rises (0: never).
+//
+// Instances that are not ready cost 0, and the ReplicaSet removes them
+// first anyway.
+func podDeletionCost(pod *corev1.Pod, now time.Time, heat map[string]float64) (cost int32, next time.Duration) {
 	since, ready := readySince(pod)
 	if !ready {
 		return 0, 0
+	}
+	if heat != nil {
+		hits, ok := heat[pod.Name]
+		if !ok {
+			return 0, 0
+		}
+		return 1 + int32(math.Floor(math.Log2(1+max(hits, 0)))), 0
 	}
 	minutes := max(now.Sub(since).Minutes(), 0)
 	step := min(int(math.Floor(math.Log2(minutes+1))), maxDeletionCostStep)
@@ -458,18 +478,28 @@ func readySince(pod *corev1.Pod) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// heatRefresh is how often deletion costs by heat are recomputed: a few
+// scrapes (10 s apart by default), well inside heat's 5-minute half-life.
+const heatRefresh = time.Minute
+
 // reconcileDeletionCosts annotates each ready, non-terminating instance with
 // its deletion cost, so that a scale-in removes the instance whose cache is
 // coldest. It returns when the next cost changes.
 func (r *LLMEndpointReconciler) reconcileDeletionCosts(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, now time.Time) (time.Duration, error) {
+	var heat map[string]float64
 	var next time.Duration
+	if r.Heat != nil {
+		if h, ok := r.Heat.Heat(client.ObjectKeyFromObject(ep)); ok {
+			heat, next = h.Pods, heatRefresh
+		}
+	}
 	var errs []error
 	for i := range pods {
 		pod := &pods[i]
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		cost, after := podDeletionCost(pod, now)
+		cost, after := podDeletionCost(pod, now, heat)
 		if after > 0 && (next == 0 || after < next) {
 			next = after
 		}

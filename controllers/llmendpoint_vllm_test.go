@@ -338,17 +338,43 @@ func TestPodDeletionCost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cost, next := podDeletionCost(&tt.pod, now)
+			cost, next := podDeletionCost(&tt.pod, now, nil)
 			if cost != tt.wantCost || next != tt.wantNext {
 				t.Errorf("podDeletionCost = %d, %v; want %d, %v", cost, next, tt.wantCost, tt.wantNext)
 			}
 		})
 	}
+	// With heat measured, the hits set the cost, whatever the age.
+	heat := map[string]float64{"p": 5000, "cold": 0}
+	for _, tt := range []struct {
+		name     string
+		pod      corev1.Pod
+		wantCost int32
+	}{
+		{"hot, young", newPod("p", "10.0.0.1", podReady, now.Add(-time.Minute)), 13},
+		{"no hits, old", newPod("cold", "10.0.0.2", podReady, now.Add(-48*time.Hour)), 1},
+		{"not measured yet", newPod("new", "10.0.0.3", podReady, now.Add(-48*time.Hour)), 0},
+		{"hot but unready", newPod("p", "10.0.0.1", podUnready, now.Add(-time.Hour)), 0},
+	} {
+		if cost, next := podDeletionCost(&tt.pod, now, heat); cost != tt.wantCost || next != 0 {
+			t.Errorf("%s: podDeletionCost by heat = %d, %v; want %d, 0", tt.name, cost, next, tt.wantCost)
+		}
+	}
+	// More hits never cost less.
+	var lastHeat int32
+	for hits := 0.0; hits < 1e9; hits = hits*1.3 + 1 {
+		pod := newPod("p", "10.0.0.1", podReady, now)
+		cost, _ := podDeletionCost(&pod, now, map[string]float64{"p": hits})
+		if cost < lastHeat {
+			t.Fatalf("cost fell from %d to %d at %v hits", lastHeat, cost, hits)
+		}
+		lastHeat = cost
+	}
 	// Warmer is never cheaper.
 	var last int32
 	for m := 0; m < 3000; m += 7 {
 		pod := newPod("p", "10.0.0.1", podReady, now.Add(-time.Duration(m)*time.Minute))
-		cost, _ := podDeletionCost(&pod, now)
+		cost, _ := podDeletionCost(&pod, now, nil)
 		if cost < last {
 			t.Fatalf("cost fell from %d to %d at %d minutes", last, cost, m)
 		}

@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -46,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/custommetrics"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
@@ -152,7 +154,7 @@ func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *recon
 	mgr, err := newTestManager(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	w := &writeCounter{Client: mgr.GetClient(), byNamespace: map[string]int{}}
-	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions}
+	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions, Heat: suiteHeat}
 	counted := &reconcileCounter{Reconciler: r, byName: map[types.NamespacedName]int{}}
 	Expect(r.setup(mgr, 2, counted)).To(Succeed())
 	go func() {
@@ -160,6 +162,29 @@ func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *recon
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
 	return w, counted
+}
+
+// heatTable is the suite's cache heat: what the operator's scraper would
+// have measured, per endpoint, set by the specs that need it (the others
+// have none, and their deletion costs follow age).
+type heatTable struct {
+	mu   sync.Mutex
+	pods map[types.NamespacedName]map[string]float64
+}
+
+var suiteHeat = &heatTable{pods: map[types.NamespacedName]map[string]float64{}}
+
+func (h *heatTable) set(ep types.NamespacedName, pods map[string]float64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pods[ep] = pods
+}
+
+func (h *heatTable) Heat(ep types.NamespacedName) (custommetrics.Heat, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pods, ok := h.pods[ep]
+	return custommetrics.Heat{Time: time.Now(), Pods: maps.Clone(pods)}, ok
 }
 
 // writeCounter counts the operator's writes per namespace.

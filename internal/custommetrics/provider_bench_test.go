@@ -16,7 +16,7 @@ import (
 func BenchmarkGetMetricByName(b *testing.B) {
 	store := NewStore()
 	for i := range 1000 {
-		store.set(types.NamespacedName{Namespace: "ns", Name: "ep-" + strconv.Itoa(i)}, Load{Time: time.Now(), Instances: 8, InFlight: 40, InFlightKnown: true})
+		store.set(types.NamespacedName{Namespace: "ns", Name: "ep-" + strconv.Itoa(i)}, Load{Time: time.Now(), Instances: 8, InFlight: 40, InFlightKnown: true}, Heat{})
 	}
 	p := &Provider{Store: store}
 	info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricInFlightPerInstance}

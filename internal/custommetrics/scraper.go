@@ -93,14 +93,27 @@ func (l Load) WaitingPerInstance() float64 { return l.perInstance(l.Waiting) }
 // instances.
 func (l Load) QueuedPromptTokensPerInstance() float64 { return l.perInstance(l.QueuedPromptTokens) }
 
-// Store holds the latest Load of every endpoint; safe for concurrent use.
+// Store holds the latest Load and Heat of every endpoint; safe for
+// concurrent use.
 type Store struct {
 	mu    sync.RWMutex
 	loads map[types.NamespacedName]Load
+	heats map[types.NamespacedName]Heat
 }
 
 // NewStore returns an empty store.
-func NewStore() *Store { return &Store{loads: map[types.NamespacedName]Load{}} }
+func NewStore() *Store {
+	return &Store{loads: map[types.NamespacedName]Load{}, heats: map[types.NamespacedName]Heat{}}
+}
+
+// Heat returns the endpoint's latest per-pod heat; false before the
+// scraper read its pods twice.
+func (s *Store) Heat(name types.NamespacedName) (Heat, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	h, ok := s.heats[name]
+	return h, ok && len(h.Pods) > 0
+}
 
 // Get returns the endpoint's latest load.
 func (s *Store) Get(name types.NamespacedName) (Load, bool) {
@@ -110,10 +123,11 @@ func (s *Store) Get(name types.NamespacedName) (Load, bool) {
 	return l, ok
 }
 
-func (s *Store) set(name types.NamespacedName, l Load) {
+func (s *Store) set(name types.NamespacedName, l Load, h Heat) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loads[name] = l
+	s.heats[name] = h
 }
 
 // retain drops the endpoints not in keep.
@@ -123,6 +137,7 @@ func (s *Store) retain(keep map[types.NamespacedName]bool) {
 	for k := range s.loads {
 		if !keep[k] {
 			delete(s.loads, k)
+			delete(s.heats, k)
 		}
 	}
 }
@@ -219,8 +234,9 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 			w = &hitWindow{}
 			s.hits[r.name] = w
 		}
-		r.load.HitRatio, r.load.HitRatioKnown = w.add(r.load.Time, r.hits, hitRatioWindow)
-		s.Store.set(r.name, r.load)
+		var heat Heat
+		r.load.HitRatio, r.load.HitRatioKnown, heat = w.add(r.load.Time, r.hits, hitRatioWindow)
+		s.Store.set(r.name, r.load, heat)
 	}
 	for k := range s.hits {
 		if !keep[k] {
@@ -353,6 +369,7 @@ type hitSample struct {
 type hitWindow struct {
 	last  map[string][2]float64
 	steps []hitStep
+	heat  podHeat
 }
 
 type hitStep struct {
@@ -369,10 +386,12 @@ func increase(prev, cur float64) float64 {
 	return cur
 }
 
-// add records a scrape and returns the ratio over the window.
-func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool) {
+// add records a scrape and returns the ratio over the window, and each
+// pod's heat.
+func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool, Heat) {
 	var step hitStep
 	step.at = at
+	podHits := make(map[string]float64, len(s.pods))
 	for pod, cur := range s.pods {
 		prev, seen := w.last[pod]
 		if !seen {
@@ -380,10 +399,13 @@ func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float6
 			// what came before the window.
 			continue
 		}
-		step.hits += increase(prev[0], cur[0])
+		hits := increase(prev[0], cur[0])
+		podHits[pod] = hits
+		step.hits += hits
 		step.queries += increase(prev[1], cur[1])
 	}
 	w.last = s.pods
+	heat := w.heat.add(at, podHits)
 	w.steps = append(w.steps, step)
 	cut := 0
 	for cut < len(w.steps) && at.Sub(w.steps[cut].at) > window {
@@ -396,7 +418,7 @@ func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float6
 		queries += st.queries
 	}
 	if queries <= 0 {
-		return 0, false
+		return 0, false, heat
 	}
-	return min(hits/queries, 1), true
+	return min(hits/queries, 1), true, heat
 }

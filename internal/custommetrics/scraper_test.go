@@ -235,7 +235,7 @@ func TestHitWindow(t *testing.T) {
 		{"quiet minute", 160 * time.Second, 100, 300, 0, false},
 	}
 	for _, st := range steps {
-		got, known := w.add(t0.Add(st.at), sample(st.hits, st.queries), time.Minute)
+		got, known, _ := w.add(t0.Add(st.at), sample(st.hits, st.queries), time.Minute)
 		if known != st.known || (known && math.Abs(got-st.want) > 1e-9) {
 			t.Errorf("%s: ratio %v (known %v), want %v (known %v)", st.name, got, known, st.want, st.known)
 		}
@@ -249,7 +249,7 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 	counting := interceptingClient{Client: c, onPatch: func() { writes++ }}
 	store := NewStore()
 	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
-	store.set(name, Load{Time: time.Unix(100, 0), Instances: 2, InFlight: 7, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.734, HitRatioKnown: true})
+	store.set(name, Load{Time: time.Unix(100, 0), Instances: 2, InFlight: 7, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.734, HitRatioKnown: true}, Heat{})
 	p := &StatusPublisher{Client: counting, Store: store}
 	ctx := context.Background()
 	for range 2 {
@@ -266,7 +266,7 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 		t.Fatalf("status.load = %+v", got.Status.Load)
 	}
 	// Noise below the displayed precision writes nothing.
-	store.set(name, Load{Time: time.Unix(130, 0), Instances: 2, InFlight: 7.02, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.731, HitRatioKnown: true})
+	store.set(name, Load{Time: time.Unix(130, 0), Instances: 2, InFlight: 7.02, Waiting: 1, InFlightKnown: true, WaitingKnown: true, HitRatio: 0.731, HitRatioKnown: true}, Heat{})
 	if err := p.PublishOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestUnreachableRoutersMakeInFlightUnknown(t *testing.T) {
 func TestStaleLoadIsNotServed(t *testing.T) {
 	store := NewStore()
 	name := types.NamespacedName{Namespace: "ns", Name: "bot"}
-	store.set(name, Load{Time: time.Unix(1000, 0), Instances: 2, InFlight: 8, InFlightKnown: true})
+	store.set(name, Load{Time: time.Unix(1000, 0), Instances: 2, InFlight: 8, InFlightKnown: true}, Heat{})
 	info := provider.CustomMetricInfo{GroupResource: llmEndpoints, Namespaced: true, Metric: MetricInFlightPerInstance}
 	for _, tc := range []struct {
 		at     int64
