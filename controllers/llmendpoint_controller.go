@@ -166,6 +166,10 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		obs.loraAgentConfined, err = r.loraAgentConfinement(ctx)
 		errs = appendErr(errs, "LoRA agent admission policy", err)
 	}
+	// Costs first: a scale-in this reconcile applies to the Deployment
+	// then removes the instance that is coldest now.
+	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())
+	errs = appendErr(errs, "pod deletion costs", err)
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
@@ -173,8 +177,6 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if len(errs) == 0 {
 		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted))
 	}
-	next, err := r.reconcileDeletionCosts(ctx, ep, pods, time.Now())
-	errs = appendErr(errs, "pod deletion costs", err)
 
 	if len(errs) == 0 && next > 0 {
 		log.V(1).Info("requeue for the next deletion-cost step", "after", next)

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+)
+
+const (
+	scaleInEndpoint = "scale-in"
+	scaleInModel    = "scale-in-llama"
+)
+
+// One conversation sent over and over lands on the instances PREFIX_AWARE
+// gives it (a hot prefix is served by more than one), which then serve
+// every cache hit; the operator's scraper sees that in vLLM's counters, the
+// instance left out gets the lowest deletion cost, and a scale-in removes
+// it.
+var _ = Describe("Scale-in", Ordered, func() {
+	It("removes the instance whose cache served the fewest hits", func() {
+		ctx := suiteCtx
+		ep := &servingv1alpha1.LLMEndpoint{
+			ObjectMeta: metav1.ObjectMeta{Name: scaleInEndpoint, Namespace: namespace},
+			Spec: servingv1alpha1.LLMEndpointSpec{
+				Replicas: ptr.To(int32(3)),
+				Model: servingv1alpha1.ModelSpec{
+					Name: scaleInModel, URI: "meta-llama/Llama-3.1-8B-Instruct", MaxModelLen: ptr.To(int32(16384)),
+				},
+				Routing: servingv1alpha1.RoutingSpec{Strategy: servingv1alpha1.RoutingStrategyPrefixAware},
+			},
+		}
+		Expect(env.Client.Create(ctx, ep)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), ep) })
+		Eventually(available(ctx, scaleInEndpoint)).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		pods, err := env.StartRouterPods(ctx, scaleInEndpoint)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(pods.Stop)
+		_, err = pods.WaitReady(ctx, 2, 60*time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		waitRoutable(ctx, scaleInEndpoint, 3)
+
+		By("sending one conversation, one request at a time")
+		system := longText("scale-in", 6000)
+		hits := map[string]int{} // cached prompt tokens each instance served
+		for n := range 30 {
+			r := chatWith(ctx, pods.Client(), "http://"+scaleInEndpoint+"."+namespace+".svc", scaleInModel, system,
+				fmt.Sprintf("Question %d. ", n), "", 4)
+			Expect(r.ok()).To(BeTrue(), "request %d: %v %d %s", n, r.err, r.status, r.body)
+			hits[r.instance] += r.cached
+		}
+
+		costs := func(g Gomega) map[string]int {
+			var list corev1.PodList
+			g.Expect(env.Client.List(ctx, &list, client.InNamespace(namespace),
+				client.MatchingLabels{"serving.warmroute.dev/endpoint": scaleInEndpoint, "serving.warmroute.dev/role": "vllm"})).To(Succeed())
+			out := map[string]int{}
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil {
+					out[p.Name], _ = strconv.Atoi(p.Annotations["controller.kubernetes.io/pod-deletion-cost"])
+				}
+			}
+			return out
+		}
+		before := costs(Default)
+		Expect(before).To(HaveLen(3))
+		// The cost is 1 + floor(log2(1 + hits)), hits fading by half in 5
+		// minutes: an instance with over 3 times the hits (plus one) of
+		// another costs more, whatever the fading since.
+		warmer := func(a, b string) bool { return hits[a]+1 > 3*(hits[b]+1) }
+		coldest := ""
+		for id := range before {
+			if coldest == "" || hits[id] < hits[coldest] {
+				coldest = id
+			}
+		}
+		var pairs int
+		for a := range before {
+			if warmer(a, coldest) {
+				pairs++
+			}
+		}
+		Expect(pairs).To(BeNumerically(">", 0), "the traffic left no instance far colder than another: hits %v", hits)
+
+		By("deletion costs follow the hits each instance served")
+		Eventually(func(g Gomega) {
+			c := costs(g)
+			g.Expect(c).To(HaveLen(3))
+			for a := range c {
+				for b := range c {
+					if warmer(a, b) {
+						g.Expect(c[a]).To(BeNumerically(">", c[b]), "%s served %d hit tokens, %s %d; costs %v", a, hits[a], b, hits[b], c)
+					}
+				}
+			}
+		}).WithTimeout(90 * time.Second).WithPolling(time.Second).Should(Succeed())
+		before = costs(Default)
+		GinkgoWriter.Printf("hit tokens served %v; deletion costs before the scale-in: %v\n", hits, before)
+
+		By("kubectl scale --replicas=2")
+		out, err := exec.CommandContext(ctx, env.Kubectl(), "--kubeconfig", env.Cluster.KubeconfigPath,
+			"scale", "llme", scaleInEndpoint, "--namespace", namespace, "--replicas=2").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Eventually(costs).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(HaveLen(2))
+		after := costs(Default)
+		least := before[coldest]
+		for _, cost := range before {
+			least = min(least, cost)
+		}
+		for id, cost := range before {
+			if _, kept := after[id]; !kept {
+				Expect(cost).To(Equal(least), "removed %s (cost %d, hits %d) while costs were %v", id, cost, hits[id], before)
+			}
+		}
+	})
+})
