@@ -51,25 +51,8 @@ var _ = Describe("A HorizontalPodAutoscaler on the embedded custom metrics API",
 
 	BeforeAll(func() {
 		ctx = suiteCtx
-		ep := &servingv1alpha1.LLMEndpoint{
-			ObjectMeta: metav1.ObjectMeta{Name: hpaEndpoint, Namespace: namespace},
-			Spec: servingv1alpha1.LLMEndpointSpec{
-				Replicas: ptr.To(int32(2)),
-				Model: servingv1alpha1.ModelSpec{
-					Name: hpaModel, URI: "meta-llama/Llama-3.1-8B-Instruct", MaxModelLen: ptr.To(int32(16384)),
-				},
-				Routing: servingv1alpha1.RoutingSpec{Strategy: servingv1alpha1.RoutingStrategyPrefixAware},
-			},
-		}
 		By("creating an LLMEndpoint of 2 instances")
-		Expect(env.Client.Create(ctx, ep)).To(Succeed())
-		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), ep) })
-		Eventually(available(ctx, hpaEndpoint)).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
-		pods, err := env.StartRouterPods(ctx, hpaEndpoint)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pods.Stop)
-		_, err = pods.WaitReady(ctx, 2, 60*time.Second)
-		Expect(err).NotTo(HaveOccurred())
+		pods := serveEndpoint(ctx, prefixAwareEndpoint(hpaEndpoint, hpaModel, 2))
 		service = pods.Client()
 		waitRoutable(ctx, hpaEndpoint, 2)
 	})

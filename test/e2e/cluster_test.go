@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -167,4 +169,34 @@ func waitRoutable(ctx context.Context, name string, n int) {
 			g.Expect(simulated(in.ID)).To(BeTrue(), "no simulator serves instance %s yet (backends that failed to start: %v)", in.ID, env.Agent.Errors())
 		}
 	}).WithTimeout(30 * time.Second).Should(Succeed())
+}
+
+// prefixAwareEndpoint is a PREFIX_AWARE endpoint of n instances of the
+// simulated 8B model.
+func prefixAwareEndpoint(name, model string, n int32) *servingv1alpha1.LLMEndpoint {
+	return &servingv1alpha1.LLMEndpoint{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: servingv1alpha1.LLMEndpointSpec{
+			Replicas: ptr.To(n),
+			Model: servingv1alpha1.ModelSpec{
+				Name: model, URI: "meta-llama/Llama-3.1-8B-Instruct", MaxModelLen: ptr.To(int32(16384)),
+			},
+			Routing: servingv1alpha1.RoutingSpec{Strategy: servingv1alpha1.RoutingStrategyPrefixAware},
+		},
+	}
+}
+
+// serveEndpoint creates ep (deleted when the spec or container ends),
+// waits until it is Available and runs its 2 router pods until then.
+func serveEndpoint(ctx context.Context, ep *servingv1alpha1.LLMEndpoint) *harness.RouterPods {
+	GinkgoHelper()
+	Expect(env.Client.Create(ctx, ep)).To(Succeed())
+	DeferCleanup(func() { _ = env.Client.Delete(context.Background(), ep) })
+	Eventually(available(ctx, ep.Name)).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	pods, err := env.StartRouterPods(ctx, ep.Name)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(pods.Stop)
+	_, err = pods.WaitReady(ctx, 2, 60*time.Second)
+	Expect(err).NotTo(HaveOccurred())
+	return pods
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -10,11 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
 const (
@@ -30,24 +25,7 @@ const (
 var _ = Describe("Scale-in", Ordered, func() {
 	It("removes the instance whose cache served the fewest hits", func() {
 		ctx := suiteCtx
-		ep := &servingv1alpha1.LLMEndpoint{
-			ObjectMeta: metav1.ObjectMeta{Name: scaleInEndpoint, Namespace: namespace},
-			Spec: servingv1alpha1.LLMEndpointSpec{
-				Replicas: ptr.To(int32(3)),
-				Model: servingv1alpha1.ModelSpec{
-					Name: scaleInModel, URI: "meta-llama/Llama-3.1-8B-Instruct", MaxModelLen: ptr.To(int32(16384)),
-				},
-				Routing: servingv1alpha1.RoutingSpec{Strategy: servingv1alpha1.RoutingStrategyPrefixAware},
-			},
-		}
-		Expect(env.Client.Create(ctx, ep)).To(Succeed())
-		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), ep) })
-		Eventually(available(ctx, scaleInEndpoint)).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
-		pods, err := env.StartRouterPods(ctx, scaleInEndpoint)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(pods.Stop)
-		_, err = pods.WaitReady(ctx, 2, 60*time.Second)
-		Expect(err).NotTo(HaveOccurred())
+		pods := serveEndpoint(ctx, prefixAwareEndpoint(scaleInEndpoint, scaleInModel, 3))
 		waitRoutable(ctx, scaleInEndpoint, 3)
 
 		By("sending one conversation, one request at a time")
