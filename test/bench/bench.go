@@ -72,6 +72,9 @@ type Config struct {
 	DecisionSamples, ProxySamples int
 	// Replicas configures the runs through several router replicas.
 	Replicas ReplicaConfig
+	// ScaleEvents is the workload replayed while the fleet scales out and
+	// in (scale.go); nil skips it.
+	ScaleEvents *WorkloadSpec
 	// SkipExtras runs only the workloads × strategies and the replica
 	// counts: no hot-prefix, restart, remap, decision, proxy or upload
 	// measurements (quick experiments; the report leaves them out).
@@ -142,6 +145,8 @@ type Report struct {
 	BeforeProxy                         *ProxyOverhead
 	DecisionBench                       []DecisionBench
 	Restart                             *RestartResult
+	// ScaleEvents are the scale-event runs, one per scale-in rule.
+	ScaleEvents []ScaleEventRun
 }
 
 // WorkloadFacts describe a generated workload.
@@ -231,6 +236,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("%s remap: %w", spec.Name, err)
 		}
 		rep.Remap = append(rep.Remap, remap...)
+	}
+	if err := cfg.measureScaleEvents(ctx, rep); err != nil {
+		return nil, err
 	}
 	if cfg.SkipExtras {
 		rep.Elapsed = time.Since(rep.Started)

@@ -29,7 +29,10 @@ func BuildRouter(ctx context.Context, dir string) (string, error) {
 // fleet is N simulators with cold caches and one router process in front of
 // them: what one workload × strategy run uses, then throws away.
 type fleet struct {
-	sims       []*vllmsim.Server
+	sims []*vllmsim.Server
+	// members are the sims the router's first routing document lists
+	// (nil: all).
+	members    []int
 	bin        routerBinary
 	router     *process.Process
 	routerURL  string
@@ -72,11 +75,17 @@ func closeSims(sims []*vllmsim.Server) {
 
 // routingDocument is what the operator would write for these instances.
 func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
+	return c.routingDocumentOf(sims, indexes(len(sims)), 1)
+}
+
+// routingDocumentOf is the routing document of generation gen listing the
+// instances members (indexes into sims).
+func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen int64) ([]byte, error) {
 	doc := routingv1alpha1.Document{
 		APIVersion: routingv1alpha1.APIVersion,
 		Kind:       routingv1alpha1.Kind,
 		Endpoint:   "bench/llm",
-		Generation: 1,
+		Generation: gen,
 		Model:      c.Model,
 		Strategy:   routingv1alpha1.StrategyPrefixAware,
 		PrefixAware: routingv1alpha1.PrefixAware{
@@ -85,8 +94,8 @@ func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
 		},
 		HashSeed: c.Seed,
 	}
-	for i, s := range sims {
-		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: s.Addr()})
+	for _, i := range members {
+		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: sims[i].Addr()})
 	}
 	return doc.Encode()
 }
@@ -109,6 +118,9 @@ func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Str
 
 func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy policy.Strategy, extra ...string) error {
 	doc, err := c.routingDocument(f.sims)
+	if f.members != nil {
+		doc, err = c.routingDocumentOf(f.sims, f.members, 1)
+	}
 	if err != nil {
 		return err
 	}

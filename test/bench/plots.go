@@ -100,6 +100,9 @@ func PlotInstanceShare(workload string) string { return "img/bench-share-" + wor
 // WritePlots renders the report's plots under dir (the docs directory).
 func (r *Report) WritePlots(dir string) error {
 	names := r.workloadNames()
+	if len(r.Runs) == 0 {
+		return nil // a run of the scale events alone, say
+	}
 	hit := r.byStrategy(func(x RunResult) float64 { return 100 * x.HitRate })
 	oracle := series{name: "pooled oracle"}
 	for _, w := range names {

@@ -17,6 +17,7 @@ func (c *Config) Select(strategies, replicas string, extras bool) error {
 	if !extras {
 		c.Replicas.Restart = ""
 		c.Replicas.HotPrefix = nil
+		c.ScaleEvents = nil
 	}
 	if strategies != "" {
 		c.Strategies = []policy.Strategy{}

@@ -17,6 +17,10 @@ func Full(tracePath string, seed uint64) Config {
 	sg := workload.ShareGPTConfig{Seed: seed}
 	ml := workload.MixedLengthConfig{Seed: seed}
 	hot := workload.HotPrefixConfig{Seed: seed}
+	// 300 simulated seconds: a minute to warm, a steady minute, the
+	// scale-out at 120 s and the scale-in at 210 s, each followed by a
+	// minute measured.
+	scale := workload.RAGConfig{Seed: seed, Requests: 3600}
 	cfg := Config{
 		Instances:   7,
 		CacheTokens: 1 << 18,
@@ -53,6 +57,9 @@ func Full(tracePath string, seed uint64) Config {
 				Description: "600 short chats (5 new/s, geometric turns, mean 3, think time 4 s, a 200-token system prompt, ~60-token messages, ~150-token replies) mixed with 360 document requests (Poisson 3/s: one of 150 documents of 3,000–48,000 tokens, median 12,000, Zipf s=0.9, a ~40-token question, 128 output tokens): prompt lengths ≥ 10× apart",
 				Build:       func() (workload.Workload, error) { return workload.MixedLength(ml), nil }},
 		},
+		ScaleEvents: &WorkloadSpec{Name: NameScaleEvents, TimeScale: 0.15,
+			Description: "the rag workload for 300 s (3,600 requests, Poisson 12/s) while the fleet goes from 4 to 6 instances at 120 s and back to 4 at 210 s",
+			Build:       func() (workload.Workload, error) { return workload.RAG(scale), nil }},
 		Replicas: ReplicaConfig{
 			Counts:        []int{1, 2, 3},
 			ReferenceRuns: 3,

@@ -19,7 +19,7 @@ func main() {
 	trace := flag.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake trace (JSONL); empty skips that workload")
 	seed := flag.Uint64("seed", 1, "seed of the generated workloads and the routers' hash")
 	short := flag.Bool("short", false, "run the small configuration of the package's test")
-	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all; hot-prefix, the threshold workload, is run as one when named)")
+	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all; hot-prefix, the threshold workload, is run as one when named; scale-events runs the scale-event workload)")
 	baseline := flag.String("baseline", "", "git revision whose router also runs, for before/after figures in the same run (empty: none)")
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
 	strategies := flag.String("strategies", "", "comma-separated strategies to run per workload (default all; \"none\" runs none)")
@@ -66,9 +66,17 @@ func main() {
 			cfg.Workloads[i].TimeScale = *timeScale
 		}
 	}
+	scaleEvents := cfg.ScaleEvents
+	if *workloads != "" && !strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
+		cfg.ScaleEvents = nil
+	}
 	if err := cfg.Select(*strategies, *replicas, *extras); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	// Named, the scale-event workload runs even without the extras.
+	if strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
+		cfg.ScaleEvents = scaleEvents
 	}
 	cfg.Replicas.PeerInterval = *peerInterval
 	cfg.Baseline = *baseline

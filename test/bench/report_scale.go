@@ -1,0 +1,29 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// scaleEventsMarkdown reports the scale-event runs (scale.go).
+func (r *Report) scaleEventsMarkdown(b *strings.Builder) {
+	if len(r.ScaleEvents) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n## Scale events\n\n")
+	p("The %s workload through one router (PREFIX_AWARE) while the fleet changes as the operator would change the routing document: %d instances, %d from %.0f s, %d again from %.0f s. "+
+		"The scale-in's two instances are chosen as the ReplicaSet would by pod-deletion-cost: *by age*, the youngest (the two that joined); *by cache*, the two whose caches served the fewest hit tokens (the operator's rule). "+
+		"Each row is the requests sent in the %.0f simulated seconds from its start (hit rate from the responses' cached-token headers; engine TTFT p90 in simulated seconds). Both runs replay the same traffic, so their first two rows differ only by timing noise: that spread is the measure of the others.\n\n",
+		NameScaleEvents, scaleFrom, scaleTo, scaleOutAt, scaleFrom, scaleInAt, scaleWindow)
+	p("| scale-in | window | from | requests | hit rate | TTFT p90 |\n|---|---|---:|---:|---:|---:|\n")
+	for _, run := range r.ScaleEvents {
+		for _, w := range run.Windows {
+			p("| by %s | %s | %.0f s | %d | %.1f %% | %s |\n", run.Removal, w.Name, w.From, w.Requests, 100*w.HitRate, secs(w.TTFTP90))
+		}
+	}
+	p("\n")
+	for _, run := range r.ScaleEvents {
+		p("By %s the scale-in removed %s; %d requests failed over the run.\n", run.Removal, strings.Join(run.Removed, " and "), run.Failures)
+	}
+}
