@@ -257,17 +257,27 @@ func (c *Config) logReplicas(label string, r ReplicaRun) {
 // measureHotPrefix runs the threshold workload with each count of replicas.
 func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
 	spec := c.Replicas.HotPrefix
-	if spec == nil {
-		return nil
+	w, err := buildExtra(rep, spec)
+	if spec == nil || err != nil {
+		return err
 	}
-	w, err := spec.Build()
-	if err != nil {
-		return fmt.Errorf("workload %s: %w", spec.Name, err)
-	}
-	rep.Workload[spec.Name] = describe(*spec, w)
 	c.log("%s: %d requests, threshold across router replicas", spec.Name, len(w.Requests))
 	// Only the counts above one have targets here.
 	return c.replicaCounts(ctx, rep, *spec, w, 1)
+}
+
+// buildExtra generates the workload of a measurement beside the strategy
+// runs (nil: none) and records its facts for the report.
+func buildExtra(rep *Report, spec *WorkloadSpec) (workload.Workload, error) {
+	if spec == nil {
+		return workload.Workload{}, nil
+	}
+	w, err := spec.Build()
+	if err != nil {
+		return w, fmt.Errorf("workload %s: %w", spec.Name, err)
+	}
+	rep.Workload[spec.Name] = describe(*spec, w)
+	return w, nil
 }
 
 // runReplicas replays w through n router replicas behind a spreader.

@@ -63,14 +63,10 @@ type ScaleWindow struct {
 // measureScaleEvents runs the scale-event workload once per removal rule.
 func (c *Config) measureScaleEvents(ctx context.Context, rep *Report) error {
 	spec := c.ScaleEvents
-	if spec == nil {
-		return nil
+	w, err := buildExtra(rep, spec)
+	if spec == nil || err != nil {
+		return err
 	}
-	w, err := spec.Build()
-	if err != nil {
-		return fmt.Errorf("workload %s: %w", spec.Name, err)
-	}
-	rep.Workload[spec.Name] = describe(*spec, w)
 	c.log("%s: %d requests, %d → %d instances at %.0f s, back at %.0f s", spec.Name, len(w.Requests), scaleFrom, scaleTo, scaleOutAt, scaleInAt)
 	for _, removal := range []string{removalByAge, removalByCache} {
 		r, err := c.runScaleEvent(ctx, *spec, w, removal)
