@@ -47,7 +47,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
-	"github.com/warmroute/warmroute/internal/custommetrics"
 )
 
 // FieldOwner is the field manager of every server-side apply the operator
@@ -75,7 +74,9 @@ type Options struct {
 // CacheHeat is the recent prefix-cache hits of each vLLM pod of an
 // endpoint, when known (internal/custommetrics.Store).
 type CacheHeat interface {
-	Heat(types.NamespacedName) (custommetrics.Heat, bool)
+	// PodHitTokens maps each measured pod's name to its recent hit
+	// tokens; false while none are known.
+	PodHitTokens(types.NamespacedName) (map[string]float64, bool)
 }
 
 // LLMEndpointReconciler reconciles LLMEndpoint objects.

@@ -489,8 +489,8 @@ func (r *LLMEndpointReconciler) reconcileDeletionCosts(ctx context.Context, ep *
 	var heat map[string]float64
 	var next time.Duration
 	if r.Heat != nil {
-		if h, ok := r.Heat.Heat(client.ObjectKeyFromObject(ep)); ok {
-			heat, next = h.Pods, heatRefresh
+		if pods, ok := r.Heat.PodHitTokens(client.ObjectKeyFromObject(ep)); ok {
+			heat, next = pods, heatRefresh
 		}
 	}
 	var errs []error

@@ -47,7 +47,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
-	"github.com/warmroute/warmroute/internal/custommetrics"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
@@ -180,11 +179,11 @@ func (h *heatTable) set(ep types.NamespacedName, pods map[string]float64) {
 	h.pods[ep] = pods
 }
 
-func (h *heatTable) Heat(ep types.NamespacedName) (custommetrics.Heat, bool) {
+func (h *heatTable) PodHitTokens(ep types.NamespacedName) (map[string]float64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	pods, ok := h.pods[ep]
-	return custommetrics.Heat{Time: time.Now(), Pods: maps.Clone(pods)}, ok
+	return maps.Clone(pods), ok
 }
 
 // writeCounter counts the operator's writes per namespace.

@@ -106,6 +106,13 @@ func NewStore() *Store {
 	return &Store{loads: map[types.NamespacedName]Load{}, heats: map[types.NamespacedName]Heat{}}
 }
 
+// PodHitTokens returns the endpoint's latest per-pod heat (the
+// controller's CacheHeat); false before the scraper read its pods twice.
+func (s *Store) PodHitTokens(name types.NamespacedName) (map[string]float64, bool) {
+	h, ok := s.Heat(name)
+	return h.Pods, ok
+}
+
 // Heat returns the endpoint's latest per-pod heat; false before the
 // scraper read its pods twice.
 func (s *Store) Heat(name types.NamespacedName) (Heat, bool) {
