@@ -29,8 +29,10 @@ limitations under the License.
 //   - Balance: every instance holds ⌊T/n⌋ or ⌈T/n⌉ adapters, never more
 //     than capacity.
 //   - Stickiness: an adapter stays where it is unless its instance is gone,
-//     its replica target shrank, or balance needs the slot; every move
-//     either lands on an instance below ⌊T/n⌋ or leaves one above ⌈T/n⌉.
+//     its replica target shrank, or the slot is needed: for balance (the
+//     move leaves an instance above ⌈T/n⌉ or fills one below ⌊T/n⌋), or
+//     for a replica whose only instances with room hold it already (the
+//     other adapter steps aside to one of those).
 //   - Adding an adapter of r replicas moves at most r − 1 others (none for
 //     one replica): each replica goes to an instance with room that does
 //     not hold the adapter yet, and only when every such instance is full
