@@ -142,11 +142,18 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
+	// Placing afresh when the current placement cannot be read would move
+	// adapters for nothing: wait for it instead.
+	current, err := r.currentPlacement(ctx, ep)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
 	ctx, wanted := withWantedObjects(ctx)
 
 	// The routing document and the status both show where the adapters
 	// are placed: it is worked out once, from the same pods.
-	obs := observed{pods: pods, placements: placeAdapters(ep, pods)}
+	obs := observed{pods: pods, placements: placeAdapters(ep, pods, current)}
 	var errs []error
 	defer func() {
 		obs.err = errors.Join(errs...)

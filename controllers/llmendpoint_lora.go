@@ -25,9 +25,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
@@ -93,13 +95,47 @@ func vllmFlagValue(args []string, flag string) (string, bool) {
 	return value, found
 }
 
-// placeAdapters places the endpoint's adapters on the routable instances
+// currentPlacement is the placement in force: the desired instances of
+// each adapter in the stored routing document, which the LoRA agents act
+// on. It lives in the cluster, so a restarted operator, or another
+// replica, places from the same one. Nil when there is no document or it
+// cannot be read; placement then starts afresh in rendezvous order.
+func (r *LLMEndpointReconciler) currentPlacement(ctx context.Context, ep *v1alpha1.LLMEndpoint) (map[string][]string, error) {
+	if len(ep.Spec.LoRAAdapters) == 0 {
+		return nil, nil
+	}
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: routingConfigMapName(ep)}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get routing ConfigMap: %w", err)
+	}
+	return storedPlacement(&cm), nil
+}
+
+// storedPlacement is each adapter's desired instances in a routing
+// ConfigMap; nil if its document does not decode.
+func storedPlacement(cm *corev1.ConfigMap) map[string][]string {
+	doc, err := routing.Decode([]byte(cm.Data[routing.ConfigMapKey]))
+	if err != nil {
+		return nil
+	}
+	out := make(map[string][]string, len(doc.Adapters))
+	for _, a := range doc.Adapters {
+		out[a.Name] = a.Desired
+	}
+	return out
+}
+
+// placeAdapters places the endpoint's adapters on the routable instances,
+// moving as little of the current placement as it can (see package lora),
 // and works out from each instance's reported LoRA state where each adapter
 // may receive traffic. An adapter is ready on a desired instance once
 // loaded there; an instance it is moving away from keeps serving it until
 // every desired instance has it (make before break), and only then does the
 // agent there unload it.
-func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlacement {
+func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, current map[string][]string) []adapterPlacement {
 	if len(ep.Spec.LoRAAdapters) == 0 {
 		return nil
 	}
@@ -119,7 +155,7 @@ func placeAdapters(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod) []adapterPlaceme
 	for i, a := range ep.Spec.LoRAAdapters {
 		demands[i] = lora.Demand{Name: a.Name, Replicas: int(ptr.Deref(a.Replicas, 1))}
 	}
-	placed := lora.Place(demands, ids, loraCapacity(ep), hashSeed(ep))
+	placed := lora.Place(demands, ids, loraCapacity(ep), hashSeed(ep), current)
 
 	out := make([]adapterPlacement, 0, len(ep.Spec.LoRAAdapters))
 	for _, a := range ep.Spec.LoRAAdapters {

@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestPlaceAdapters(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := placeAdapters(ep, tt.pods)
+			got := placeAdapters(ep, tt.pods, nil)
 			if len(got) != 1 {
 				t.Fatalf("%d placements", len(got))
 			}
@@ -103,6 +104,65 @@ func TestPlaceAdapters(t *testing.T) {
 				t.Errorf("AdaptersReady reason %s (%s), want %s", c.Reason, c.Message, tt.cond)
 			}
 		})
+	}
+}
+
+// TestPlacementFromTheRoutingDocument: the placement in force is the one
+// the stored routing ConfigMap records, so an operator that reads it back
+// (after a restart, say) keeps it: placing again moves nothing, and a new
+// instance takes its share without moving adapters between the others.
+func TestPlacementFromTheRoutingDocument(t *testing.T) {
+	now := time.Now()
+	ep := newEndpoint(func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Model.MaxLoras = ptr.To[int32](3)
+		for i := range 8 {
+			name := fmt.Sprintf("tenant-%d", i)
+			ep.Spec.LoRAAdapters = append(ep.Spec.LoRAAdapters, v1alpha1.LoRAAdapter{Name: name, URI: "org/" + name})
+		}
+	})
+	var pods []corev1.Pod
+	for i, name := range []string{"chat-vllm-a", "chat-vllm-b", "chat-vllm-c"} {
+		pods = append(pods, newPod(name, fmt.Sprintf("10.0.0.%d", i+1), podReady, now))
+	}
+	stored := func(placements []adapterPlacement) map[string][]string {
+		doc := buildRoutingDocument(ep, pods, placements)
+		data, err := doc.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storedPlacement(buildRoutingConfigMap(ep, data))
+	}
+	desired := func(placements []adapterPlacement) map[string][]string {
+		out := map[string][]string{}
+		for _, p := range placements {
+			out[p.name] = p.desired
+		}
+		return out
+	}
+
+	first := placeAdapters(ep, pods, nil)
+	if diff := cmp.Diff(desired(first), desired(placeAdapters(ep, pods, stored(first)))); diff != "" {
+		t.Errorf("placing again from the stored document moved adapters (-before +after):\n%s", diff)
+	}
+	pods = append(pods, newPod("chat-vllm-d", "10.0.0.4", podReady, now))
+	grown := placeAdapters(ep, pods, stored(first))
+	moved := 0
+	for _, p := range grown {
+		for _, id := range p.desired {
+			if !slices.Contains(desired(first)[p.name], id) {
+				if id != "chat-vllm-d" {
+					t.Errorf("%s moved onto %s, which was there before", p.name, id)
+				}
+				moved++
+			}
+		}
+	}
+	// 8 adapters on 4 instances: the new one takes 2, its fair share.
+	if moved != 2 {
+		t.Errorf("adding an instance moved %d adapters, want 2", moved)
+	}
+	if storedPlacement(&corev1.ConfigMap{Data: map[string]string{routing.ConfigMapKey: "not yaml: ["}}) != nil {
+		t.Error("an unreadable document gave a placement")
 	}
 }
 
@@ -127,7 +187,7 @@ func TestAdaptersShortOfRoom(t *testing.T) {
 		}
 	})
 	pods := []corev1.Pod{newPod("chat-vllm-a", "10.0.0.1", podReady, now), newPod("chat-vllm-b", "10.0.0.2", podReady, now)}
-	got := placeAdapters(ep, pods)
+	got := placeAdapters(ep, pods, nil)
 	var unplaced []string
 	for _, st := range adapterStatuses(got, 2) {
 		if st.Unplaced != (len(st.Desired) == 0) {
@@ -149,7 +209,7 @@ func TestAdaptersShortOfRoom(t *testing.T) {
 	}
 	// No ready instance: nothing is placed, and that is waiting, not
 	// a lack of room.
-	if c := adaptersCondition(placeAdapters(ep, nil), 1, 0); c.Reason != v1alpha1.ReasonAdaptersLoading {
+	if c := adaptersCondition(placeAdapters(ep, nil, nil), 1, 0); c.Reason != v1alpha1.ReasonAdaptersLoading {
 		t.Errorf("with no ready instance: %s, want %s", c.Reason, v1alpha1.ReasonAdaptersLoading)
 	}
 }
@@ -283,7 +343,12 @@ var _ = Describe("LoRA adapters short of room", func() {
 		}).Should(Succeed())
 		GinkgoWriter.Printf("left out on 2 instances × 2: %s\n", unplaced)
 
-		By("a third instance makes room: every adapter placed, none reported unplaced")
+		before := map[string][]string{}
+		for _, ad := range routingDocument(Default, ep).Adapters {
+			before[ad.Name] = ad.Desired
+		}
+
+		By("a third instance makes room: every adapter placed, none reported unplaced, none moved")
 		c := createInstancePod(ns, "tenants", "tenants-vllm-c")
 		setPodReady(c, "10.1.0.3", true, time.Now())
 		Eventually(func(g Gomega) {
@@ -293,6 +358,15 @@ var _ = Describe("LoRA adapters short of room", func() {
 			for _, st := range got.Status.Adapters {
 				g.Expect(st.Unplaced).To(BeFalse(), "adapter %s", st.Name)
 				g.Expect(st.Desired).To(HaveLen(1), "adapter %s", st.Name)
+			}
+			// The placement in force (the routing document) is kept: the
+			// new instance takes the adapter left out, and nothing moves.
+			for _, ad := range routingDocument(g, ep).Adapters {
+				if ad.Name == unplaced {
+					g.Expect(ad.Desired).To(Equal([]string{"tenants-vllm-c"}))
+				} else {
+					g.Expect(ad.Desired).To(Equal(before[ad.Name]), "adapter %s", ad.Name)
+				}
 			}
 			// Nothing loads them in this test (no agent): loading, not short.
 			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAdaptersReady)

@@ -93,7 +93,7 @@ func TestBuildRoutingDocument(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc := buildRoutingDocument(tt.ep, tt.pods, placeAdapters(tt.ep, tt.pods))
+			doc := buildRoutingDocument(tt.ep, tt.pods, placeAdapters(tt.ep, tt.pods, nil))
 			if err := doc.Validate(); err != nil {
 				t.Fatalf("the router would refuse the document: %v", err)
 			}

@@ -15,10 +15,37 @@ limitations under the License.
 */
 
 // Package lora places LoRA adapters on vLLM instances. Placement is a pure
-// function of the adapters, the instances and the per-instance capacity, so
-// every reconcile (and every operator replica) computes the same sets. It is
-// rendezvous hashing with bounded loads, served in rounds so that coverage
-// comes before redundancy.
+// function of the adapters, the instances, the per-instance capacity and
+// the current placement (the one the routing document records), so every
+// reconcile and every operator replica, restarted or not, computes the same
+// sets; with no current placement it is bounded-load rendezvous hashing.
+//
+// The guarantee. Let T be the assignments placed (each adapter's replicas,
+// capped by the fleet) and n the instances.
+//   - Coverage before redundancy: every adapter holds one instance before
+//     any holds two; when the fleet cannot hold every adapter once
+//     (adapters > n × capacity), those left out are the lowest in a fixed
+//     hash priority, whatever the history.
+//   - Balance: every instance holds ⌊T/n⌋ or ⌈T/n⌉ adapters, never more
+//     than capacity.
+//   - Stickiness: an adapter stays where it is unless its instance is gone,
+//     its replica target shrank, or the slot is needed: for balance (the
+//     move leaves an instance above ⌈T/n⌉ or fills one below ⌊T/n⌋), or
+//     for a replica whose only instances with room hold it already (the
+//     other adapter steps aside to one of those).
+//   - Adding an adapter of r replicas moves at most r − 1 others (none for
+//     one replica): each replica goes to an instance with room that does
+//     not hold the adapter yet, and only when every such instance is full
+//     does one other adapter step aside to an instance with room.
+//   - Removing an adapter of r replicas moves at most r others beyond the
+//     replicas the freed room lets other adapters gain.
+//   - Adding an instance moves adapters only onto it (a new instance's
+//     share, ⌊T/(n+1)⌋ or ⌈T/(n+1)⌉, plus replicas the new room lets
+//     adapters gain); removing one moves its adapters and, rarely, one
+//     other per adapter whose every instance with room already holds it.
+//
+// Measured moves against the least possible are in
+// placement_property_test.go.
 package lora
 
 import (
@@ -36,61 +63,59 @@ type Demand struct {
 	Replicas int
 }
 
+// adapter is one Demand during placement.
+type adapter struct {
+	name     string
+	replicas int
+	target   int
+	priority uint64
+	score    []uint64 // rendezvous weight per instance index
+	holds    []bool   // per instance index
+	set      []int    // instance indexes held
+}
+
+func (a *adapter) add(i int) { a.holds[i], a.set = true, append(a.set, i) }
+
+func (a *adapter) remove(i int) {
+	a.holds[i] = false
+	a.set = slices.DeleteFunc(a.set, func(j int) bool { return j == i })
+}
+
 // Place returns, for each adapter, the IDs (sorted) of the instances that
 // should hold it; an adapter the fleet has no room for gets an empty set.
+// current is the placement in force (nil when there is none): whatever of
+// it is still valid stays.
 //
-// Each adapter ranks the instances by a rendezvous hash of (seed, adapter,
-// instance) and has a priority, a hash of (seed, adapter). Placement runs in
-// rounds: round k gives every adapter that wants more than k replicas its
-// (k+1)-th instance, adapters taking their turn in priority order, each
-// taking the best-ranked instance that does not hold it yet and holds fewer
-// than capacity adapters (0: no limit). So every adapter has one instance
-// before any has two, and when the fleet cannot hold every adapter once
-// (more adapters than instances × capacity) the ones left out are those of
-// lowest priority: a hash, not an accident of naming.
-//
-// The guarantee. While capacity does not bind, an adapter's set is the top
-// `replicas` of its own ranking, so it depends only on its name and the
-// instance IDs: adding or removing an adapter moves no other, adding an
-// instance moves an adapter only onto it, removing one moves only the
-// adapters it held. When capacity binds, an added adapter (or one removed)
-// displaces others along one chain per round it takes part in: it takes a
-// slot, the lower-priority adapter that had that slot takes its next
-// choice, and so on, until a slot that stays free or the last demand,
-// which is left out. Each link lands on an instance that the old placement
-// filled later than the one before, so a chain visits an instance at most
-// once: with one replica per adapter, adding or removing one moves at most
-// instances − 1 others. With more replicas a displaced adapter holds a
-// different instance in later rounds, which can start a further chain; the
-// property tests check r × (instances − 1) for an adapter of r replicas
-// on random fleets. A resize under binding capacity has no such bound:
-// freed or new room is taken in priority order, which reshuffles the
-// adapters that had overflowed to their later choices. Measured moves
-// against the least possible are in placement_property_test.go.
-func Place(adapters []Demand, instances []string, capacity int, seed uint64) map[string][]string {
+// It works in four steps. Targets: in rounds, every adapter that wants more
+// than k replicas gets its (k+1)-th, adapters taking their turn in
+// priority order (a hash of seed and name), while the fleet has room (n ×
+// capacity, 0: no limit). Keep: each adapter keeps its current instances
+// that still exist, the best-ranked up to its target. Shed: an instance
+// above ⌈T/n⌉ gives an adapter to the least-loaded instance. Fill: missing
+// replicas go, in rounds and priority order, to the instance not holding
+// the adapter that is below ⌊T/n⌋, else best-ranked by rendezvous hash of
+// (seed, adapter, instance) among those below ⌈T/n⌉; raise: an instance
+// still below ⌊T/n⌋ takes an adapter from the most-loaded one. Whenever
+// one instance holds more adapters than another, it holds one the other
+// lacks, so each shed or raise is a single move.
+func Place(adapters []Demand, instances []string, capacity int, seed uint64, current map[string][]string) map[string][]string {
 	ids := slices.Clone(instances)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-
-	type adapter struct {
-		name     string
-		replicas int
-		priority uint64
-		rank     []int // indexes into ids, best first
-		next     int   // position in rank to look from
-		set      []int
+	n := len(ids)
+	index := make(map[string]int, n)
+	for i, id := range ids {
+		index[id] = i
 	}
+
 	seen := make(map[string]bool, len(adapters))
 	order := make([]*adapter, 0, len(adapters))
-	rounds := 0
 	for _, d := range adapters {
 		if seen[d.Name] {
 			continue
 		}
 		seen[d.Name] = true
-		a := &adapter{name: d.Name, replicas: min(d.Replicas, len(ids)), priority: priority(seed, d.Name)}
-		order = append(order, a)
-		rounds = max(rounds, a.replicas)
+		order = append(order, &adapter{name: d.Name, replicas: min(max(d.Replicas, 0), n), priority: priority(seed, d.Name)})
 	}
 	slices.SortFunc(order, func(x, y *adapter) int {
 		if c := cmp.Compare(y.priority, x.priority); c != 0 {
@@ -99,41 +124,115 @@ func Place(adapters []Demand, instances []string, capacity int, seed uint64) map
 		return cmp.Compare(x.name, y.name)
 	})
 
-	scores := make([]uint64, len(ids))
-	load := make([]int, len(ids))
-	for round := range rounds {
+	// Targets: coverage before redundancy, the lowest priority left out.
+	room, total := n*capacity, 0
+	for round := range n {
 		for _, a := range order {
-			if a.replicas <= round {
-				continue
-			}
-			if a.rank == nil {
-				a.rank = make([]int, len(ids))
-				for i, id := range ids {
-					a.rank[i], scores[i] = i, score(seed, a.name, id)
-				}
-				slices.SortFunc(a.rank, func(x, y int) int {
-					if c := cmp.Compare(scores[y], scores[x]); c != 0 {
-						return c
-					}
-					return cmp.Compare(x, y)
-				})
-			}
-			// The instances before a.next are taken by a or were full at its
-			// last turn, and loads only grow: none can take it now.
-			for ; a.next < len(a.rank); a.next++ {
-				i := a.rank[a.next]
-				if capacity > 0 && load[i] >= capacity {
-					continue
-				}
-				load[i]++
-				a.set = append(a.set, i)
-				a.next++
-				break
+			if a.replicas > round && (capacity == 0 || room > 0) {
+				a.target++
+				room--
+				total++
 			}
 		}
 	}
-
 	out := make(map[string][]string, len(order))
+	if n == 0 || total == 0 {
+		for _, a := range order {
+			out[a.name] = []string{}
+		}
+		return out
+	}
+	lo, hi := total/n, (total+n-1)/n
+
+	load := make([]int, n)
+	for _, a := range order {
+		a.score, a.holds = make([]uint64, n), make([]bool, n)
+		for i, id := range ids {
+			a.score[i] = score(seed, a.name, id)
+		}
+		// Keep: the current instances that exist, best-ranked first.
+		var kept []int
+		for _, id := range current[a.name] {
+			if i, ok := index[id]; ok && !slices.Contains(kept, i) {
+				kept = append(kept, i)
+			}
+		}
+		slices.SortFunc(kept, func(x, y int) int { return cmp.Compare(a.score[y], a.score[x]) })
+		for _, i := range kept[:min(len(kept), a.target)] {
+			a.add(i)
+			load[i]++
+		}
+	}
+
+	// move takes one adapter from instance from to instance to (which
+	// holds fewer): the one that ranks to highest, so that the choice is
+	// the rendezvous order's.
+	move := func(from, to int) {
+		var best *adapter
+		for _, a := range order {
+			if a.holds[from] && !a.holds[to] && (best == nil || a.score[to] > best.score[to]) {
+				best = a
+			}
+		}
+		best.remove(from)
+		best.add(to)
+		load[from]--
+		load[to]++
+	}
+	// Shed: an instance above ⌈T/n⌉ gives to the least-loaded.
+	for {
+		to, from := extremes(load)
+		if load[from] <= hi {
+			break
+		}
+		move(from, to)
+	}
+
+	// Fill, in rounds so that every adapter's next replica comes before
+	// any adapter's one after.
+	for placed := true; placed; {
+		placed = false
+		for _, a := range order {
+			if len(a.set) >= a.target {
+				continue
+			}
+			placed = true
+			best := -1
+			for i := range n {
+				if a.holds[i] || load[i] >= hi {
+					continue
+				}
+				short, bestShort := load[i] < lo, best >= 0 && load[best] < lo
+				if best < 0 || short && !bestShort || short == bestShort && a.score[i] > a.score[best] {
+					best = i
+				}
+			}
+			if best < 0 {
+				// Every instance with room holds a already: the best-ranked
+				// other instance, which is full, hands one adapter to the
+				// least-loaded one (which holds fewer, so one it lacks).
+				for i := range n {
+					if !a.holds[i] && (best < 0 || a.score[i] > a.score[best]) {
+						best = i
+					}
+				}
+				to, _ := extremes(load)
+				move(best, to)
+			}
+			a.add(best)
+			load[best]++
+		}
+	}
+
+	// Raise: an instance below ⌊T/n⌋ takes from the most loaded.
+	for {
+		to, from := extremes(load)
+		if load[to] >= lo {
+			break
+		}
+		move(from, to)
+	}
+
 	for _, a := range order {
 		set := make([]string, 0, len(a.set))
 		for _, i := range a.set {
@@ -143,6 +242,20 @@ func Place(adapters []Demand, instances []string, capacity int, seed uint64) map
 		out[a.name] = set
 	}
 	return out
+}
+
+// extremes are the indexes of the least and the most loaded instances, the
+// first of each in ID order.
+func extremes(load []int) (least, most int) {
+	for i, l := range load {
+		if l < load[least] {
+			least = i
+		}
+		if l > load[most] {
+			most = i
+		}
+	}
+	return least, most
 }
 
 // priority orders adapters when capacity binds: the rendezvous weight of
