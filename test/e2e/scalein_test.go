@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -17,23 +18,31 @@ const (
 	scaleInModel    = "scale-in-llama"
 )
 
-// One conversation sent over and over lands on the instances PREFIX_AWARE
-// gives it (a hot prefix is served by more than one), which then serve
-// every cache hit; the operator's scraper sees that in vLLM's counters, the
-// instance left out gets the lowest deletion cost, and a scale-in removes
-// it.
+// One conversation sent over and over to one instance makes it the only
+// one whose cache serves hits; the operator's scraper sees that in vLLM's
+// counters, the others get the lowest deletion costs, and a scale-in
+// removes one of them.
 var _ = Describe("Scale-in", Ordered, func() {
 	It("removes the instance whose cache served the fewest hits", func() {
 		ctx := suiteCtx
-		pods := serveEndpoint(ctx, prefixAwareEndpoint(scaleInEndpoint, scaleInModel, 3))
+		serveEndpoint(ctx, prefixAwareEndpoint(scaleInEndpoint, scaleInModel, 3))
 		waitRoutable(ctx, scaleInEndpoint, 3)
 
-		By("sending one conversation, one request at a time")
+		By("sending one conversation to one instance, one request at a time")
+		// Straight to the instance, not through the router, which would
+		// spread a prefix this hot over several: the operator reads the
+		// hits from vLLM's own counters, whoever sent the requests.
+		var target, addr string
+		for pod, a := range env.Agent.Addresses() {
+			if strings.HasPrefix(pod, scaleInEndpoint+"-vllm-") && (target == "" || pod < target) {
+				target, addr = pod, a
+			}
+		}
+		Expect(target).NotTo(BeEmpty())
 		system := longText("scale-in", 6000)
 		hits := map[string]int{} // cached prompt tokens each instance served
 		for n := range 30 {
-			r := chatWith(ctx, pods.Client(), "http://"+scaleInEndpoint+"."+namespace+".svc", scaleInModel, system,
-				fmt.Sprintf("Question %d. ", n), "", 4)
+			r := chat(ctx, "http://"+addr, scaleInModel, system, fmt.Sprintf("Question %d. ", n), "", 4)
 			Expect(r.ok()).To(BeTrue(), "request %d: %v %d %s", n, r.err, r.status, r.body)
 			hits[r.instance] += r.cached
 		}
