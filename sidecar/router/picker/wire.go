@@ -178,8 +178,9 @@ func (p *pickRequest) append(b []byte) []byte {
 	w.uint(uint64(p.Key.WindowBlocks))
 	w.uint(uint64(p.Key.TextBytes))
 	w.uint(uint64(p.Key.PromptBytes))
-	w.uint(uint64(len(p.Key.Hashes)))
-	for _, h := range p.Key.Hashes {
+	hashes := p.Key.BlockHashes()
+	w.uint(uint64(len(hashes)))
+	for _, h := range hashes {
 		w.fixed(h)
 	}
 	return appendEvents(w, p.Events)

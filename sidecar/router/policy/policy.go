@@ -228,6 +228,14 @@ type Policy struct {
 	// threshold and all charge it (TestConcurrentPicksKeepTheThreshold:
 	// T + 1 on one instance of a fleet filled exactly to T).
 	pick sync.Mutex
+	// chain, parent and depths are buffers of the decision in progress
+	// (block hashes, the anchor's parent set, the depths it records),
+	// reused from one decision to the next under pick.
+	chain          []uint64
+	parent, depths []int
+	// learnt is what the decision in progress teaches the policy, which
+	// Pick records after it (see learn).
+	learnt learning
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -341,8 +349,6 @@ type Choice struct {
 	// placed is the member the strategy chose before the overload guard
 	// (-1: the first of order, for strategies without a guard).
 	placed int
-	// learning is what Pick records of the decision (see learn).
-	learning learning
 
 	Decision
 }
@@ -474,6 +480,7 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 		return nil, err
 	}
 	c := &Choice{t: t, placed: -1, Decision: Decision{Strategy: t.cfg.Strategy}}
+	p.learnt = learning{}
 	t.strategy.decide(p, t, key, allowed, c)
 	c.prompt = p.tokensOf(key.PromptBytes)
 	// The prefill expected on the chosen instance: what of the prompt it is

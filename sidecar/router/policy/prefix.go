@@ -56,9 +56,11 @@ type walk struct {
 }
 
 func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
-	var sbuf, pbuf [32]int
-	w := p.replicaSets(t, key, allowed, sbuf[:0], pbuf[:0])
-	depths := recordDepths(w.leaf, len(w.hashes))
+	var sbuf [32]int
+	w := p.replicaSets(t, key, allowed, sbuf[:0], p.parent[:0])
+	p.parent = w.parent[:0]
+	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
+	p.depths = depths[:0]
 	x := p.expect(key, t.blockSize, w, depths)
 	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
@@ -73,8 +75,11 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice
 	// that the key returns to its own instance, where its cache is, once
 	// the overload is over; but a spill of a long prompt cold there is (see
 	// remembersSpill).
-	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+	p.learnt = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
 		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
+	if key.holdsText() {
+		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
+	}
 }
 
 // learning is what a PREFIX_AWARE decision teaches the policy, recorded
@@ -91,7 +96,7 @@ type learning struct {
 // learn records a decision: the popularity of every block it carried and,
 // when the key's placement is remembered, the index entries at its depths.
 func (p *Policy) learn(c *Choice) {
-	l := &c.learning
+	l := &p.learnt
 	if l.hashes == nil {
 		return
 	}
@@ -138,25 +143,28 @@ func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
 // (those past WindowBlocks) only when every block of the window is shared
 // by a dominant fraction.
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
-	hashes := key.Hashes
+	hashes := key.windowBlocks(p.chain[:0])
 	if len(hashes) == 0 {
 		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
-	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
 	set := allowed
-	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
+	w := walk{leaf: -1, choices: placementChoices, hashes: hashes}
+	read := false
 	for i := 0; ; i++ {
 		if i == len(w.hashes) {
-			if len(w.hashes) == len(hashes) {
+			if read {
 				break
 			}
 			// Every block of the window is shared by a dominant fraction:
 			// read on, the whole lookahead at once, so that its blocks'
 			// popularity is learnt together rather than one block per
 			// generation of requests.
-			w.hashes = hashes
+			w.hashes, read = key.withLookahead(w.hashes), true
+			if i == len(w.hashes) {
+				break
+			}
 		}
 		h := w.hashes[i]
 		est := p.pop.estimate(h)
@@ -304,11 +312,10 @@ func (x *expectation) own(token uint32) int64 {
 	return x.prompt - int64(float64(x.prompt)*x.hitFraction(token, true))
 }
 
-// recordDepths are the depths remembered in the index for a request: the
+// recordDepths appends to out the depths remembered in the index for a request: the
 // anchor and then geometrically deeper blocks, enough to recognise a long
 // match (a growing conversation) at a small, fixed cost per request.
-func recordDepths(leaf, n int) []int {
-	out := make([]int, 0, maxRecordDepths)
+func recordDepths(out []int, leaf, n int) []int {
 	for step := 0; leaf+step < n && len(out) < maxRecordDepths-1; step = max(1, step*2) {
 		out = append(out, leaf+step)
 	}

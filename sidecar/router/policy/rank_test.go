@@ -136,7 +136,7 @@ func init() { register(referenceStrategy, referencePrefixAware{}, true) }
 
 func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
 	w := referenceReplicaSets(p, t, key, allowed)
-	depths := recordDepths(w.leaf, len(w.hashes))
+	depths := recordDepths(nil, w.leaf, len(w.hashes))
 	x := p.expect(key, t.blockSize, w, depths)
 	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
@@ -145,13 +145,13 @@ func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int, 
 	m := t.members[c.order[0]]
 	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
 	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
-	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+	p.learnt = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
 		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
 }
 
 // referenceReplicaSets is replicaSets ranking each level's whole set.
 func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
-	hashes := key.Hashes
+	hashes := key.BlockHashes()
 	if len(hashes) == 0 {
 		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}

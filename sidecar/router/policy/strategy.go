@@ -14,7 +14,7 @@ type Strategy = routing.Strategy
 // strategy is one routing strategy. decide fills c.order (the instance to
 // use first, then the fallback order) and c.Spill for key among the allowed
 // instances, and changes nothing: what the decision teaches the policy goes
-// in c.learning, which Pick records after it (see learn), and Pick counts
+// in p.learnt, which Pick records after it (see learn), and Pick counts
 // the chosen instance in flight and in the shares.
 type strategy interface {
 	decide(p *Policy, t *table, key Key, allowed []int, c *Choice)
