@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -65,7 +64,6 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
 	fs.DurationVar(&f.streamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
 	fs.BoolVar(&f.allowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
-	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy, benchmark-only ones included (benchmarks): "+strategyNames())
 	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
 	fs.DurationVar(&f.ejectBase, "eject-base", proxy.DefaultEjectBase, "first ejection of a failing instance; doubles per consecutive failure")
@@ -89,6 +87,9 @@ func parseFlags(args []string) (*flags, error) {
 	fs.Float64Var(&f.tuning.TokenBalance, "token-balance", d.TokenBalance, "PREFIX_AWARE: an instance over this multiple of the average token load counts as overloaded")
 	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
+	if benchmarkFlags != nil {
+		benchmarkFlags(fs, f)
+	}
 	f.picker.register(fs)
 	f.tenancy.register(fs)
 	f.upstream.register(fs)
@@ -118,13 +119,9 @@ func parseFlags(args []string) (*flags, error) {
 	return f, nil
 }
 
-func strategyNames() string {
-	var names []string
-	for _, s := range policy.Strategies(true) {
-		names = append(names, string(s))
-	}
-	return strings.Join(names, ", ")
-}
+// benchmarkFlags registers the flags of benchmark builds (the
+// benchstrategies tag, see strategy_override.go); nil in the product.
+var benchmarkFlags func(*flag.FlagSet, *flags)
 
 func main() {
 	f, err := parseFlags(os.Args[1:])

@@ -86,8 +86,9 @@ type Tuning struct {
 	// overloaded, so that a lightly loaded fleet never spills (about one
 	// engine step's token budget).
 	TokenFloor int64
-	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline),
-	// for the router's --strategy-override.
+	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,
+	// in builds with the benchstrategies tag), for the router's
+	// --strategy-override (in the same builds).
 	BenchmarkStrategies bool
 	// Now is the clock used for ejection deadlines (tests replace it).
 	Now func() time.Time

@@ -1,10 +1,13 @@
+//go:build benchstrategies
+
 package policy
 
 // Baseline is the comparison point for benchmarks, not a value of the
 // routing document: one hash of the first prefixLength, consistent (HRW)
 // placement, overflow to the least loaded instance when over the threshold.
 // It is what a router without block matching or a load-aware walk would do.
-// Only a policy whose Tuning sets BenchmarkStrategies accepts it.
+// Only a router built with the benchstrategies tag (test/bench builds it so)
+// has it, and only a policy whose Tuning sets BenchmarkStrategies accepts it.
 const Baseline Strategy = "SAGEMAKER_BASELINE"
 
 func init() { register(Baseline, baseline{}, true) }
