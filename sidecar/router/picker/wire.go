@@ -237,7 +237,7 @@ func decodeAnswer(b []byte) (answer, error) {
 	a.Prefill = r.int("prefill")
 	a.Decision.Strategy = policy.Strategy(r.str("strategy"))
 	a.Decision.Spill = r.str("spill")
-	a.Decision.AnchorDepth = int(r.uint("anchor depth", maxHashes))
+	a.Decision.AnchorDepth = int32(r.uint("anchor depth", maxHashes))
 	a.Decision.ColdPlaced = r.bool("cold placed")
 	a.Decision.Moved = r.str("moved")
 	a.Decision.MatchChars = int(r.uint("match chars", 1<<40))

@@ -35,15 +35,9 @@ type Choice struct {
 	prefill int64
 	// prompt is the request's whole prompt in tokens: what a fallback
 	// instance, not expected to hold any of it, is charged.
-	prompt int64
-	// hit is the fraction of the prompt the chosen instance is expected to
-	// hold (0 for strategies that do not match prefixes).
-	hit       float64
+	prompt    int64
 	prefilled atomic.Bool
 	done      atomic.Bool
-	// placed is the member the strategy chose before the overload guard
-	// (-1: the first of order, for strategies without a guard).
-	placed int
 
 	Decision
 }
@@ -53,8 +47,9 @@ type Decision struct {
 	Strategy Strategy
 	// Spill is why the preferred instance was not used ("" if it was).
 	Spill string
-	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE).
-	AnchorDepth int
+	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE);
+	// int32, beside ColdPlaced, keeps a Choice in 128 bytes.
+	AnchorDepth int32
 	// ColdPlaced says a new key with a long prompt was placed where its
 	// prefill would finish first rather than on its first choice
 	// (PREFIX_AWARE, see coldPlacement).

@@ -51,7 +51,7 @@ func TestTextKeysDecideAsTheirHashes(t *testing.T) {
 		if k.windowHash(0) != wire.windowHash(0) {
 			t.Fatalf("request %d: window hashes differ", i)
 		}
-		if a.AnchorDepth >= k.WindowBlocks {
+		if int(a.AnchorDepth) >= k.WindowBlocks {
 			lookahead++
 		}
 		open = append(open, a, b)

@@ -58,9 +58,6 @@ type Policy struct {
 	// reused from one decision to the next under pick.
 	chain          []uint64
 	parent, depths []int
-	// learnt is what the decision in progress teaches the policy, which
-	// Pick records after it (see learn).
-	learnt learning
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -167,9 +164,9 @@ func (t *table) candidates(model string) ([]int, error) {
 	return set, nil
 }
 
-// Pick decides where a request goes, counts it in flight there, and then
-// records what the decision teaches the policy (popularity, placement).
-// Decisions run one at a time (see Policy.pick).
+// Pick decides where a request goes (the strategy's decide, which
+// changes nothing) and then records the decision (record). Decisions run
+// one at a time (see Policy.pick).
 func (p *Policy) Pick(key Key) (*Choice, error) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
@@ -177,18 +174,24 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Choice{t: t, placed: -1, Decision: Decision{Strategy: t.cfg.Strategy}}
-	p.learnt = learning{}
-	t.strategy.decide(p, t, key, allowed, c)
-	c.prompt = p.tokensOf(key.PromptBytes)
+	d := t.strategy.decide(p, t, key, allowed)
+	d.Strategy = t.cfg.Strategy
+	return p.record(t, key, &d), nil
+}
+
+// record makes a decision happen: the request counts in flight and in the
+// shares on its instance, and the policy learns the popularity of its
+// blocks and where its key now lives.
+func (p *Policy) record(t *table, key Key, d *decision) *Choice {
+	c := &Choice{t: t, order: d.order, prompt: p.tokensOf(key.PromptBytes), Decision: d.Decision}
 	// The prefill expected on the chosen instance: what of the prompt it is
 	// not expected to hold. Strategies that do not match prefixes know
 	// nothing of the cache and charge the whole prompt.
-	c.prefill = c.prompt - int64(float64(c.prompt)*c.hit)
+	c.prefill = c.prompt - int64(float64(c.prompt)*d.hit)
 	c.charge()
 	p.countShare(t, c.order[0])
-	p.learn(c)
-	return c, nil
+	p.learn(&d.learning)
+	return c
 }
 
 func (p *Policy) leastLoadedOrder(t *table, set []int) []int {

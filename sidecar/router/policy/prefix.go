@@ -55,31 +55,42 @@ type walk struct {
 	leaf, shared int
 }
 
-func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
+func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
 	var sbuf [32]int
 	w := p.replicaSets(t, key, allowed, sbuf[:0], p.parent[:0])
 	p.parent = w.parent[:0]
+	if key.holdsText() {
+		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
+	}
+	return p.decideWalk(t, key, allowed, w, fallbackOrder)
+}
+
+// decideWalk is steps 2 and 3 after the walk w, with the fallback order
+// given by order.
+func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) []int) decision {
 	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
 	x := p.expect(key, t.blockSize, w, depths)
 	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
-	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
-	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
+	d := decision{placed: chosen}
+	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
+	d.order, d.Spill = p.guard(t, order(t, allowed, w, chosen), &x)
 
-	m := t.members[c.order[0]]
-	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
-	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
-	// What Pick records once the decision is made (see learn): every block
-	// carried, and where the key now lives. A spill is not remembered, so
-	// that the key returns to its own instance, where its cache is, once
-	// the overload is over; but a spill of a long prompt cold there is (see
-	// remembersSpill).
-	p.learnt = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
-		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
-	if key.holdsText() {
-		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
+	m := t.members[d.order[0]]
+	d.MatchChars = x.hitBytes(m.stat.token, d.Spill == SpillNone)
+	d.hit = x.hitFraction(m.stat.token, d.Spill == SpillNone)
+	// What recording the decision teaches the policy (see learn): every
+	// block carried, and where the key now lives. A spill is not
+	// remembered, so that the key returns to its own instance, where its
+	// cache is, once the overload is over; but a spill of a long prompt
+	// cold there is (see remembersSpill).
+	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+		remember: d.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat)}
+	if d.remember {
+		d.Moved = moved
 	}
+	return d
 }
 
 // learning is what a PREFIX_AWARE decision teaches the policy, recorded
@@ -90,22 +101,18 @@ type learning struct {
 	token    uint32
 	ver      uint32
 	remember bool
-	moved    string
 }
 
 // learn records a decision: the popularity of every block it carried and,
 // when the key's placement is remembered, the index entries at its depths.
-func (p *Policy) learn(c *Choice) {
-	l := &p.learnt
+func (p *Policy) learn(l *learning) {
 	if l.hashes == nil {
 		return
 	}
 	p.pop.record(l.hashes)
 	if l.remember {
 		p.index.addDepths(l.hashes, l.depths, l.token, l.ver)
-		c.Moved = l.moved
 	}
-	*l = learning{}
 }
 
 // remembersSpill reports whether a spill off the instance with stat s is
