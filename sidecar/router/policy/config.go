@@ -29,63 +29,36 @@ type Config struct {
 	Adapters map[string][]string
 }
 
-// Tuning holds the router's own knobs (flags, not the routing document).
-// Zero values take the defaults of DefaultTuning.
+// Tuning is the policy's parameters. The router lets a user set two, for
+// reasons of their deployment: IndexEntries (memory) and BytesPerToken
+// (the tokenizer). The others are the policy's constants, derived where
+// they are defined (defaultShareSlack and the rest below); they are fields
+// only so that tests and the benchmark's reference rows can vary one (a
+// negative ShareSlack turns share balancing off: pure rendezvous
+// placement). Zero values take the defaults of DefaultTuning.
 type Tuning struct {
-	// BlockSize is the size in bytes of a hashed block; 0 derives it from
-	// the prefix length (prefixLength/32, at least 64), so a window is
-	// always about 32 blocks.
-	BlockSize int
-	// LookaheadBytes is how far past the window the policy may read when
-	// every block of the window is shared by a dominant fraction of the
-	// traffic (a long common system prompt), to find what tells requests
-	// apart. 0 uses the default; negative disables it.
-	LookaheadBytes int
-	// BalanceFactor is the bounded-load cap on in-flight requests, as a
-	// multiple of the average (HAProxy's hash-balance-factor/100).
-	BalanceFactor float64
-	// ReplicaLoad is the largest fraction of one instance's fair share of
-	// traffic that a single prefix may bring to one instance; a hotter
-	// prefix is deliberately served by ⌈fraction×N/ReplicaLoad⌉ instances.
-	ReplicaLoad float64
-	// ShareSlack bounds where a new key may be placed: an instance whose
-	// recent request share exceeds ShareSlack × the average of the
-	// candidates is passed over for the next one in the key's order.
-	ShareSlack float64
-	// MoveSlack is when a key already placed is moved: its instance's
-	// recent share is over MoveSlack × the average of the candidates (and
-	// over the average + 8 decisions, see stickySlack). Each move costs a
-	// cold prefill: on the benchmark's long-context workload (7 instances,
-	// 128 contexts of 8,000 tokens) 1.08 brought the busiest instance's
-	// share from 1.14 to 1.09 × the average for 1.6 points of hit rate.
-	MoveSlack float64
-	// IndexEntries bounds the prefix index (entries; ~48 bytes each).
+	// IndexEntries bounds the prefix index (~48 bytes each): the router's
+	// memory, which its pod's limit bounds. The default, 2^18 entries
+	// (12 MiB), remembers 2^18 ÷ (up to 16 recorded depths per request) ≥
+	// 16k recent requests' placements, several decay periods.
 	IndexEntries int
-	// SketchWidth is the width of the popularity sketch (counters per row).
-	SketchWidth int
-	// DecayEvery is how many decisions between halvings of the popularity
-	// and share counts: the memory of the policy, in requests.
-	DecayEvery int64
-	// BytesPerToken converts prompt text bytes into estimated tokens.
+	// BytesPerToken converts prompt text bytes into estimated tokens: 4
+	// for English under BPE tokenizers; text in scripts a tokenizer splits
+	// finer (CJK: 1–2 bytes per token) wants a lower value.
 	BytesPerToken float64
-	// DecodeTokens is the load, in prefill-token equivalents, of one
-	// request in flight (decoding, or waiting to): an instance's token load
-	// is its unprefilled prompt tokens plus DecodeTokens per request.
-	DecodeTokens int64
-	// TokenBalance is when the preferred instance counts as overloaded by
-	// tokens: its token load is over TokenBalance × the candidates' average
-	// (and over TokenFloor). It is also how much lighter (as a ratio) the
-	// second HRW choice must be to take a new key from the first. At 1.5
-	// the guard spilled long prompts cold too readily: on the Mooncake
-	// trace (one router) 2 raised the hit rate from 20.2 to 21.0-21.2 %
-	// (the pooled oracle: 21.9 %) and token spills fell by about a third,
-	// with TTFT p90 unchanged (2.06 s); on the five generated workloads hit
-	// rates moved by −0.6 to +0.9 points and p90 by −19 to +0 %.
-	TokenBalance float64
-	// TokenFloor is the token load under which an instance never counts as
-	// overloaded, so that a lightly loaded fleet never spills (about one
-	// engine step's token budget).
-	TokenFloor int64
+
+	BlockSize      int     // 0: prefixLength/32, at least 64 (a window is about 32 blocks)
+	LookaheadBytes int     // negative: never read past the window
+	BalanceFactor  float64 // see defaultBalanceFactor
+	ReplicaLoad    float64 // see defaultReplicaLoad
+	ShareSlack     float64 // see defaultShareSlack
+	MoveSlack      float64 // see defaultMoveSlack
+	SketchWidth    int     // see defaultSketchWidth
+	DecayEvery     int64   // see defaultDecayEvery
+	DecodeTokens   int64   // see defaultDecodeTokens
+	TokenBalance   float64 // see defaultTokenBalance
+	TokenFloor     int64   // see defaultTokenFloor
+
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,
 	// in builds with the benchstrategies tag), for the router's
 	// --strategy-override (in the same builds).
@@ -94,21 +67,82 @@ type Tuning struct {
 	Now func() time.Time
 }
 
+const (
+	// defaultLookaheadBytes is how far past the window the replica-set
+	// walk may read when every block of the window is shared by a dominant
+	// fraction of the traffic (a system prompt longer than the window), to
+	// find what tells the requests apart: 32 KiB, about 8k tokens, which
+	// covers the system prompts of templated bots and agents.
+	defaultLookaheadBytes = 32768
+	// defaultBalanceFactor caps the requests in flight an overload spill
+	// may go to at 1.25 × the average: the bounded-load factor HAProxy
+	// (hash-balance-factor 125) and Envoy use, and the paper's
+	// (arXiv:1608.01350) example, with which a spill walks past few full
+	// instances of its order while no instance runs a quarter over the
+	// average.
+	defaultBalanceFactor = 1.25
+	// defaultReplicaLoad is the part of one instance's fair share of
+	// requests a single prefix may bring it before it is served by more
+	// instances (⌈fraction × N / ReplicaLoad⌉): three quarters, so that a
+	// hot prefix leaves its instances a quarter of their share for the
+	// other keys whose first choice they are.
+	defaultReplicaLoad = 0.75
+	// defaultShareSlack and defaultMoveSlack keep each instance's recent
+	// share of requests within 1.10 × the average, the balance the router
+	// promises: a new key is placed only on an instance within 1.05 × the
+	// average, and a key already placed moves (a cold prefill) only off an
+	// instance past 1.08 ×. The gap between them is hysteresis: a key
+	// placed under 1.05 × stays until its instance drifts three points
+	// further, so keys near the bound do not move back and forth.
+	defaultShareSlack = 1.05
+	defaultMoveSlack  = 1.08
+	// defaultSketchWidth is the popularity sketch's counters per row: it
+	// over-estimates a block's fraction by about blocks per request ÷
+	// width, 32 ÷ 65,536 ≈ 0.05 % of the traffic, far below the fractions
+	// that decide replica sets (a share of one instance, 1/N). 512 KiB.
+	defaultSketchWidth = 1 << 16
+	// defaultDecayEvery is the policy's memory: popularity and share counts
+	// halve every 4,096 decisions, so they weigh about the last 8k
+	// requests, hundreds per instance of a fleet of tens, enough that a
+	// share is not noise and short enough to follow a change of traffic
+	// within minutes.
+	defaultDecayEvery = 4096
+	// defaultDecodeTokens is the load, in prefill-token equivalents, of
+	// one request in flight (decoding, or waiting to): an instance's token
+	// load is its unprefilled prompt tokens plus this per request. A
+	// decoding request takes a batch slot step after step for its whole
+	// response, a few hundred tokens of chat.
+	defaultDecodeTokens = 256
+	// defaultTokenBalance is when an instance's token load counts as
+	// clearly more than another's: twice. Leaving the instance that holds
+	// a prefix costs the request a cold prefill elsewhere and sends one
+	// more copy of the prefix into a cache; a lighter queue is worth that
+	// only when it is a whole average load lighter, not when it is a
+	// fraction lighter, which the next few requests erase.
+	defaultTokenBalance = 2
+	// defaultTokenFloor is the token load under which an instance never
+	// counts as overloaded, so that a lightly loaded fleet never spills:
+	// the order of one engine step's token budget under chunked prefill
+	// (vLLM's max_num_batched_tokens), a queue that a step or two clears,
+	// shorter than any cold prefill a spill would cost.
+	defaultTokenFloor = 8192
+)
+
 // DefaultTuning returns the defaults.
 func DefaultTuning() Tuning {
 	return Tuning{
-		LookaheadBytes: 32768,
-		BalanceFactor:  1.25,
-		ReplicaLoad:    0.75,
-		ShareSlack:     1.05,
-		MoveSlack:      1.08,
+		LookaheadBytes: defaultLookaheadBytes,
+		BalanceFactor:  defaultBalanceFactor,
+		ReplicaLoad:    defaultReplicaLoad,
+		ShareSlack:     defaultShareSlack,
+		MoveSlack:      defaultMoveSlack,
 		IndexEntries:   1 << 18,
-		SketchWidth:    1 << 16,
-		DecayEvery:     4096,
+		SketchWidth:    defaultSketchWidth,
+		DecayEvery:     defaultDecayEvery,
 		BytesPerToken:  4,
-		DecodeTokens:   256,
-		TokenBalance:   2,
-		TokenFloor:     8192,
+		DecodeTokens:   defaultDecodeTokens,
+		TokenBalance:   defaultTokenBalance,
+		TokenFloor:     defaultTokenFloor,
 		Now:            time.Now,
 	}
 }
