@@ -425,34 +425,23 @@ const placementChoices = 2
 // the key's order), the first whose recent share is within ShareSlack of
 // the set's average (+1, so that the first decisions, when every share is
 // a handful, do not place keys on noise); if none is, the one with the
-// smallest share. A member within the share bound still gives way to the
-// next one within it when its token load is over TokenBalance × the
-// other's (and TokenFloor): the key is cold on both, and prefilling it
-// behind a long queue is what the tail latency is made of.
+// smallest share. Token load is not its concern: a long new prompt goes
+// where its prefill finishes first (coldPlacement), and a short one to an
+// overloaded instance is spilled by the guard.
 func (p *Policy) byShare(t *table, set []int, choices int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
 	bound := p.newKeyShareBound(t, set)
-	best, within := set[0], -1
+	best := set[0]
 	for _, m := range set[:min(len(set), choices)] {
 		share := p.globalShare(t.members[m].stat)
 		if float64(share) <= bound {
-			if within < 0 {
-				within = m
-				continue
-			}
-			if p.muchLighter(t.members[m].stat, t.members[within].stat) {
-				return m
-			}
-			return within
+			return m
 		}
 		if share < p.globalShare(t.members[best].stat) {
 			best = m
 		}
-	}
-	if within >= 0 {
-		return within
 	}
 	return best
 }
@@ -503,16 +492,10 @@ func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
 	return p.tuning.ShareSlack*p.averageShare(t, set) + 1
 }
 
-// muchLighter reports whether a's token load is so far below b's that a
-// cold request is better off on a.
-func (p *Policy) muchLighter(a, b *stat) bool {
-	return p.clearlyMore(p.placementLoad(b), p.placementLoad(a))
-}
-
 // clearlyMore reports whether token work a is so far above b that the
 // lighter side is worth a cold prefill: a is over TokenFloor and over
-// TokenBalance × b. Placement (muchLighter), the token guard and all-busy
-// overflow (staysHome) all ask this.
+// TokenBalance × b. The token guard and all-busy overflow (staysHome) both
+// ask this.
 func (p *Policy) clearlyMore(a, b int64) bool {
 	return a > p.tuning.TokenFloor && float64(a) > p.tuning.TokenBalance*float64(b)
 }
