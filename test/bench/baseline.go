@@ -109,7 +109,7 @@ func (c *Config) buildBaseline(ctx context.Context) (routerBinary, func(), error
 	}
 	c.baselineSrc = src
 	bin := filepath.Join(c.WorkDir, "router@"+rev)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./sidecar/cmd/router")
+	build := exec.CommandContext(ctx, "go", "build", "-tags", routerTags, "-o", bin, "./sidecar/cmd/router")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
 		cleanup()

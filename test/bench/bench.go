@@ -305,7 +305,7 @@ func (c *Config) defaults() {
 	c.ProxySamples = cmp.Or(c.ProxySamples, 2000)
 	c.Replicas.defaults()
 	if c.Strategies == nil {
-		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline, policy.PrefixAware}
+		c.Strategies = []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, Baseline, policy.PrefixAware}
 	}
 }
 

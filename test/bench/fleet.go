@@ -20,11 +20,24 @@ import (
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
-// BuildRouter compiles the router binary into dir and returns its path.
+// BuildRouter compiles the router binary into dir, with the benchmark
+// baseline and --strategy-override (routerTags), and returns its path.
 func BuildRouter(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "router")
-	return bin, gobuild.Build(ctx, "./sidecar/cmd/router", bin)
+	return bin, gobuild.Build(ctx, "./sidecar/cmd/router", bin, "-tags", routerTags)
 }
+
+// routerTags are the build tags of the routers under test: benchstrategies
+// adds the benchmark baseline (Baseline) and --strategy-override, which
+// the product router lacks. Routers of revisions before the tag have both
+// anyway and ignore it.
+const routerTags = "benchstrategies"
+
+// Baseline is the benchmark-only strategy of routers built with routerTags:
+// one hash of the first prefixLength, placed by rendezvous hashing, spilled
+// to the least loaded above the concurrency threshold (what Amazon
+// describes).
+const Baseline policy.Strategy = "SAGEMAKER_BASELINE"
 
 // fleet is N simulators with cold caches and one router process in front of
 // them: what one workload × strategy run uses, then throws away.

@@ -20,7 +20,7 @@ func label(s policy.Strategy) string {
 		return "random"
 	case policy.LeastOutstandingRequests:
 		return "least-outstanding"
-	case policy.Baseline:
+	case Baseline:
 		return "sagemaker-baseline"
 	case policy.PrefixAware:
 		return "prefix-aware"

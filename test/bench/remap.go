@@ -174,11 +174,11 @@ func (c *Config) measureRemap() []Remap {
 	}
 	name := fmt.Sprintf("%d distinct prefixes", c.RemapGroups)
 	out := c.remaps(name, keys, policy.DefaultTuning(), remapCold)
-	// The same keys with share balancing off (the router's
-	// --share-slack=-1): pure rendezvous placement, for reference.
+	// The same keys with share balancing off (Tuning.ShareSlack < 0):
+	// pure rendezvous placement, for reference.
 	pure := policy.DefaultTuning()
 	pure.ShareSlack = -1
-	return append(out, c.remaps(name+", pure HRW (--share-slack=-1)", keys, pure, remapCold)...)
+	return append(out, c.remaps(name+", pure HRW (no share balancing)", keys, pure, remapCold)...)
 }
 
 // workloadRemap places a workload's requests in arrival order.

@@ -86,7 +86,7 @@ func (r *Report) Targets() []Target {
 	}
 	for _, w := range r.workloadNames() {
 		run, ok := r.run(w, pa)
-		base, ok2 := r.run(w, policy.Baseline)
+		base, ok2 := r.run(w, Baseline)
 		if !ok || !ok2 {
 			continue
 		}

@@ -95,7 +95,7 @@ func (r *Report) replicaRun(w string, n int) (ReplicaRun, bool) {
 // remapping against warm, and the runs through several router replicas.
 func (r *Report) loadTargets() []Target {
 	var out []Target
-	others := []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, policy.Baseline}
+	others := []policy.Strategy{policy.Random, policy.LeastOutstandingRequests, Baseline}
 	for _, w := range r.workloadNames() {
 		pa, ok := r.run(w, policy.PrefixAware)
 		if !ok {

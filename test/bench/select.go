@@ -23,7 +23,7 @@ func (c *Config) Select(strategies, replicas string, extras bool) error {
 		c.Strategies = []policy.Strategy{}
 		for _, s := range list(strategies) {
 			st := policy.Strategy(s)
-			if err := policy.ValidStrategy(st, true); err != nil {
+			if err := policy.ValidStrategy(st, true); err != nil && st != Baseline {
 				return fmt.Errorf("-strategies: %w", err)
 			}
 			c.Strategies = append(c.Strategies, st)

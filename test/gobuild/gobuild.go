@@ -27,13 +27,13 @@ func ModuleRoot(ctx context.Context) (string, error) {
 }
 
 // Build compiles the package pkg (relative to the module root, such as
-// "./sidecar/cmd/router") into the file out.
-func Build(ctx context.Context, pkg, out string) error {
+// "./sidecar/cmd/router") into the file out, with the given build flags.
+func Build(ctx context.Context, pkg, out string, flags ...string) error {
 	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -65,7 +64,6 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
 	fs.DurationVar(&f.streamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
 	fs.BoolVar(&f.allowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
-	fs.StringVar(&f.strategyOverride, "strategy-override", "", "replace the document's strategy, benchmark-only ones included (benchmarks): "+strategyNames())
 	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
 	fs.DurationVar(&f.ejectBase, "eject-base", proxy.DefaultEjectBase, "first ejection of a failing instance; doubles per consecutive failure")
@@ -75,20 +73,12 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections, on the traffic and metrics listeners")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving (not ready, connections closed after each response) before closing the listener, while endpoints stop sending traffic")
-	fs.IntVar(&f.tuning.LookaheadBytes, "lookahead-bytes", d.LookaheadBytes, "PREFIX_AWARE: how far past the window to read when the whole window is a prefix most traffic shares (-1: never)")
-	fs.IntVar(&f.tuning.BlockSize, "block-size", 0, "PREFIX_AWARE: hashed block size in bytes (0: prefixLength/32, at least 64)")
-	fs.Float64Var(&f.tuning.BalanceFactor, "balance-factor", d.BalanceFactor, "overload guard: bounded-load cap as a multiple of average in-flight")
-	fs.Float64Var(&f.tuning.ReplicaLoad, "replica-load", d.ReplicaLoad, "PREFIX_AWARE: most of one instance's fair share a single prefix may bring it before it is replicated")
-	fs.Float64Var(&f.tuning.ShareSlack, "share-slack", d.ShareSlack, "PREFIX_AWARE: a new key skips instances whose recent share exceeds this multiple of the average (-1: pure HRW)")
-	fs.Float64Var(&f.tuning.MoveSlack, "move-slack", d.MoveSlack, "PREFIX_AWARE: a placed key moves when its instance's recent share exceeds this multiple of the average")
-	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index (about 48 bytes per entry)")
-	fs.IntVar(&f.tuning.SketchWidth, "sketch-width", d.SketchWidth, "PREFIX_AWARE: counters per row of the popularity sketch (2 rows × 4 bytes)")
-	fs.Int64Var(&f.tuning.DecayEvery, "decay-every", d.DecayEvery, "PREFIX_AWARE: decisions between halvings of popularity and share counts")
-	fs.Float64Var(&f.tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "token load: prompt text bytes per estimated token")
-	fs.Int64Var(&f.tuning.DecodeTokens, "decode-tokens", d.DecodeTokens, "token load: prefill-token equivalent of one request in flight")
-	fs.Float64Var(&f.tuning.TokenBalance, "token-balance", d.TokenBalance, "PREFIX_AWARE: an instance over this multiple of the average token load counts as overloaded")
-	fs.Int64Var(&f.tuning.TokenFloor, "token-floor", d.TokenFloor, "PREFIX_AWARE: token load under which an instance never counts as overloaded")
+	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index, about 48 bytes per entry (the router's memory)")
+	fs.Float64Var(&f.tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "prompt text bytes per token of the served model's tokenizer, for the token load (4 suits English; 1-2 CJK text)")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
+	if benchmarkFlags != nil {
+		benchmarkFlags(fs, f)
+	}
 	f.picker.register(fs)
 	f.tenancy.register(fs)
 	f.upstream.register(fs)
@@ -118,13 +108,9 @@ func parseFlags(args []string) (*flags, error) {
 	return f, nil
 }
 
-func strategyNames() string {
-	var names []string
-	for _, s := range policy.Strategies(true) {
-		names = append(names, string(s))
-	}
-	return strings.Join(names, ", ")
-}
+// benchmarkFlags registers the flags of benchmark builds (the
+// benchstrategies tag, see strategy_override.go); nil in the product.
+var benchmarkFlags func(*flag.FlagSet, *flags)
 
 func main() {
 	f, err := parseFlags(os.Args[1:])

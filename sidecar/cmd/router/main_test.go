@@ -28,7 +28,8 @@ func TestParseFlags(t *testing.T) {
 		ok   bool
 	}{
 		{[]string{"--config-dir", "/etc/warmroute"}, true},
-		{[]string{"--config-file", "/x/routing.json", "--strategy-override", "SAGEMAKER_BASELINE"}, true},
+		// Only benchmark builds (the benchstrategies tag) take the flag.
+		{[]string{"--config-file", "/x/routing.json", "--strategy-override", "SAGEMAKER_BASELINE"}, benchmarkFlags != nil},
 		{[]string{"--configmap", "ns/name"}, true},
 		{[]string{}, false},
 		{[]string{"--config-dir", "a", "--config-file", "b"}, false},

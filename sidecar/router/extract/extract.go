@@ -59,26 +59,30 @@ type Request struct {
 	// Token-id prompts count nothing. It is counted in the pass that
 	// validates the body, for estimating prompt tokens.
 	PromptBytes int
-	owned       bool // Text came from the pool
+	// pooled is Text's buffer when it came from the pool: kept as the
+	// pointer the pool holds, so that giving it back allocates nothing.
+	pooled *[]byte
 }
 
 var textBuffers sync.Pool
 
-func getBuffer(size int) []byte {
+func getBuffer(size int) *[]byte {
 	if b, ok := textBuffers.Get().(*[]byte); ok && cap(*b) >= size {
-		return (*b)[:0]
+		*b = (*b)[:0]
+		return b
 	}
-	return make([]byte, 0, size)
+	b := make([]byte, 0, size)
+	return &b
 }
 
 // Release returns the routing text's memory for reuse; the request's Text
 // must not be used afterwards. Calling it is optional.
 func (r *Request) Release() {
-	if r.Text != nil && r.owned {
-		b := r.Text[:0]
-		textBuffers.Put(&b)
+	if r.pooled != nil {
+		*r.pooled = r.Text[:0]
+		textBuffers.Put(r.pooled)
 	}
-	r.Text, r.owned = nil, false
+	r.Text, r.pooled = nil, nil
 }
 
 // ErrBadTenant is a tenant id that is too long or not printable ASCII.
@@ -207,7 +211,8 @@ func OpenAI(kind Kind, body []byte, tenant string, lim Limits) (Request, error) 
 	var req Request
 	tb := textBuilder{window: lim.Window, lookahead: lim.Lookahead}
 	// Pooled: the text is needed only until the decision is made.
-	tb.buf = getBuffer(min(len(body), 4*lim.Window+lim.Lookahead))
+	pooled := getBuffer(min(len(body), 4*lim.Window+lim.Lookahead))
+	tb.buf = *pooled
 	_, err := readObject(body, &req, func(s *scanner, key jsonString) (bool, error) {
 		switch {
 		case key.is("model"):
@@ -227,7 +232,7 @@ func OpenAI(kind Kind, body []byte, tenant string, lim Limits) (Request, error) 
 		return Request{}, err
 	}
 	req.Tenant = tenant
-	req.Text, req.WindowBytes, req.PromptBytes, req.owned = tb.buf, tb.windowBytes(), tb.prompt, true
+	req.Text, req.WindowBytes, req.PromptBytes, req.pooled = tb.buf, tb.windowBytes(), tb.prompt, pooled
 	return req, nil
 }
 

@@ -178,8 +178,9 @@ func (p *pickRequest) append(b []byte) []byte {
 	w.uint(uint64(p.Key.WindowBlocks))
 	w.uint(uint64(p.Key.TextBytes))
 	w.uint(uint64(p.Key.PromptBytes))
-	w.uint(uint64(len(p.Key.Hashes)))
-	for _, h := range p.Key.Hashes {
+	hashes := p.Key.BlockHashes()
+	w.uint(uint64(len(hashes)))
+	for _, h := range hashes {
 		w.fixed(h)
 	}
 	return appendEvents(w, p.Events)
@@ -236,7 +237,7 @@ func decodeAnswer(b []byte) (answer, error) {
 	a.Prefill = r.int("prefill")
 	a.Decision.Strategy = policy.Strategy(r.str("strategy"))
 	a.Decision.Spill = r.str("spill")
-	a.Decision.AnchorDepth = int(r.uint("anchor depth", maxHashes))
+	a.Decision.AnchorDepth = int32(r.uint("anchor depth", maxHashes))
 	a.Decision.ColdPlaced = r.bool("cold placed")
 	a.Decision.Moved = r.str("moved")
 	a.Decision.MatchChars = int(r.uint("match chars", 1<<40))

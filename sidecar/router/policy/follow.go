@@ -17,7 +17,7 @@ func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d
 	if t == nil {
 		return nil, ErrNoInstance
 	}
-	c := &Choice{t: t, placed: -1, prompt: prompt, prefill: prefill, Decision: d}
+	c := &Choice{t: t, prompt: prompt, prefill: prefill, Decision: d}
 	for _, id := range order {
 		if i, ok := t.index[id]; ok {
 			c.order = append(c.order, i)
@@ -51,7 +51,7 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 		return nil, err
 	}
 	order := rank(t, allowed, key.windowHash(t.cfg.HashSeed), nil)
-	c := &Choice{t: t, order: order, placed: -1, Decision: Decision{Strategy: t.cfg.Strategy, Spill: SpillFallback}}
+	c := &Choice{t: t, order: order, Decision: Decision{Strategy: t.cfg.Strategy, Spill: SpillFallback}}
 	best := -1
 	for i, m := range order {
 		if p.available(t, m) && !p.overThreshold(t, m) {

@@ -35,16 +35,31 @@ func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
 // two requests share h[i] only if they share their first i+1 blocks.
 func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
 	var d xxhash.Digest
-	var b [8]byte
 	h := seed
 	for off := 0; off < len(text); off += blockSize {
-		end := min(off+blockSize, len(text))
-		binary.LittleEndian.PutUint64(b[:], h)
-		d.Reset()
-		_, _ = d.Write(b[:])
-		_, _ = d.Write(text[off:end])
-		h = d.Sum64()
+		h = chainLink(&d, h, text[off:min(off+blockSize, len(text))])
 		dst = append(dst, h)
 	}
 	return dst
+}
+
+// chainEnd is the last hash of blockChain(nil, seed, text, blockSize), or
+// seed when text is empty.
+func chainEnd(seed uint64, text []byte, blockSize int) uint64 {
+	var d xxhash.Digest
+	h := seed
+	for off := 0; off < len(text); off += blockSize {
+		h = chainLink(&d, h, text[off:min(off+blockSize, len(text))])
+	}
+	return h
+}
+
+// chainLink is xxh(parent ‖ block).
+func chainLink(d *xxhash.Digest, parent uint64, block []byte) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], parent)
+	d.Reset()
+	_, _ = d.Write(b[:])
+	_, _ = d.Write(block)
+	return d.Sum64()
 }

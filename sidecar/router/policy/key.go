@@ -8,53 +8,103 @@ import "cmp"
 // scoped to the model and tenant (see scopeSeed), so identical text of two
 // tenants never shares a hash and a hash says nothing of the text to
 // anyone without the key.
+//
+// A Key made by Policy.Key holds the routing text instead of its hashes,
+// and is valid only while the Request's Text is: a decision in this
+// process hashes the window into a buffer it reuses, and the lookahead
+// (up to LookaheadBytes, eight times the window's blocks) only when it
+// reads past the window, which few requests do. Hashing every block up
+// front cost more than the rest of the decision. BlockHashes gives the
+// whole chain, for sending the Key elsewhere.
 type Key struct {
 	// Model is the "model" the client asked for; "" means the served model.
 	Model string
 	// Hashes is the block chain of the routing text (see blockChain): the
 	// window's blocks, then the lookahead's, chained on from the window's
 	// last. A request without routing text has one hash, its scope seed.
+	// Nil in a Key that holds its text.
 	Hashes []uint64
-	// WindowBlocks is how many of Hashes cover the window.
+	// WindowBlocks is how many blocks of the chain cover the window.
 	WindowBlocks int
 	// TextBytes is the length of the routing text the hashes cover.
 	TextBytes int
 	// PromptBytes is the length of the whole prompt text, which sizes the
 	// request's prefill in the token load.
 	PromptBytes int
+
+	// text is the routing text, of which the first window bytes are the
+	// window; seed is the chain's first link and blockSize the size of its
+	// blocks, 0 in a Key of hashes.
+	text      []byte
+	window    int
+	seed      uint64
+	blockSize int
 }
 
-// Key hashes a request under the configuration in force. Every replica
-// computes the same Key for the same request as long as they share the
-// hash seed, the prefix length and the block size.
+// Key makes the key of a request under the configuration in force. Every
+// replica computes the same chain for the same request as long as they
+// share the hash seed, the prefix length and the block size. The Key
+// refers to req.Text (see Key).
 func (p *Policy) Key(req Request) Key {
-	return p.KeyAppend(nil, req)
-}
-
-// KeyAppend is Key with the hashes appended to buf (reused by the caller).
-func (p *Policy) KeyAppend(buf []uint64, req Request) Key {
 	t := p.table.Load()
 	var seed uint64
 	bs := 64
 	if t != nil {
 		seed, bs = t.cfg.HashSeed, t.blockSize
 	}
-	seed = scopeSeed(seed, req.Model, req.Tenant)
 	window := min(req.WindowBytes, len(req.Text))
-	hashes := blockChain(buf[:0], seed, req.Text[:window], bs)
-	if len(hashes) == 0 {
-		hashes = append(hashes, seed)
+	return Key{
+		Model:        req.Model,
+		WindowBlocks: max(1, (window+bs-1)/bs),
+		TextBytes:    len(req.Text),
+		PromptBytes:  cmp.Or(req.PromptBytes, len(req.Text)),
+		text:         req.Text,
+		window:       window,
+		seed:         scopeSeed(seed, req.Model, req.Tenant),
+		blockSize:    bs,
 	}
-	k := Key{Model: req.Model, WindowBlocks: len(hashes), TextBytes: len(req.Text),
-		PromptBytes: cmp.Or(req.PromptBytes, len(req.Text))}
+}
+
+// BlockHashes returns the key's whole block chain, window and lookahead.
+func (k Key) BlockHashes() []uint64 {
+	if !k.holdsText() {
+		return k.Hashes
+	}
+	return k.withLookahead(k.windowBlocks(make([]uint64, 0, (len(k.text)+k.blockSize-1)/k.blockSize+1)))
+}
+
+// windowBlocks returns the window's block hashes: the key's own, or those
+// of its text appended to dst. A window without text is its seed.
+func (k Key) windowBlocks(dst []uint64) []uint64 {
+	if !k.holdsText() {
+		return k.Hashes[:min(max(k.WindowBlocks, 1), len(k.Hashes))]
+	}
+	out := blockChain(dst, k.seed, k.text[:k.window], k.blockSize)
+	if len(out) == len(dst) {
+		out = append(out, k.seed)
+	}
+	return out
+}
+
+// withLookahead returns the window's hashes, as windowBlocks returned
+// them, followed by the lookahead's.
+func (k Key) withLookahead(window []uint64) []uint64 {
+	if !k.holdsText() {
+		return k.Hashes
+	}
 	// Lookahead blocks start where the window ends: a partial last window
 	// block is not re-hashed with lookahead bytes.
-	k.Hashes = blockChain(hashes, hashes[len(hashes)-1], req.Text[window:], bs)
-	return k
+	return blockChain(window, window[len(window)-1], k.text[k.window:], k.blockSize)
 }
+
+// holdsText reports whether the key holds its text rather than hashes.
+func (k Key) holdsText() bool { return k.blockSize > 0 }
 
 // windowHash is the hash standing for the whole window: its last block's.
 func (k Key) windowHash(seed uint64) uint64 {
+	if k.holdsText() {
+		return chainEnd(k.seed, k.text[:k.window], k.blockSize)
+	}
 	if n := min(k.WindowBlocks, len(k.Hashes)); n > 0 {
 		return k.Hashes[n-1]
 	}

@@ -17,9 +17,6 @@ package policy
 // globalShare is the instance's recent share of decisions.
 func (p *Policy) globalShare(s *stat) int64 { return s.share.Load() }
 
-// placementLoad is the token load that placement of a new key compares.
-func (p *Policy) placementLoad(s *stat) int64 { return p.tokenLoad(s) }
-
 // requests is the instance's requests in flight.
 func (p *Policy) requests(s *stat) int64 { return s.inFlight.Load() }
 

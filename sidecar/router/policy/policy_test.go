@@ -3,7 +3,9 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,12 +53,11 @@ func placedOn(t testing.TB, p *Policy, r Request) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Choice{t: tb, placed: -1}
-	tb.strategy.decide(p, tb, p.Key(r), allowed, c)
-	if c.placed >= 0 {
-		return tb.members[c.placed].ID
+	d := tb.strategy.decide(p, tb, p.Key(r), allowed)
+	if d.placed >= 0 {
+		return tb.members[d.placed].ID
 	}
-	return c.Instance().ID
+	return tb.members[d.order[0]].ID
 }
 
 func randomText(r *rand.Rand, n int) string {
@@ -68,8 +69,13 @@ func randomText(r *rand.Rand, n int) string {
 	return string(b)
 }
 
+// testedStrategies are the strategies every strategy test runs: the
+// routing document's, and the benchmark baseline in builds with the
+// benchstrategies tag (baseline_test.go).
+var testedStrategies = []Strategy{Random, LeastOutstandingRequests, PrefixAware}
+
 func TestModelResolution(t *testing.T) {
-	for _, s := range []Strategy{Random, LeastOutstandingRequests, PrefixAware, Baseline} {
+	for _, s := range testedStrategies {
 		p := newPolicy(t, s, 5, Tuning{})
 		for _, tc := range []struct {
 			model   string
@@ -116,24 +122,27 @@ func TestStrategiesSpread(t *testing.T) {
 		{Random, 1.15},
 		{LeastOutstandingRequests, 1.15},
 		{PrefixAware, 1.08},
-		{Baseline, 1.15},
 	} {
-		t.Run(string(tc.s), func(t *testing.T) {
-			p := newPolicy(t, tc.s, 7, Tuning{})
-			r := rand.New(rand.NewPCG(1, 2))
-			counts := map[string]int{}
-			const n = 20000
-			for range n {
-				c := pick(t, p, textReq(randomText(r, 300)))
-				counts[c.Instance().ID]++
-				c.Done()
-			}
-			got := maxOverAvg(counts, 7)
-			t.Logf("%s: max/avg share %.3f over 7 instances, 20000 distinct prefixes", tc.s, got)
-			if got > tc.maxRatio {
-				t.Fatalf("max/avg share %.3f > %.2f: %v", got, tc.maxRatio, counts)
-			}
-		})
+		t.Run(string(tc.s), func(t *testing.T) { checkSpread(t, tc.s, tc.maxRatio) })
+	}
+}
+
+// checkSpread sends 20,000 distinct prefixes to 7 instances and requires
+// the busiest's share within maxRatio × the average.
+func checkSpread(t *testing.T, s Strategy, maxRatio float64) {
+	p := newPolicy(t, s, 7, Tuning{})
+	r := rand.New(rand.NewPCG(1, 2))
+	counts := map[string]int{}
+	const n = 20000
+	for range n {
+		c := pick(t, p, textReq(randomText(r, 300)))
+		counts[c.Instance().ID]++
+		c.Done()
+	}
+	got := maxOverAvg(counts, 7)
+	t.Logf("%s: max/avg share %.3f over 7 instances, 20000 distinct prefixes", s, got)
+	if got > maxRatio {
+		t.Fatalf("max/avg share %.3f > %.2f: %v", got, maxRatio, counts)
 	}
 }
 
@@ -603,4 +612,61 @@ func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
 		{name: "decoding only", prefill: 0, stays: true},
 		{name: "prefilling 100k tokens", prefill: 100_000, stays: false},
 	})
+}
+
+// learntState is everything a decision could change: each instance's
+// counts, the popularity sketch and the prefix index.
+func learntState(p *Policy) string {
+	var b strings.Builder
+	for _, in := range p.Instances() {
+		s := p.stats.get(in.ID)
+		fmt.Fprintf(&b, "%s %d %d %d %d|", in.ID, s.inFlight.Load(), s.prefill.Load(), s.share.Load(), s.joined.Load())
+	}
+	fmt.Fprintf(&b, "pop %d %d|", p.pop.total.Load(), p.pop.since.Load())
+	for i := range p.pop.counts {
+		fmt.Fprintf(&b, "%d,", p.pop.counts[i].Load())
+	}
+	p.index.mu.Lock()
+	defer p.index.mu.Unlock()
+	for _, gen := range []map[uint64]indexEntry{p.index.young, p.index.old} {
+		keys := slices.Sorted(maps.Keys(gen))
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%x:%v;", k, gen[k])
+		}
+		b.WriteString("|")
+	}
+	return b.String()
+}
+
+// TestDecideChangesNothing: on a policy that has learnt traffic and has
+// requests in flight (so the guard spills), deciding alone changes none of
+// the policy's state; recording the same decision (Pick) does.
+func TestDecideChangesNothing(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 6, Tuning{SketchWidth: 1 << 10, IndexEntries: 1 << 12})
+	r := rand.New(rand.NewPCG(5, 5))
+	system := randomText(r, 5000)
+	var open []*Choice
+	for i := range 400 {
+		c := pick(t, p, textReq(system[:r.IntN(5000)]+randomText(r, 200)))
+		if i%3 == 0 {
+			open = append(open, c)
+		} else {
+			c.Done()
+		}
+	}
+	for i := range 200 {
+		req := textReq(system[:r.IntN(5000)] + randomText(r, 200))
+		before := learntState(p)
+		placedOn(t, p, req)
+		if after := learntState(p); after != before {
+			t.Fatalf("decision %d changed the policy's state", i)
+		}
+		pick(t, p, req).Done()
+		if learntState(p) == before {
+			t.Fatalf("recording decision %d changed nothing", i)
+		}
+	}
+	for _, c := range open {
+		c.Done()
+	}
 }

@@ -55,26 +55,42 @@ type walk struct {
 	leaf, shared int
 }
 
-func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
-	var sbuf, pbuf [32]int
-	w := p.replicaSets(t, key, allowed, sbuf[:0], pbuf[:0])
-	depths := recordDepths(w.leaf, len(w.hashes))
+func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
+	var sbuf [32]int
+	w := p.replicaSets(t, key, allowed, sbuf[:0], p.parent[:0])
+	p.parent = w.parent[:0]
+	if key.holdsText() {
+		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
+	}
+	return p.decideWalk(t, key, allowed, w, fallbackOrder)
+}
+
+// decideWalk is steps 2 and 3 after the walk w, with the fallback order
+// given by order.
+func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) []int) decision {
+	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
+	p.depths = depths[:0]
 	x := p.expect(key, t.blockSize, w, depths)
 	placed, ver, moved := p.place(t, w)
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
-	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
-	c.order, c.Spill = p.guard(t, fallbackOrder(t, allowed, w, chosen), &x)
+	d := decision{placed: chosen}
+	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
+	d.order, d.Spill = p.guard(t, order(t, allowed, w, chosen), &x)
 
-	m := t.members[c.order[0]]
-	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
-	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
-	// What Pick records once the decision is made (see learn): every block
-	// carried, and where the key now lives. A spill is not remembered, so
-	// that the key returns to its own instance, where its cache is, once
-	// the overload is over; but a spill of a long prompt cold there is (see
-	// remembersSpill).
-	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
-		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
+	m := t.members[d.order[0]]
+	d.MatchChars = x.hitBytes(m.stat.token, d.Spill == SpillNone)
+	d.hit = x.hitFraction(m.stat.token, d.Spill == SpillNone)
+	// What recording the decision teaches the policy (see learn): every
+	// block carried, and where the key now lives. A spill is not
+	// remembered, so that the key returns to its own instance, where its
+	// cache is, once the overload is over; but a spill of a long prompt
+	// cold there is (see remembersSpill).
+	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+		remember: d.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat)}
+	if d.remember {
+		d.Moved = moved
+	}
+	return d
 }
 
 // learning is what a PREFIX_AWARE decision teaches the policy, recorded
@@ -85,22 +101,18 @@ type learning struct {
 	token    uint32
 	ver      uint32
 	remember bool
-	moved    string
 }
 
 // learn records a decision: the popularity of every block it carried and,
 // when the key's placement is remembered, the index entries at its depths.
-func (p *Policy) learn(c *Choice) {
-	l := &c.learning
+func (p *Policy) learn(l *learning) {
 	if l.hashes == nil {
 		return
 	}
 	p.pop.record(l.hashes)
 	if l.remember {
 		p.index.addDepths(l.hashes, l.depths, l.token, l.ver)
-		c.Moved = l.moved
 	}
-	*l = learning{}
 }
 
 // remembersSpill reports whether a spill off the instance with stat s is
@@ -109,11 +121,7 @@ func (p *Policy) learn(c *Choice) {
 // to prefill there). The prompt then lives only where it went; forgotten,
 // the key's next request went back to s and prefilled it a second time.
 // A short prompt is not remembered: prefilling it again costs little, and
-// its key is better off back home once the overload is over. On the Mooncake trace, one router, hit
-// rate (TTFT p90 median): no spill remembered, 19.8–21.4 % in ten runs,
-// median 20.9 % (1.95 s); every cold spill, 20.6–21.8 % in twelve, median
-// 21.2 % (1.94 s); long prompts only, 20.5–21.7 % in six, median 21.15 %
-// (1.96 s). The pooled oracle: 21.9 %.
+// its key is better off back home once the overload is over.
 func (p *Policy) remembersSpill(x *expectation, s *stat) bool {
 	_, long := p.longAndCold(x, s)
 	return long
@@ -138,25 +146,28 @@ func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
 // (those past WindowBlocks) only when every block of the window is shared
 // by a dominant fraction.
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
-	hashes := key.Hashes
+	hashes := key.windowBlocks(p.chain[:0])
 	if len(hashes) == 0 {
 		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
-	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
 	set := allowed
-	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
+	w := walk{leaf: -1, choices: placementChoices, hashes: hashes}
+	read := false
 	for i := 0; ; i++ {
 		if i == len(w.hashes) {
-			if len(w.hashes) == len(hashes) {
+			if read {
 				break
 			}
 			// Every block of the window is shared by a dominant fraction:
 			// read on, the whole lookahead at once, so that its blocks'
 			// popularity is learnt together rather than one block per
 			// generation of requests.
-			w.hashes = hashes
+			w.hashes, read = key.withLookahead(w.hashes), true
+			if i == len(w.hashes) {
+				break
+			}
 		}
 		h := w.hashes[i]
 		est := p.pop.estimate(h)
@@ -304,11 +315,10 @@ func (x *expectation) own(token uint32) int64 {
 	return x.prompt - int64(float64(x.prompt)*x.hitFraction(token, true))
 }
 
-// recordDepths are the depths remembered in the index for a request: the
+// recordDepths appends to out the depths remembered in the index for a request: the
 // anchor and then geometrically deeper blocks, enough to recognise a long
 // match (a growing conversation) at a small, fixed cost per request.
-func recordDepths(leaf, n int) []int {
-	out := make([]int, 0, maxRecordDepths)
+func recordDepths(out []int, leaf, n int) []int {
 	for step := 0; leaf+step < n && len(out) < maxRecordDepths-1; step = max(1, step*2) {
 		out = append(out, leaf+step)
 	}
@@ -325,11 +335,9 @@ const maxRecordDepths = 16
 // stickySlack is the absolute slack (in decisions) of the stickiness bound,
 // max(MoveSlack × average, average + stickySlack): it keeps the first few
 // hundred decisions, when shares are small numbers, from moving keys on
-// noise, and gives way to MoveSlack once the average passes stickySlack /
-// (MoveSlack − 1) = 100 decisions per instance. Added to MoveSlack ×
-// average, as it was, 16 let a busy instance's share reach 1.18 × the
-// average in a 1,500-request run (rag); scale-out needed it because a new
-// instance started at a zero share, which no longer holds (seedShares).
+// noise (a count of n decisions varies by about √n, 8 at 64), and gives
+// way to MoveSlack once the average passes stickySlack / (MoveSlack − 1) =
+// 100 decisions per instance.
 const stickySlack = 8
 
 // sticky returns the member of set that the index says holds the prefix
@@ -417,34 +425,23 @@ const placementChoices = 2
 // the key's order), the first whose recent share is within ShareSlack of
 // the set's average (+1, so that the first decisions, when every share is
 // a handful, do not place keys on noise); if none is, the one with the
-// smallest share. A member within the share bound still gives way to the
-// next one within it when its token load is over TokenBalance × the
-// other's (and TokenFloor): the key is cold on both, and prefilling it
-// behind a long queue is what the tail latency is made of.
+// smallest share. Token load is not its concern: a long new prompt goes
+// where its prefill finishes first (coldPlacement), and a short one to an
+// overloaded instance is spilled by the guard.
 func (p *Policy) byShare(t *table, set []int, choices int) int {
 	if p.tuning.ShareSlack < 0 || len(set) == 1 {
 		return set[0]
 	}
 	bound := p.newKeyShareBound(t, set)
-	best, within := set[0], -1
+	best := set[0]
 	for _, m := range set[:min(len(set), choices)] {
 		share := p.globalShare(t.members[m].stat)
 		if float64(share) <= bound {
-			if within < 0 {
-				within = m
-				continue
-			}
-			if p.muchLighter(t.members[m].stat, t.members[within].stat) {
-				return m
-			}
-			return within
+			return m
 		}
 		if share < p.globalShare(t.members[best].stat) {
 			best = m
 		}
-	}
-	if within >= 0 {
-		return within
 	}
 	return best
 }
@@ -459,13 +456,8 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // those with room under the threshold and within the share bound; ties
 // stay with the earlier one. Shorter new keys keep the two choices of
 // byShare: their prefill is too small to queue behind, and a key that
-// stays on its HRW choices is where a replica that has not heard of it
-// yet would put it too. On the Mooncake trace 825 of the 3,993 requests
-// are long prompts no earlier request began like. Eleven runs with 1–3
-// router replicas against eight before (make bench and quick runs): TTFT
-// p90 2.02–2.08 → 1.90–2.01 s, p50 about 0.42 → 0.48 s (the long prompts
-// now queue less, and the instances they land on were the idle ones), hit
-// rate mean 21.2 → 20.9 % (spread 20.8–21.8 → 19.8–21.7 %).
+// stays on its HRW choices is where the fallback (Fallback) would put it
+// too.
 func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
 	s := t.members[chosen].stat
 	if len(set) < 2 {
@@ -500,16 +492,10 @@ func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
 	return p.tuning.ShareSlack*p.averageShare(t, set) + 1
 }
 
-// muchLighter reports whether a's token load is so far below b's that a
-// cold request is better off on a.
-func (p *Policy) muchLighter(a, b *stat) bool {
-	return p.clearlyMore(p.placementLoad(b), p.placementLoad(a))
-}
-
 // clearlyMore reports whether token work a is so far above b that the
 // lighter side is worth a cold prefill: a is over TokenFloor and over
-// TokenBalance × b. Placement (muchLighter), the token guard and all-busy
-// overflow (staysHome) all ask this.
+// TokenBalance × b. The token guard and all-busy overflow (staysHome) both
+// ask this.
 func (p *Policy) clearlyMore(a, b int64) bool {
 	return a > p.tuning.TokenFloor && float64(a) > p.tuning.TokenBalance*float64(b)
 }
@@ -572,11 +558,7 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // waits for that cold prefill, and so does every request queued behind it
 // there; and the fleet is saturated when token spills happen, so the
 // prefill the spill adds is time taken from everyone. A prompt cold on both
-// instances costs nothing more than its own prefill. On the Mooncake trace
-// (one router, eight runs of each in two alternating rounds), charged once
-// as before: 99–115 token spills a run, hit rate 20.4–21.7 % (mean
-// 21.0 %), TTFT p90 2.02–2.15 s (median 2.07 s); charged twice: 79–90,
-// 20.9–21.5 % (mean 21.2 %), 2.01–2.13 s (median 2.05 s).
+// instances costs nothing more than its own prefill.
 func spillCost(own, home int64) int64 {
 	return own + max(own-home, 0)
 }
@@ -627,17 +609,10 @@ func (p *Policy) hasRoom(t *table, m int) bool {
 // one request of room is full again at once, so its next requests spill
 // too, and each spill sends one more prefix to be prefilled cold, while
 // the request it takes would have waited only a little at home. Under
-// bounded loads that cascade is the known weakness; two requests of room
-// stops most of it. In the benchmark, with overflowStay raised from 2 to 3
-// at the same time (two runs each, one router): sharegpt hit rate
-// 62.4–62.6 → 66.6–67.3 % (the pooled oracle: 71.7 %), TTFT p90 85–89 →
-// 80 ms; mixed-length 48.7–50.6 → 50.7–51.6 %, p90 287–290 → 236–251 ms;
-// long-context, support-bot, rag and Mooncake moved within run-to-run
-// noise. With 3 replicas (sharegpt, three runs each) 56.6–58.2 →
-// 61.0–61.8 %, p90 94–97 → 88–90 ms, where either change alone gave about
-// 59 %. Under a threshold of 8 one request is a large part of an
-// instance's room, and with a threshold of 1 two could never be had, so
-// there one request of room is enough, as before.
+// bounded loads that cascade is the known weakness (arXiv:1908.08762); two
+// requests of room stops most of it. Under a threshold of 8 one request is
+// a large part of an instance's room, and with a threshold of 1 two could
+// never be had, so there one request of room is enough.
 func spillRoom(threshold int64) int64 {
 	if threshold < 8 {
 		return 1
@@ -652,14 +627,11 @@ const overflowSlack = 1
 // overflowStay is how many more requests in flight than the least loaded
 // the instance the key was placed on may have and still keep an all-busy
 // request. Every instance then queues, and the placed one holds the
-// prefix: the prefill it saves is worth more than a couple of requests
-// more in its queue. In the benchmark (sharegpt and
-// mixed-length, where 65–90 % of requests find their instance at the
-// threshold): one router 60.1 → 63.6 % and 43.3 → 50.5 % hit rate, TTFT
-// p90 89 → 88 ms and 291 → 239 ms; two routers 48.5 → 57.0 % and 38.3 →
-// 47.5 %, p90 110 → 95 ms and 366 → 322 ms. Staying at 3 was no better
-// then, while spills still went to instances one request under the
-// threshold; with spillRoom it is (see there).
+// prefix: the prefill it saves is worth more than a few requests more in
+// its queue, which a continuously batching engine runs side by side (one
+// more decoding request costs it DecodeTokens, a cached prefix of a few
+// thousand tokens far more). Past spillRoom + 1 requests more, the queue
+// itself is what the request waits for.
 const overflowStay = 3
 
 // overflow picks where a request goes when no instance has room under the
@@ -714,20 +686,13 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 //   - further above least, it leaves unless it would see its first token
 //     much later there: work is clearly more than m's.
 //
-// The first rule alone counted requests, and an instance prefilling a long
-// document has no more of them than its neighbours, so short chats stayed
-// queued behind its prefill. In the benchmark's mixed-length workload (one
-// router behind the spreader) short chats' TTFT p99 fell from 416–455 ms
-// (three runs) to 149–339 ms (six), and p90 over all requests from a median
-// of 224 ms (130–278, six runs) to 119 ms (104–224, six) at the same hit
-// rate (50–55 %).
-//
-// The second rule: a request for a long document cached on m left it for
-// an instance with a few requests fewer, to prefill the whole document
-// there cold, which cost it more than the queue it avoided, and pushed the
-// document's next requests out of the cache of one more instance. In the
-// same workload (one router, three runs each) the hit rate rose from
-// 50.0–53.3 to 52.6–57.9 % (six runs), p90 from 106–171 to 91–104 ms.
+// Counting requests alone is not enough for the first rule: an instance
+// prefilling a long document has no more requests than its neighbours, and
+// a short chat queued behind that prefill waits for all of it. The second
+// keeps a request for a long document cached on m from leaving for an
+// instance with a few requests fewer, to prefill the whole document there
+// cold, which costs it more than the queue it avoids and pushes the
+// document's next requests out of one more instance's cache.
 func (p *Policy) staysHome(t *table, m int, least, work int64, x *expectation) bool {
 	s := t.members[m].stat
 	home := p.workAhead(s, x)

@@ -134,24 +134,13 @@ const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
 
 func init() { register(referenceStrategy, referencePrefixAware{}, true) }
 
-func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int, c *Choice) {
-	w := referenceReplicaSets(p, t, key, allowed)
-	depths := recordDepths(w.leaf, len(w.hashes))
-	x := p.expect(key, t.blockSize, w, depths)
-	placed, ver, moved := p.place(t, w)
-	chosen := p.coldPlacement(t, w.parent, placed, &x)
-	c.AnchorDepth, c.placed, c.ColdPlaced = w.leaf, chosen, chosen != placed
-	c.order, c.Spill = p.guard(t, referenceFallbackOrder(t, allowed, w, chosen), &x)
-	m := t.members[c.order[0]]
-	c.MatchChars = x.hitBytes(m.stat.token, c.Spill == SpillNone)
-	c.hit = x.hitFraction(m.stat.token, c.Spill == SpillNone)
-	c.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
-		remember: c.Spill == SpillNone || p.remembersSpill(&x, t.members[chosen].stat), moved: moved}
+func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
+	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), referenceFallbackOrder)
 }
 
 // referenceReplicaSets is replicaSets ranking each level's whole set.
 func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
-	hashes := key.Hashes
+	hashes := key.BlockHashes()
 	if len(hashes) == 0 {
 		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
@@ -256,7 +245,7 @@ func TestDecisionsAreTheReferences(t *testing.T) {
 				got, want := h.c[0], h.c[1]
 				gotD, wantD := got.Decision, want.Decision
 				wantD.Strategy = gotD.Strategy
-				if !slices.Equal(got.Order(), want.Order()) || gotD != wantD || got.hit != want.hit {
+				if !slices.Equal(got.Order(), want.Order()) || gotD != wantD || got.prefill != want.prefill {
 					t.Fatalf("decision %d (%d instances): %v %+v, reference %v %+v", i, n, got.Order()[:min(4, len(got.Order()))], got.Decision, want.Order()[:min(4, len(want.Order()))], want.Decision)
 				}
 				spills[got.Spill]++

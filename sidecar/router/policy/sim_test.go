@@ -199,7 +199,7 @@ func TestSimulate(t *testing.T) {
 			oracle := pooled(reqs, capBlocks*simInstances)
 			res := map[Strategy]simResult{}
 			line := fmt.Sprintf("%d requests, pooled %5.1f%%", len(reqs), 100*oracle)
-			for _, s := range []Strategy{PrefixAware, Baseline, LeastOutstandingRequests, Random} {
+			for _, s := range testedStrategies {
 				res[s] = simulate(t, reqs, s, capBlocks)
 				line += fmt.Sprintf(" | %s %5.1f%% max/avg %.2f", s, 100*res[s].hit, res[s].share)
 			}

@@ -16,14 +16,14 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 	if got := Strategies(false); !slices.Equal(got, routing.Strategies) {
 		t.Fatalf("production strategies %v, routing document's %v", got, routing.Strategies)
 	}
-	if got := Strategies(true); !slices.Contains(got, Baseline) {
-		t.Fatalf("benchmark strategies %v lack %s", got, Baseline)
+	if got := Strategies(true); !slices.Contains(got, referenceStrategy) {
+		t.Fatalf("benchmark strategies %v lack %s", got, referenceStrategy)
 	}
-	err := New(Tuning{}).Update(Config{Strategy: Baseline, Instances: fleet(2)})
+	err := New(Tuning{}).Update(Config{Strategy: referenceStrategy, Instances: fleet(2)})
 	if err == nil || !strings.Contains(err.Error(), "RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE") {
-		t.Fatalf("baseline without BenchmarkStrategies: %v", err)
+		t.Fatalf("benchmark strategy without BenchmarkStrategies: %v", err)
 	}
-	if err := ValidStrategy("FASTEST", true); err == nil || !strings.Contains(err.Error(), string(Baseline)) {
+	if err := ValidStrategy("FASTEST", true); err == nil || !strings.Contains(err.Error(), string(referenceStrategy)) {
 		t.Fatalf("unknown strategy: %v", err)
 	}
 }

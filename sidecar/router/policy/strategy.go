@@ -11,13 +11,26 @@ import (
 // the document, the CRD enum and the policy share one vocabulary.
 type Strategy = routing.Strategy
 
-// strategy is one routing strategy. decide fills c.order (the instance to
-// use first, then the fallback order) and c.Spill for key among the allowed
-// instances, and changes nothing: what the decision teaches the policy goes
-// in c.learning, which Pick records after it (see learn), and Pick counts
-// the chosen instance in flight and in the shares.
+// strategy is one routing strategy. decide chooses among the allowed
+// instances for key and changes nothing (it may reuse the policy's
+// buffers, see Policy.chain); Pick then records the decision (record).
 type strategy interface {
-	decide(p *Policy, t *table, key Key, allowed []int, c *Choice)
+	decide(p *Policy, t *table, key Key, allowed []int) decision
+}
+
+// decision is what a strategy decided.
+type decision struct {
+	// order is the instance to use first, then the fallback order.
+	order []int
+	// placed is the member the strategy chose before the overload guard
+	// (-1: order[0], for strategies without a guard).
+	placed int
+	// hit is the fraction of the prompt order[0] is expected to hold (0
+	// for strategies that do not match prefixes).
+	hit float64
+	// learning is what recording the decision teaches the policy.
+	learning
+	Decision
 }
 
 // registration is one entry of the strategy table.

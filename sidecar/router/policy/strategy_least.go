@@ -10,6 +10,6 @@ func init() { register(LeastOutstandingRequests, leastOutstanding{}, false) }
 
 type leastOutstanding struct{}
 
-func (leastOutstanding) decide(p *Policy, t *table, _ Key, allowed []int, c *Choice) {
-	c.order = p.leastLoadedOrder(t, p.healthy(t, allowed))
+func (leastOutstanding) decide(p *Policy, t *table, _ Key, allowed []int) decision {
+	return decision{order: p.leastLoadedOrder(t, p.healthy(t, allowed)), placed: -1}
 }

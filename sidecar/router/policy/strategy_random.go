@@ -13,7 +13,8 @@ func init() { register(Random, random{}, false) }
 
 type random struct{}
 
-func (random) decide(p *Policy, t *table, _ Key, allowed []int, c *Choice) {
-	c.order = p.healthy(t, allowed)
-	rand.Shuffle(len(c.order), func(i, j int) { c.order[i], c.order[j] = c.order[j], c.order[i] })
+func (random) decide(p *Policy, t *table, _ Key, allowed []int) decision {
+	order := p.healthy(t, allowed)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return decision{order: order, placed: -1}
 }

@@ -64,12 +64,16 @@ func chatBodies(n, size int) [][]byte {
 // body — extraction of the routing text, block hashing, PREFIX_AWARE
 // placement and the overload guard — with per-decision timings for p50/p99.
 func BenchmarkDecision(b *testing.B) {
-	for _, strategy := range []policy.Strategy{policy.PrefixAware, policy.Baseline} {
+	for _, strategy := range decisionStrategies {
 		for _, ep := range []string{"chat", "invocations"} {
 			b.Run(fmt.Sprintf("%s/%s/64KiB", strategy, ep), func(b *testing.B) { benchmarkDecision(b, strategy, ep, 8) })
 		}
 	}
 }
+
+// decisionStrategies are those BenchmarkDecision times: PREFIX_AWARE, and
+// the benchmark baseline in builds with the benchstrategies tag.
+var decisionStrategies = []policy.Strategy{policy.PrefixAware}
 
 // BenchmarkDecisionFleet is BenchmarkDecision's PREFIX_AWARE chat decision
 // over fleets of 8 to 1,024 instances: one picker decides for a whole

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
@@ -89,8 +90,9 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		}
 	}
 	var key policy.Key
+	var x extract.Request
 	if ep, ok := inferencePath(method, path); ok {
-		x, bad := r.extractRouting(st, ep, body, id)
+		x, bad = r.extractRouting(st, ep, body, id)
 		if bad == nil {
 			d.Body, bad = r.saltedBody(body, x)
 		}
@@ -98,13 +100,14 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 			r.opts.Metrics.Requests.WithLabelValues("", string(st.strategy), "rejected").Inc()
 			return nil, refusal(bad)
 		}
+		// The key refers to the routing text until the pick is made.
 		key = r.policy.Key(policyRequest(x))
-		x.Release()
 	} else {
 		key = r.policy.Key(policy.Request{})
 		d.Body = [][]byte{body}
 	}
 	t, err := r.picker.Pick(ctx, key)
+	x.Release()
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, refusal(unpickable(err, key.Model))

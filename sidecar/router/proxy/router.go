@@ -484,9 +484,10 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		r.reject(w, st.strategy, bad)
 		return
 	}
-	key := r.policy.Key(policyRequest(x))
-	x.Release() // the picker is sent hashes, never the text
-	choice, err := r.picker.Pick(req.Context(), key)
+	// The key refers to the routing text until the pick is made (the
+	// picker is sent hashes, never the text).
+	choice, err := r.picker.Pick(req.Context(), r.policy.Key(policyRequest(x)))
+	x.Release()
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	if err != nil {
 		r.reject(w, st.strategy, unpickable(err, x.Model))

@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"testing"
+)
+
+// rulesPolicy is a PREFIX_AWARE policy of 4 instances whose shares (and
+// joining marks) the rows set; a row's set is members 0..3 in that order,
+// as a key's HRW order would give them.
+func rulesPolicy(t *testing.T, shares [4]int64, joining int) (*Policy, *table, []int) {
+	t.Helper()
+	p := newPolicy(t, PrefixAware, 4, Tuning{})
+	tb := p.table.Load()
+	for i, m := range tb.members {
+		m.stat.share.Store(shares[i])
+		m.stat.joined.Store(0)
+		if i == joining {
+			m.stat.joined.Store(p.shareEpoch.Load() + 1)
+		}
+	}
+	return p, tb, []int{0, 1, 2, 3}
+}
+
+// TestNewKeyByShareRules pins byShare row by row: a new key goes to the
+// first of its two HRW choices within ShareSlack × the set's average share
+// (+1), else to the one of the two with the smaller share, never further.
+func TestNewKeyByShareRules(t *testing.T) {
+	for _, tc := range []struct {
+		rule   string
+		shares [4]int64
+		want   int
+	}{
+		{"first choice within the share bound", [4]int64{100, 100, 100, 100}, 0},
+		{"first choice over the bound: the second, within it", [4]int64{120, 100, 90, 90}, 1},
+		{"both over the bound: the smaller share of the two", [4]int64{130, 120, 75, 75}, 1},
+		{"both over the bound: never past the two choices", [4]int64{120, 130, 75, 75}, 0},
+		{"the bound's +1: one decision over an empty set is not over it", [4]int64{1, 0, 0, 0}, 0},
+		{"two decisions over an empty set are", [4]int64{2, 0, 0, 0}, 1},
+	} {
+		p, tb, set := rulesPolicy(t, tc.shares, -1)
+		if got := p.byShare(tb, set, placementChoices); got != tc.want {
+			t.Errorf("%s: shares %v placed on %d, want %d", tc.rule, tc.shares, got, tc.want)
+		}
+	}
+}
+
+// TestKnownKeyAffinityRules pins sticky row by row: where a key the index
+// holds goes, and why that is a move.
+func TestKnownKeyAffinityRules(t *testing.T) {
+	const held = 1 // the index holds the key on member 1, the second choice
+	for _, tc := range []struct {
+		rule    string
+		shares  [4]int64
+		joining int  // member joining the fleet, -1: none
+		gone    bool // the holder left the set; its former holder is member 2
+		want    int
+		moved   string
+	}{
+		{"stays on its holder", [4]int64{100, 100, 100, 100}, -1, false, held, MoveNone},
+		{"stays on its holder under MoveSlack × the average", [4]int64{95, 106, 100, 99}, -1, false, held, MoveNone},
+		{"over MoveSlack × the average: to its other choice within ShareSlack", [4]int64{90, 125, 95, 90}, -1, false, 0, MoveShare},
+		{"over MoveSlack, its other choice over ShareSlack too: stays", [4]int64{120, 125, 80, 75}, -1, false, held, MoveNone},
+		{"over MoveSlack but under the average + stickySlack: stays", [4]int64{3, 12, 3, 2}, -1, false, held, MoveNone},
+		{"its first choice is joining the fleet: goes there", [4]int64{100, 100, 100, 100}, 0, false, 0, MoveJoining},
+		{"its first choice is joining but over ShareSlack: stays", [4]int64{115, 100, 95, 90}, 0, false, held, MoveNone},
+		{"its holder left the set: back to the former holder", [4]int64{100, 100, 100, 100}, -1, true, 2, MoveHolderLeft},
+	} {
+		p, tb, set := rulesPolicy(t, tc.shares, tc.joining)
+		e := indexEntry{tok: [2]uint32{tb.members[held].stat.token, tb.members[2].stat.token}, ver: 3}
+		if tc.gone {
+			set = []int{0, 2, 3}
+		}
+		got, moved := p.sticky(tb, set, e)
+		if got != tc.want || moved != tc.moved {
+			t.Errorf("%s: shares %v went to %d (%q), want %d (%q)", tc.rule, tc.shares, got, moved, tc.want, tc.moved)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package policy
+
+import (
+	"slices"
+)
+
+// Shares are each instance's decayed count of recent decisions: what
+// placement balances new keys by and moves known keys off (see sticky).
+
+// share of the others, as if they had always been there, and marks them
+// joining. Shares are counts of past decisions: a newcomer at zero would sit
+// far below the average for as long as the counts remember (DecayEvery),
+// so every key with it among its first choices would be moved to it or
+// placed on it (up to twice its fair part of the keys), and the instances
+// it relieves would look over-share next to it. Seeded, it takes the new
+// keys whose first choice it is and, while joining, the known keys whose
+// first choice it is (see sticky): the keys plain rendezvous hashing would
+// move, and no others.
+func (p *Policy) seedShares(t *table, joined []*stat) {
+	if len(joined) == 0 || len(joined) == len(t.members) {
+		return
+	}
+	var share int64
+	for _, m := range t.members {
+		if !slices.Contains(joined, m.stat) {
+			share += m.stat.share.Load()
+		}
+	}
+	n := int64(len(t.members) - len(joined))
+	epoch := p.shareEpoch.Load()
+	for _, s := range joined {
+		s.share.Store(share / n)
+		s.joined.Store(epoch + 1)
+	}
+}
+
+// joining reports whether the instance joined the fleet recently: in the
+// share decay cycle it joined in or the next one, so for DecayEvery to
+// twice that decisions, long enough for the keys that are its first choice
+// to come back once.
+func (p *Policy) joining(s *stat) bool {
+	j := s.joined.Load()
+	return j > 0 && p.shareEpoch.Load() < j+1
+}
+
+// countShare adds a decision to the chosen instance's decayed share.
+func (p *Policy) countShare(t *table, chosen int) {
+	t.members[chosen].stat.share.Add(1)
+	if p.shareSince.Add(1) >= p.tuning.DecayEvery && p.shareDecay.CompareAndSwap(false, true) {
+		p.shareSince.Store(0)
+		for _, m := range t.members {
+			m.stat.share.Store(m.stat.share.Load() / 2)
+		}
+		p.shareEpoch.Add(1)
+		p.shareDecay.Store(false)
+	}
+}
