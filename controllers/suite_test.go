@@ -48,6 +48,7 @@ import (
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/internal/custommetrics"
+	"github.com/warmroute/warmroute/internal/inferencepool"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
@@ -76,6 +77,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(testScheme))
 	utilruntime.Must(v1alpha1.AddToScheme(testScheme))
+	utilruntime.Must(inferencepool.AddToScheme(testScheme))
 }
 
 func TestControllers(t *testing.T) {
