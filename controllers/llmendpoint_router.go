@@ -141,13 +141,12 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
-		Args: append(append([]string{
-			"--config-dir=" + routerConfigDir,
-			"--metrics-listen=:" + strconv.Itoa(routerMetricsPort),
-			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
-			"--drain-delay=" + strconv.Itoa(routerDrainSeconds) + "s",
-			"--shutdown-timeout=" + strconv.Itoa(routerShutdownSeconds) + "s",
-		}, frontArgs...), append(pickArgs, tenancyArgs...)...),
+		Args: append(append(append([]string{"--config-dir=" + routerConfigDir}, frontArgs...),
+			"--metrics-listen=:"+strconv.Itoa(routerMetricsPort),
+			"--configmap="+ep.Namespace+"/"+routingConfigMapName(ep),
+			"--drain-delay="+strconv.Itoa(routerDrainSeconds)+"s",
+			"--shutdown-timeout="+strconv.Itoa(routerShutdownSeconds)+"s",
+		), append(pickArgs, tenancyArgs...)...),
 		Ports: []corev1.ContainerPort{
 			frontPort,
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},

@@ -156,7 +156,9 @@ func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *recon
 	mgr, err := newTestManager(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	w := &writeCounter{Client: mgr.GetClient(), byNamespace: map[string]int{}}
-	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions, Heat: suiteHeat}
+	// The InferencePool API is looked for every second while missing, so the
+	// spec that installs it need not wait the production 30 s.
+	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions, Heat: suiteHeat, inferencePoolRecheck: time.Second}
 	counted := &reconcileCounter{Reconciler: r, byName: map[types.NamespacedName]int{}}
 	Expect(r.setup(mgr, 2, counted)).To(Succeed())
 	go func() {
