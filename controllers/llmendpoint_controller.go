@@ -181,10 +181,14 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// Asked in every mode: pruning a pool left by mode InferencePool needs
 	// to know whether the API exists. Cheap once the CRD is installed (the
 	// RESTMapper keeps it); one discovery request while it is missing.
-	poolServed, err := r.inferencePoolServed()
-	errs = appendErr(errs, "InferencePool API", err)
 	var recheck time.Duration
-	obs.inferencePool, recheck, err = r.reconcileInferencePool(ctx, ep, poolServed)
+	poolServed, err := r.inferencePoolServed()
+	if err == nil {
+		obs.inferencePool, recheck, err = r.reconcileInferencePool(ctx, ep, poolServed)
+	} else if inferencePoolMode(ep) {
+		obs.inferencePool = metav1.Condition{Type: v1alpha1.ConditionInferencePoolReady, Status: metav1.ConditionUnknown,
+			Reason: v1alpha1.ReasonInferencePoolFailed, Message: truncate(err.Error(), 1024)}
+	}
 	errs = appendErr(errs, "InferencePool", err)
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
 	errs = appendErr(errs, "NetworkPolicies", r.reconcileNetworkPolicies(ctx, ep))
