@@ -105,6 +105,10 @@ run: manifests generate ## Run the operator against the current kubeconfig (webh
 demo: build controlplane ## Start a local cluster, install warmroute and drive a workload through each strategy.
 	go run ./test/demo $(DEMO_ARGS)
 
+.PHONY: demo-inferencepool
+demo-inferencepool: controlplane ginkgo ## Show an endpoint in InferencePool mode on a local cluster: CRD missing then installed, the pool, picker-only router pods, requests through ext_proc.
+	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" $(GINKGO) -v --focus "InferencePool mode" ./test/e2e
+
 .PHONY: demo-down
 demo-down: ## Stop everything `make demo` started.
 	go run ./test/localcluster/cmd/localcluster down --workdir tmp/demo/cluster

@@ -38,6 +38,7 @@ import (
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/controllers"
+	"github.com/warmroute/warmroute/internal/inferencepool"
 	"github.com/warmroute/warmroute/webhooks"
 )
 
@@ -58,6 +59,7 @@ var scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	utilruntime.Must(inferencepool.AddToScheme(scheme))
 }
 
 func main() {

@@ -45,8 +45,10 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	crsource "sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/inferencepool"
 )
 
 // FieldOwner is the field manager of every server-side apply the operator
@@ -93,6 +95,10 @@ type LLMEndpointReconciler struct {
 	Heat CacheHeat
 
 	applied appliedCache
+	// pools starts the InferencePool watch once the API is served.
+	pools poolWatch
+	// inferencePoolRecheck overrides inferencePoolRecheck (tests).
+	inferencePoolRecheck time.Duration
 	// saltSecrets is, per LLMEndpoint name, the saltSeen of its salt
 	// Secret.
 	saltSecrets sync.Map
@@ -180,15 +186,31 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "pod deletion costs", err)
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
+	// Asked in every mode: pruning a pool left by mode InferencePool needs
+	// to know whether the API exists. Cheap once the CRD is installed (the
+	// RESTMapper keeps it); one discovery request while it is missing.
+	var recheck time.Duration
+	poolServed, err := r.inferencePoolServed()
+	if err == nil {
+		obs.inferencePool, recheck, err = r.reconcileInferencePool(ctx, ep, poolServed)
+	} else if inferencePoolMode(ep) {
+		obs.inferencePool = metav1.Condition{Type: v1alpha1.ConditionInferencePoolReady, Status: metav1.ConditionUnknown,
+			Reason: v1alpha1.ReasonInferencePoolFailed, Message: truncate(err.Error(), 1024)}
+	}
+	errs = appendErr(errs, "InferencePool", err)
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
 	errs = appendErr(errs, "NetworkPolicies", r.reconcileNetworkPolicies(ctx, ep))
 	if len(errs) == 0 {
-		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted))
+		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted, prunableKinds(poolServed)))
 	}
 
 	if len(errs) == 0 && next > 0 {
 		log.V(1).Info("requeue for the next deletion-cost step", "after", next)
 		result.RequeueAfter = next
+	}
+	if len(errs) == 0 && recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
+		log.V(1).Info("requeue to look for the InferencePool API again", "after", recheck)
+		result.RequeueAfter = recheck
 	}
 	return result, nil
 }
@@ -228,12 +250,22 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 	for _, k := range ownedKinds {
 		b = b.Owns(k.object())
 	}
-	return b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
+	c, err := b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicy{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		Named("llmendpoint").
-		Complete(do)
+		Build(do)
+	if err != nil {
+		return err
+	}
+	// InferencePools are owned too, but their API may be installed after
+	// the operator starts: the watch starts when a reconcile first finds it.
+	r.pools.start = func() error {
+		return c.Watch(crsource.Kind(mgr.GetCache(), &inferencepool.InferencePool{},
+			handler.TypedEnqueueRequestForOwner[*inferencepool.InferencePool](mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.LLMEndpoint{}, handler.OnlyControllerOwner())))
+	}
+	return nil
 }
 
 // podToEndpoint maps a vLLM pod to the LLMEndpoint it serves.

@@ -38,12 +38,23 @@ import (
 // monitoring peers and the operator's scraper) reach the vLLM port: no
 // other pod can bypass the routers' tenant handling or load and unload
 // adapters through vLLM's runtime API.
+//
+// In mode InferencePool the Gateway sends requests to the instances
+// itself: its proxies (spec.networkPolicy.routerFrom, any source when
+// empty) reach the vLLM port too.
 func buildVLLMNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkingv1.NetworkPolicy {
 	// vLLM serves /metrics on its API port: a scraper needs the same port.
-	return ingressPolicy(ep, vllmName(ep), roleVLLM, "vllm", networkingv1.NetworkPolicyIngressRule{
+	rules := []networkingv1.NetworkPolicyIngressRule{{
 		Ports: []networkingv1.NetworkPolicyPort{tcpPort(vllmPort)},
 		From:  metricsReaders(ep, opts),
-	})
+	}}
+	if inferencePoolMode(ep) {
+		rules = append(rules, networkingv1.NetworkPolicyIngressRule{
+			Ports: []networkingv1.NetworkPolicyPort{tcpPort(vllmPort)},
+			From:  copyPeers(ep.Spec.NetworkPolicy.RouterFrom),
+		})
+	}
+	return ingressPolicy(ep, vllmName(ep), roleVLLM, "vllm", rules...)
 }
 
 // metricsReaders are the endpoint's routers, the monitoring peers and the
@@ -75,14 +86,15 @@ func ingressPolicy(ep *v1alpha1.LLMEndpoint, name, role, app string, rules ...ne
 	}
 }
 
-// buildRouterNetworkPolicy opens the routers' client port to
+// buildRouterNetworkPolicy opens the routers' client port (the picker's
+// port in mode InferencePool, where the clients are the Gateway's proxies) to
 // spec.networkPolicy.routerFrom (anyone when empty) and to the routers
 // themselves, their metrics port to the routers, the monitoring peers and
 // the operator's scraper, and their pick port to the endpoint's routers
 // only (the elected picker answers its siblings there).
 func buildRouterNetworkPolicy(ep *v1alpha1.LLMEndpoint, opts Options) *networkingv1.NetworkPolicy {
 	clients := networkingv1.NetworkPolicyIngressRule{
-		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerHTTPPort)},
+		Ports: []networkingv1.NetworkPolicyPort{tcpPort(routerFrontPort(ep))},
 		// No peers lets every source in, as a LoadBalancer or NodePort
 		// Service needs.
 		From: copyPeers(ep.Spec.NetworkPolicy.RouterFrom),

@@ -94,9 +94,9 @@ func (w *wantedObjects) has(key appliedKey) bool {
 // prune deletes the objects the endpoint controls that this reconcile did
 // not apply. It must run only after every phase succeeded: a phase that
 // stopped at an error did not record the objects after it.
-func (r *LLMEndpointReconciler) prune(ctx context.Context, ep *v1alpha1.LLMEndpoint, wanted *wantedObjects) error {
+func (r *LLMEndpointReconciler) prune(ctx context.Context, ep *v1alpha1.LLMEndpoint, wanted *wantedObjects, kinds []ownedKind) error {
 	var errs []error
-	for _, k := range ownedKinds {
+	for _, k := range kinds {
 		list := k.newList()
 		if err := r.List(ctx, list, client.InNamespace(ep.Namespace), client.MatchingLabels{LabelEndpoint: ep.Name}); err != nil {
 			errs = append(errs, fmt.Errorf("list %s: %w", k.gvk.Kind, err))

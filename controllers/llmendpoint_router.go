@@ -54,8 +54,12 @@ func servicePort(ep *v1alpha1.LLMEndpoint) int32 {
 	return ptr.Deref(ep.Spec.Router.Port, defaultServicePort)
 }
 
-// endpointURL is the in-cluster URL of the client-facing Service.
+// endpointURL is the in-cluster URL of the client-facing Service; empty in
+// mode InferencePool, which has none.
 func endpointURL(ep *v1alpha1.LLMEndpoint) string {
+	if inferencePoolMode(ep) {
+		return ""
+	}
 	url := "http://" + routerServiceName(ep) + "." + ep.Namespace + ".svc"
 	if p := servicePort(ep); p != 80 {
 		url += ":" + strconv.Itoa(int(p))
@@ -133,19 +137,18 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	}
 	tenancyArgs, tenancyVolumes, tenancyMounts, tenancyEnv := routerTenancy(ep)
 	pickArgs, pickVolume, pickMount := routerPicker(ep)
+	frontArgs, frontPort := routerFrontDoor(ep)
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
-		Args: append([]string{
-			"--config-dir=" + routerConfigDir,
-			"--listen=:" + strconv.Itoa(routerHTTPPort),
-			"--metrics-listen=:" + strconv.Itoa(routerMetricsPort),
-			"--configmap=" + ep.Namespace + "/" + routingConfigMapName(ep),
-			"--drain-delay=" + strconv.Itoa(routerDrainSeconds) + "s",
-			"--shutdown-timeout=" + strconv.Itoa(routerShutdownSeconds) + "s",
-		}, append(pickArgs, tenancyArgs...)...),
+		Args: append(append(append([]string{"--config-dir=" + routerConfigDir}, frontArgs...),
+			"--metrics-listen=:"+strconv.Itoa(routerMetricsPort),
+			"--configmap="+ep.Namespace+"/"+routingConfigMapName(ep),
+			"--drain-delay="+strconv.Itoa(routerDrainSeconds)+"s",
+			"--shutdown-timeout="+strconv.Itoa(routerShutdownSeconds)+"s",
+		), append(pickArgs, tenancyArgs...)...),
 		Ports: []corev1.ContainerPort{
-			{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP},
+			frontPort,
 			{Name: "metrics", ContainerPort: routerMetricsPort, Protocol: corev1.ProtocolTCP},
 			{Name: "pick", ContainerPort: routerPickPort, Protocol: corev1.ProtocolTCP},
 		},
@@ -205,9 +208,34 @@ func routerEnv(res corev1.ResourceRequirements) []corev1.EnvVar {
 	return append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(limit.Value()/10*9, 10)})
 }
 
+// routerFrontDoor is what the routers serve their clients: in mode
+// Standalone the proxy on the http port; in mode InferencePool the
+// Endpoint Picker Protocol on the epp port, and no proxy (--listen empty),
+// since the Gateway sends requests to the instances itself.
+func routerFrontDoor(ep *v1alpha1.LLMEndpoint) ([]string, corev1.ContainerPort) {
+	if inferencePoolMode(ep) {
+		return []string{"--listen=", "--epp-listen=:" + strconv.Itoa(routerEPPPort)},
+			corev1.ContainerPort{Name: "epp", ContainerPort: routerEPPPort, Protocol: corev1.ProtocolTCP}
+	}
+	return []string{"--listen=:" + strconv.Itoa(routerHTTPPort)},
+		corev1.ContainerPort{Name: "http", ContainerPort: routerHTTPPort, Protocol: corev1.ProtocolTCP}
+}
+
+// routerFrontPort is the port routerFrontDoor serves clients on.
+func routerFrontPort(ep *v1alpha1.LLMEndpoint) int {
+	if inferencePoolMode(ep) {
+		return routerEPPPort
+	}
+	return routerHTTPPort
+}
+
 // buildRouterService is the client-facing Service; its URL is
-// status.endpoint.
+// status.endpoint. In mode InferencePool the picker Service stands in its
+// place.
 func buildRouterService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
+	if inferencePoolMode(ep) {
+		return buildPickerService(ep)
+	}
 	svcType := ep.Spec.Router.ServiceType
 	if svcType == "" {
 		svcType = corev1.ServiceTypeClusterIP

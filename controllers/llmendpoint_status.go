@@ -51,6 +51,9 @@ type observed struct {
 	// with LoRA (see llmendpoint_admission.go); its Type is empty when it
 	// could not be read, which keeps the previous one.
 	loraAgentConfined metav1.Condition
+	// inferencePool is the InferencePoolReady condition; its Type is empty
+	// in mode Standalone, which removes it.
+	inferencePool metav1.Condition
 	// err is what went wrong in this reconcile.
 	err error
 }
@@ -65,7 +68,7 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 		// observed here: keep it, or each reconcile would erase it.
 		Load:              ep.Status.Load,
 		Selector:          labels.SelectorFromSet(selectorLabels(ep, roleVLLM)).String(),
-		Endpoint:          endpointURL(ep),
+		Endpoint:          endpointURL(ep), // empty in mode InferencePool: clients call the Gateway
 		RoutingConfigHash: obs.routingHash,
 		Conditions:        slices.Clone(ep.Status.Conditions),
 	}
@@ -92,6 +95,11 @@ func buildStatus(ep *v1alpha1.LLMEndpoint, obs observed) v1alpha1.LLMEndpointSta
 		conds = append(conds, adaptersCondition(obs.placements, loraCapacity(ep), int(st.ReadyReplicas)))
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdaptersReady)
+	}
+	if obs.inferencePool.Type != "" {
+		conds = append(conds, obs.inferencePool)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionInferencePoolReady)
 	}
 	switch {
 	case !loraEnabled(ep):
@@ -243,13 +251,14 @@ func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.L
 		if (c.Type == v1alpha1.ConditionAvailable && c.Status == metav1.ConditionFalse) ||
 			(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) ||
 			c.Reason == v1alpha1.ReasonAdapterLoadFailed || shortOfRoom ||
-			c.Reason == v1alpha1.ReasonAdmissionPolicyMissing {
+			c.Reason == v1alpha1.ReasonAdmissionPolicyMissing || c.Reason == v1alpha1.ReasonInferencePoolCRDMissing ||
+			c.Reason == v1alpha1.ReasonInferencePoolFailed {
 			eventType = corev1.EventTypeWarning
 		}
-		// A missing admission policy or adapters left without room are
-		// news from the first reconcile on.
+		// A missing admission policy or InferencePool API, or adapters
+		// left without room, are news from the first reconcile on.
 		if old == nil && !shortOfRoom && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) &&
-			c.Reason != v1alpha1.ReasonAdmissionPolicyMissing {
+			c.Reason != v1alpha1.ReasonAdmissionPolicyMissing && c.Reason != v1alpha1.ReasonInferencePoolCRDMissing {
 			continue // a new endpoint starting up is not news
 		}
 		r.Recorder.Eventf(ep, nil, eventType, c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)

@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/inferencepool"
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
@@ -75,6 +76,7 @@ var (
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(testScheme))
 	utilruntime.Must(v1alpha1.AddToScheme(testScheme))
+	utilruntime.Must(inferencepool.AddToScheme(testScheme))
 }
 
 func TestControllers(t *testing.T) {
@@ -153,7 +155,9 @@ func startOperator(ctx context.Context, cfg *rest.Config) (*writeCounter, *recon
 	mgr, err := newTestManager(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	w := &writeCounter{Client: mgr.GetClient(), byNamespace: map[string]int{}}
-	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions, Heat: suiteHeat}
+	// The InferencePool API is looked for every second while missing, so the
+	// spec that installs it need not wait the production 30 s.
+	r := &LLMEndpointReconciler{Client: w, Options: suiteOptions, Heat: suiteHeat, inferencePoolRecheck: time.Second}
 	counted := &reconcileCounter{Reconciler: r, byName: map[types.NamespacedName]int{}}
 	Expect(r.setup(mgr, 2, counted)).To(Succeed())
 	go func() {

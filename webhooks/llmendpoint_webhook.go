@@ -231,6 +231,7 @@ func validateSpec(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 	errs = append(errs, validateResources(e.Spec.Model.Resources, spec.Child("model", "resources"))...)
 	errs = append(errs, validateResources(e.Spec.Router.Resources, spec.Child("router", "resources"))...)
 	errs = append(errs, validateTrustedHeader(e)...)
+	errs = append(errs, validateInferencePoolAuth(e)...)
 	return errs
 }
 
@@ -313,6 +314,7 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 		}
 	}
 	w = append(w, trustedHeaderWarnings(e)...)
+	w = append(w, inferencePoolWarnings(e)...)
 	return append(w, exposureWarnings(e)...)
 }
 

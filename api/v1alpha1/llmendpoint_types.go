@@ -422,7 +422,25 @@ type S3Source struct {
 }
 
 // RouterSpec configures the router Deployment and the client-facing Service.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.inferencePool) || (has(self.mode) && self.mode == 'InferencePool')",message="spec.router.inferencePool applies only to spec.router.mode InferencePool",fieldPath=".inferencePool"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'InferencePool' || !has(self.serviceType) || self.serviceType == 'ClusterIP'",message="spec.router.serviceType must be ClusterIP with spec.router.mode InferencePool: the Gateway is the endpoint's front door, and the routers serve only the picker protocol to it",fieldPath=".serviceType"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode != 'InferencePool' || !has(self.auth) || !has(self.inferencePool) || !has(self.inferencePool.failureMode) || self.inferencePool.failureMode != 'FailOpen'",message="spec.router.inferencePool.failureMode must be FailClose with spec.router.auth: with FailOpen the Gateway sends requests past the picker, unauthenticated",fieldPath=".inferencePool.failureMode"
 type RouterSpec struct {
+	// mode is how clients reach the endpoint: Standalone (the default: the
+	// routers are the front door, behind the endpoint's Service) or
+	// InferencePool (a Gateway API Inference Extension Gateway is the front
+	// door; the operator creates an InferencePool whose endpoint picker is
+	// the routers, which then serve only the Endpoint Picker Protocol).
+	// serviceType and port apply to Standalone only.
+	// +kubebuilder:default=Standalone
+	// +optional
+	Mode RouterMode `json:"mode,omitempty"`
+
+	// inferencePool configures the InferencePool of mode InferencePool.
+	// +optional
+	InferencePool *InferencePoolOptions `json:"inferencePool,omitempty"`
+
 	// replicas is the number of router instances; they share the routing
 	// configuration and agree on placement. The operator uses 2 when unset.
 	// +kubebuilder:validation:Minimum=1
@@ -446,13 +464,15 @@ type RouterSpec struct {
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// serviceType is the type of the client-facing Service: ClusterIP,
-	// NodePort or LoadBalancer. Defaults to ClusterIP.
+	// NodePort or LoadBalancer. Defaults to ClusterIP. Mode InferencePool
+	// has no client-facing Service: it must be ClusterIP there.
 	// +kubebuilder:default=ClusterIP
 	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
 	// +optional
 	ServiceType corev1.ServiceType `json:"serviceType,omitempty"`
 
-	// port is the client-facing Service's port. Defaults to 80.
+	// port is the client-facing Service's port. Defaults to 80. Unused in
+	// mode InferencePool.
 	// +kubebuilder:default=80
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
@@ -485,6 +505,12 @@ const (
 	// to its own pod's state annotation; False (AdmissionPolicyMissing)
 	// when it or its binding is not installed.
 	ConditionLoRAAgentConfined = "LoRAAgentConfined"
+	// ConditionInferencePoolReady is True, in spec.router.mode
+	// InferencePool, when the endpoint's InferencePool is applied; False
+	// (InferencePoolCRDMissing) when the API server does not serve
+	// inference.networking.k8s.io/v1 InferencePools. Absent in mode
+	// Standalone.
+	ConditionInferencePoolReady = "InferencePoolReady"
 )
 
 // Condition reasons of an LLMEndpoint.
@@ -503,6 +529,10 @@ const (
 	ReasonAdaptersLoaded    = "AdaptersLoaded"
 	ReasonAdaptersLoading   = "AdaptersLoading"
 	ReasonAdapterLoadFailed = "AdapterLoadFailed"
+	// Reasons of InferencePoolReady.
+	ReasonInferencePoolApplied    = "InferencePoolApplied"
+	ReasonInferencePoolCRDMissing = "InferencePoolCRDMissing"
+	ReasonInferencePoolFailed     = "InferencePoolApplyFailed"
 	// ReasonInsufficientAdapterCapacity: the ready instances cannot hold
 	// every adapter once (more adapters than instances × adapters per
 	// instance); the ones left out are listed in the message and marked

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
+	"github.com/warmroute/warmroute/internal/inferencepool"
 	"github.com/warmroute/warmroute/test/freeport"
 	"github.com/warmroute/warmroute/test/localcluster"
 	"github.com/warmroute/warmroute/test/process"
@@ -132,6 +133,9 @@ func Start(ctx context.Context, o Options) (e *Env, err error) {
 		return nil, err
 	}
 	if err := servingv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := inferencepool.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	if e.Client, err = client.New(e.Cluster.Config, client.Options{Scheme: scheme}); err != nil {

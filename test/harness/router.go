@@ -24,7 +24,11 @@ type Router struct {
 	URL, MetricsURL string
 	// PickAddr is the pick API's address (host:port), for a router pod
 	// the operator renders with --pick-listen.
-	PickAddr  string
+	PickAddr string
+	// EPPAddr is the Endpoint Picker Protocol's address (host:port), for
+	// a router pod rendered with --epp-listen (mode InferencePool); URL is
+	// then empty when the pod runs the picker only.
+	EPPAddr   string
 	Proc      *process.Process
 	ConfigDir string
 	name      string

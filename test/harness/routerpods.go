@@ -94,7 +94,10 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 			}
 			r.ConfigDir = dir
 			a = "--config-dir=" + dir
-		case "listen", "metrics-listen", "pick-listen":
+		case "listen", "metrics-listen", "pick-listen", "epp-listen":
+			if value == "" { // --listen= : the picker only, no proxy
+				break
+			}
 			// ":8080" means every address of the pod: here, its IP.
 			host, port, err := net.SplitHostPort(value)
 			if err != nil {
@@ -109,6 +112,8 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 				r.URL = "http://" + addr
 			case "metrics-listen":
 				r.MetricsURL = "http://" + addr
+			case "epp-listen":
+				r.EPPAddr = addr
 			default:
 				r.PickAddr = addr
 			}
@@ -139,8 +144,8 @@ func (e *Env) routerForPod(ctx context.Context, pod *corev1.Pod, extra []string)
 		}
 		args = append(args, a)
 	}
-	if r.URL == "" || r.MetricsURL == "" || r.ConfigDir == "" {
-		return nil, fmt.Errorf("pod %s: router args %v lack --listen, --metrics-listen or --config-dir", pod.Name, c.Args)
+	if (r.URL == "" && r.EPPAddr == "") || r.MetricsURL == "" || r.ConfigDir == "" {
+		return nil, fmt.Errorf("pod %s: router args %v lack --listen (or --epp-listen), --metrics-listen or --config-dir", pod.Name, c.Args)
 	}
 	r.args = append(append(args, e.localRouterFlags()...), extra...)
 	env, err := containerEnv(pod, c)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,10 +19,26 @@ import (
 // service's gRPC health (the protocol itself is tested in router/epp), and
 // shuts it down with the rest.
 func TestEPPListener(t *testing.T) {
+	t.Run("beside the proxy", func(t *testing.T) { testEPPListener(t, false) })
+	// An InferencePool's picker (the operator's mode InferencePool).
+	t.Run("picker only", func(t *testing.T) { testEPPListener(t, true) })
+}
+
+func testEPPListener(t *testing.T, pickerOnly bool) {
 	backend := httptest.NewServer(http.NotFoundHandler())
 	defer backend.Close()
 	addr := freeAddr(t)
-	_, cancel, done := startRouter(t, backend.URL, logr.Discard(), "--epp-listen", addr, "--drain-delay", "0")
+	args := []string{"--epp-listen", addr, "--drain-delay", "0"}
+	proxyAddr := freeAddr(t)
+	if pickerOnly {
+		args = append(args, "--listen=")
+	} else {
+		args = append(args, "--listen", proxyAddr)
+	}
+	_, cancel, done := startRouter(t, backend.URL, logr.Discard(), args...)
+	if _, err := net.Dial("tcp", proxyAddr); (err == nil) == pickerOnly {
+		t.Errorf("picker only %v: dial the proxy address: %v", pickerOnly, err)
+	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

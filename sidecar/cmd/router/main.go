@@ -55,7 +55,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.configFile, "config-file", "", "routing document file, instead of --config-dir")
 	fs.StringVar(&f.configMap, "configmap", "", "namespace/name of the routing ConfigMap, read through the Kubernetes API as well (changes apply in about a second)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
-	fs.StringVar(&f.listen, "listen", ":8080", "traffic address")
+	fs.StringVar(&f.listen, "listen", ":8080", "traffic address (\"\": no proxy, picker only: needs --epp-listen)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
 	fs.StringVar(&f.eppListen, "epp-listen", "", "address of the Endpoint Picker Protocol (Envoy ext_proc v3 gRPC, with gRPC health) for a Gateway's InferencePool (\"\": not served)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
@@ -90,6 +90,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if f.configDir != "" && f.configFile != "" {
 		return nil, errors.New("--config-dir and --config-file are exclusive")
+	}
+	if f.listen == "" && f.eppListen == "" {
+		return nil, errors.New("--listen and --epp-listen are both empty: serve the proxy, the Endpoint Picker Protocol, or both")
 	}
 	if s := policy.Strategy(f.strategyOverride); s != "" {
 		if err := policy.ValidStrategy(s, true); err != nil {
@@ -202,10 +205,18 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	admin.Handle("GET /metrics", m.Handler())
 	r.HealthRoutes(admin)
 	conns := newUnusedConns()
-	traffic := listenerServer(f.listen, f, r.Handler(), log)
+	var servers []*http.Server
+	// Picker only (a Gateway's InferencePool sends requests to the
+	// instances itself): no proxy listener. The traffic server goes first:
+	// shutdownServers reports its drain.
+	if f.listen != "" {
+		traffic := listenerServer(f.listen, f, r.Handler(), log)
+		traffic.ConnState = conns.track
+		servers = append(servers, traffic)
+	}
 	adminSrv := listenerServer(f.metricsListen, f, admin, log)
-	traffic.ConnState, adminSrv.ConnState = conns.track, conns.track
-	servers := []*http.Server{traffic, adminSrv}
+	adminSrv.ConnState = conns.track
+	servers = append(servers, adminSrv)
 	if pick := pickServer(f, r, log); pick != nil {
 		servers = append(servers, pick)
 	}

@@ -34,6 +34,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{}, false},
 		{[]string{"--config-dir", "a", "--config-file", "b"}, false},
 		{[]string{"--config-dir", "a", "--strategy-override", "FASTEST"}, false},
+		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002"}, true}, // picker only
+		{[]string{"--config-dir", "a", "--listen="}, false},                         // serves nothing
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091", "--pick-key-file", "/k", "--pod-name", "r0"}, true},
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091"}, false}, // no key
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1", "--pick-key-file", "/k"}, false},

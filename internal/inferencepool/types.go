@@ -1,0 +1,155 @@
+/*
+Copyright 2026 The warmroute Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package inferencepool holds the few Go types of the Gateway API
+// Inference Extension's InferencePool (inference.networking.k8s.io/v1,
+// release v1.0) that the operator writes. The Go module proxy does not
+// serve sigs.k8s.io/gateway-api-inference-extension, so they are written
+// here against its published CRD: field names, requiredness and defaults
+// as there. Status is left out: the Gateway writes it, the operator never
+// reads it, and server-side apply leaves fields it does not send alone.
+package inferencepool
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the InferencePool's API group and version.
+var GroupVersion = schema.GroupVersion{Group: "inference.networking.k8s.io", Version: "v1"}
+
+// Kind is the InferencePool's kind.
+const Kind = "InferencePool"
+
+// GroupKind is the InferencePool's group and kind, for the RESTMapper.
+var GroupKind = GroupVersion.WithKind(Kind).GroupKind()
+
+// DefaultPickerPort is the port a Gateway assumes for an endpoint picker
+// Service, and what the Inference Extension's own picker listens on.
+const DefaultPickerPort = 9002
+
+// AddToScheme registers InferencePool and InferencePoolList.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &InferencePool{}, &InferencePoolList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
+
+// InferencePool is a group of model server pods a Gateway routes to,
+// asking an endpoint picker which one serves each request.
+type InferencePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              Spec `json:"spec"`
+}
+
+// InferencePoolList is a list of InferencePools.
+type InferencePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []InferencePool `json:"items"`
+}
+
+// Spec is the pool's spec; every field is required.
+type Spec struct {
+	// Selector selects the member pods (same namespace, matchLabels only).
+	Selector LabelSelector `json:"selector"`
+	// TargetPorts are the members' ports: exactly one.
+	TargetPorts []Port `json:"targetPorts"`
+	// EndpointPickerRef is the picker the Gateway calls.
+	EndpointPickerRef EndpointPickerRef `json:"endpointPickerRef"`
+}
+
+// LabelSelector is the pool's selector: matchLabels only.
+type LabelSelector struct {
+	MatchLabels map[string]string `json:"matchLabels"`
+}
+
+// Port is a port number (1-65535).
+type Port struct {
+	Number int32 `json:"number"`
+}
+
+// EndpointPickerRef names the picker: a Service (kind defaults to
+// Service, group to core), its port (required for a Service: the Service
+// port, not the target port) and the failure mode (FailClose or FailOpen,
+// default FailClose).
+type EndpointPickerRef struct {
+	Group       *string `json:"group,omitempty"`
+	Kind        string  `json:"kind,omitempty"`
+	Name        string  `json:"name"`
+	Port        *Port   `json:"port,omitempty"`
+	FailureMode string  `json:"failureMode,omitempty"`
+}
+
+// DeepCopyInto copies p into out.
+func (p *InferencePool) DeepCopyInto(out *InferencePool) {
+	*out = *p
+	out.TypeMeta = p.TypeMeta
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	p.Spec.deepCopyInto(&out.Spec)
+}
+
+// DeepCopy copies p.
+func (p *InferencePool) DeepCopy() *InferencePool {
+	if p == nil {
+		return nil
+	}
+	out := new(InferencePool)
+	p.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject copies p as a runtime.Object.
+func (p *InferencePool) DeepCopyObject() runtime.Object { return p.DeepCopy() }
+
+// DeepCopyObject copies l as a runtime.Object.
+func (l *InferencePoolList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &InferencePoolList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]InferencePool, len(l.Items))
+		for i := range l.Items {
+			l.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+	return out
+}
+
+func (s *Spec) deepCopyInto(out *Spec) {
+	*out = *s
+	if s.Selector.MatchLabels != nil {
+		out.Selector.MatchLabels = make(map[string]string, len(s.Selector.MatchLabels))
+		for k, v := range s.Selector.MatchLabels {
+			out.Selector.MatchLabels[k] = v
+		}
+	}
+	if s.TargetPorts != nil {
+		out.TargetPorts = append([]Port(nil), s.TargetPorts...)
+	}
+	if g := s.EndpointPickerRef.Group; g != nil {
+		v := *g
+		out.EndpointPickerRef.Group = &v
+	}
+	if p := s.EndpointPickerRef.Port; p != nil {
+		v := *p
+		out.EndpointPickerRef.Port = &v
+	}
+}
