@@ -75,6 +75,10 @@ type Config struct {
 	// ScaleEvents is the workload replayed while the fleet scales out and
 	// in (scale.go); nil skips it.
 	ScaleEvents *WorkloadSpec
+	// EPPGateways are the counts of gateways run per workload through
+	// the Endpoint Picker Protocol, one router serving it (see EPPRun);
+	// empty runs none.
+	EPPGateways []int
 	// SkipExtras runs only the workloads × strategies and the replica
 	// counts: no hot-prefix, restart, remap, decision, proxy or upload
 	// measurements (quick experiments; the report leaves them out).
@@ -133,6 +137,8 @@ type Report struct {
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
+	// EPP are the runs through the Endpoint Picker Protocol.
+	EPP []EPPRun
 	// BaselineRevision is Config.Baseline resolved; Before and
 	// BeforeReplicas are its PREFIX_AWARE runs, BeforeProxy its proxy
 	// overhead, DecisionBench the decision benchmark of both revisions.
@@ -220,6 +226,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Before = append(rep.Before, r)
 		}
 		if err := cfg.measureReplicas(ctx, rep, spec, w); err != nil {
+			return nil, err
+		}
+		if err := cfg.measureEPP(ctx, rep, spec, w); err != nil {
 			return nil, err
 		}
 		o, err := cfg.oracle(ctx, w)

@@ -263,7 +263,10 @@ func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
 	}
 	c.log("%s: %d requests, threshold across router replicas", spec.Name, len(w.Requests))
 	// Only the counts above one have targets here.
-	return c.replicaCounts(ctx, rep, *spec, w, 1)
+	if err := c.replicaCounts(ctx, rep, *spec, w, 1); err != nil {
+		return err
+	}
+	return c.measureEPP(ctx, rep, *spec, w)
 }
 
 // buildExtra generates the workload of a measurement beside the strategy

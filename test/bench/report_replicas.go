@@ -56,6 +56,12 @@ func (r *Report) runsOf(w string, n int) (reference, bool) {
 			ref.placedAgreed += x.PlacedAgreed
 		}
 	}
+	return ref.summed(p90s)
+}
+
+// summed sets the medians and the p90 range from the runs' figures;
+// false when there were no runs.
+func (ref reference) summed(p90s []float64) (reference, bool) {
 	if len(ref.hits) == 0 {
 		return reference{}, false
 	}
@@ -123,7 +129,8 @@ func (r *Report) loadTargets() []Target {
 		}
 	}
 	out = append(out, r.coldRemapTargets()...)
-	return append(out, r.replicaTargets()...)
+	out = append(out, r.replicaTargets()...)
+	return append(out, r.eppTargets()...)
 }
 
 // coldRemapTargets compare a restarted router replica's remapping with a

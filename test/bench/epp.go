@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/test/freeport"
+	"github.com/warmroute/warmroute/test/workload"
+)
+
+// EPPRun is one workload replayed through the Endpoint Picker Protocol:
+// Gateways gateways calling one PREFIX_AWARE router's ext_proc service
+// (--epp-listen) and forwarding each request to the simulator it chose.
+type EPPRun struct {
+	RunResult
+	Gateways int
+	// Placed requests got an endpoint from the picker; AddedP50, AddedP90
+	// and AddedP99 are the picker's added time per placed request (wall
+	// time, not scaled): from the gateway sending the body's last chunk
+	// to its receiving the destination.
+	Placed                       int
+	AddedP50, AddedP90, AddedP99 time.Duration
+	// MaxInFlight is the most requests running or waiting on one
+	// instance, on MaxInstance (as ReplicaRun's).
+	MaxInFlight int
+	MaxInstance string
+	// LeftInFlight is the router's in-flight count over all instances
+	// once every response has ended: 0 when the response phases ended
+	// every request's accounting.
+	LeftInFlight float64
+}
+
+// gatewayURL is the base URL the driver sends to; the gateway sends each
+// request on to the simulator the picker chose.
+const gatewayURL = "http://epp-gateway"
+
+// measureEPP replays w through the protocol with each count of gateways.
+func (c *Config) measureEPP(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
+	for _, n := range c.EPPGateways {
+		r, err := c.runEPP(ctx, spec, w, n)
+		if err != nil {
+			return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
+		}
+		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+			fmt.Sprintf("EPP × %d gateways", n), 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90,
+			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+		rep.EPP = append(rep.EPP, r)
+	}
+	return nil
+}
+
+// runEPP replays w through n gateways in front of one router serving the
+// protocol, on fresh simulators.
+func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workload, n int) (EPPRun, error) {
+	dir := filepath.Join(c.WorkDir, spec.Name, fmt.Sprintf("epp-%d", n))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return EPPRun{}, err
+	}
+	addr, err := freeport.Loopback(1)
+	if err != nil {
+		return EPPRun{}, err
+	}
+	sims, err := c.startSims(c.Instances, spec.TimeScale)
+	if err != nil {
+		return EPPRun{}, err
+	}
+	f := &fleet{sims: sims, bin: c.router}
+	defer f.stop()
+	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, "--epp-listen", addr[0]); err != nil {
+		return EPPRun{}, err
+	}
+	// The protocol's listener is announced after the proxy's and the
+	// metrics'.
+	name := "router-" + strings.ToLower(string(policy.PrefixAware))
+	if _, err := waitListening(ctx, filepath.Join(dir, name+".log"), f.router, 3); err != nil {
+		return EPPRun{}, err
+	}
+	g, err := dialGateways(addr[0], n)
+	if err != nil {
+		return EPPRun{}, err
+	}
+	defer g.close()
+	before := workload.FleetStatsOf(f.sims...)
+	start := time.Now()
+	results, err := workload.Run(ctx, gatewayURL, w.Requests, workload.Options{
+		TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: &http.Client{Transport: g},
+	})
+	if err != nil {
+		return EPPRun{}, err
+	}
+	res, err := c.result(ctx, spec, policy.PrefixAware, f.sims, before, results, time.Since(start), f.metricsURL)
+	if err != nil {
+		return EPPRun{}, err
+	}
+	added := g.addedTimes()
+	r := EPPRun{RunResult: res, Gateways: n, Placed: len(added),
+		AddedP50: quantile(added, 0.5), AddedP90: quantile(added, 0.9), AddedP99: quantile(added, 0.99)}
+	for i, s := range f.sims {
+		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
+			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
+		}
+	}
+	left, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_in_flight_requests", "backend")
+	if err != nil {
+		return EPPRun{}, err
+	}
+	for _, v := range left {
+		r.LeftInFlight += v
+	}
+	return r, nil
+}
