@@ -47,8 +47,8 @@ func (c *Config) measureEPP(ctx context.Context, rep *Report, spec WorkloadSpec,
 		if err != nil {
 			return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
 		}
-		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
-			fmt.Sprintf("EPP × %d gateways", n), 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90,
+		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+			fmt.Sprintf("EPP × %d gateways", n), 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
 			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 		rep.EPP = append(rep.EPP, r)
 	}
