@@ -12,10 +12,11 @@ import (
 // one-replica runs, the same configuration, compared by their medians.
 func (r *Report) standalone(w string) (reference, bool) {
 	var ref reference
-	var p90s []float64
+	var p90s, client []float64
 	add := func(x RunResult) {
 		ref.hits = append(ref.hits, x.HitRate)
 		p90s = append(p90s, x.Summary.EngineTTFT.P90)
+		client = append(client, x.Summary.TTFT.P90)
 	}
 	if x, ok := r.run(w, policy.PrefixAware); ok {
 		add(x)
@@ -25,7 +26,11 @@ func (r *Report) standalone(w string) (reference, bool) {
 			add(x.RunResult)
 		}
 	}
-	return ref.summed(p90s)
+	ref, ok := ref.summed(p90s)
+	if ok {
+		ref.clientP90 = median(client)
+	}
+	return ref, ok
 }
 
 // eppTargets check each run through the protocol against the standalone
@@ -57,18 +62,18 @@ func (r *Report) eppMarkdown(b *strings.Builder) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## Through the Endpoint Picker Protocol\n\n")
-	p("The same workloads through a Gateway API gateway's data plane instead of the router's proxy: one PREFIX_AWARE router binary serving the Endpoint Picker Protocol (`--epp-listen`, Envoy ext_proc v3, `FULL_DUPLEX_STREAMED`), and in the load generator *gateways* that act as Envoy does, with go-control-plane's ext_proc client, one gRPC connection each, requests taken in turn (`test/bench/gateway.go`): the request headers, the body in %d KiB chunks with end of stream on the last; the endpoint read from `x-gateway-destination-endpoint` (checked against the `envoy.lb` metadata), the header mutation applied and the body the picker streams back sent to that simulator; then the response headers, each response body chunk as the simulator sends it and the trailers through the stream, so the picker's accounting of each request ends with its response. Fresh simulators and router for every run. *Standalone* is the median of this run's one-router PREFIX_AWARE runs (the strategy table's and the replica section's). *Picker added* is wall time per placed request, from the gateway's sending the body's last chunk to its receiving the destination (decision, the protocol's messages and the gRPC hops on loopback, on the shared CPUs). *Left in flight* is the router's `in_flight_requests` summed once every response had ended.\n\n", gatewayChunk>>10)
-	p("| workload | gateways | hit rate | standalone | TTFT p50 | p90 | standalone p90 | p90 vs standalone | picker added p50 | p90 | p99 | most in flight | left in flight | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("The same workloads through a Gateway API gateway's data plane instead of the router's proxy: one PREFIX_AWARE router binary serving the Endpoint Picker Protocol (`--epp-listen`, Envoy ext_proc v3, `FULL_DUPLEX_STREAMED`), and in the load generator *gateways* that act as Envoy does, with go-control-plane's ext_proc client, one gRPC connection each, requests taken in turn (`test/bench/gateway.go`): the request headers, the body in %d KiB chunks with end of stream on the last; the endpoint read from `x-gateway-destination-endpoint` (checked against the `envoy.lb` metadata), the header mutation applied and the body the picker streams back sent to that simulator; then the response headers, each response body chunk as the simulator sends it and the trailers through the stream, so the picker's accounting of each request ends with its response. Fresh simulators and router for every run. *Standalone* is the median of this run's one-router PREFIX_AWARE runs (the strategy table's and the replica section's). *Picker added* is wall time per placed request, from the gateway's sending the body's last chunk to its receiving the destination (decision, the protocol's messages and the gRPC hops on loopback, on the shared CPUs). *Client p90* is the load generator's TTFT through the gateway (or the standalone router), host delays multiplied by 1/time scale: it carries the cost of the response's chunks passing through the picker. *Left in flight* is the router's `in_flight_requests` summed once every response had ended.\n\n", gatewayChunk>>10)
+	p("| workload | gateways | hit rate | standalone | TTFT p50 | p90 | standalone p90 | p90 vs standalone | client p90 | standalone client p90 | picker added p50 | p90 | p99 | most in flight | left in flight | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.EPP {
 		ref, ok := r.standalone(x.Workload)
-		hit, p90, vs := "", "", ""
+		hit, p90, vs, client := "", "", "", ""
 		if ok {
-			hit, p90 = fmt.Sprintf("%.1f %%", 100*ref.hit), secs(ref.p90)
+			hit, p90, client = fmt.Sprintf("%.1f %%", 100*ref.hit), secs(ref.p90), secs(ref.clientP90)
 			vs = fmt.Sprintf("%+.1f %%", 100*(ratio(x.Summary.EngineTTFT.P90, ref.p90)-1))
 		}
 		e := x.Summary.EngineTTFT
-		p("| %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %s | %d | %g | %s | %d |\n",
-			x.Workload, x.Gateways, 100*x.HitRate, hit, secs(e.P50), secs(e.P90), p90, vs,
+		p("| %s | %d | %.1f %% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %g | %s | %d |\n",
+			x.Workload, x.Gateways, 100*x.HitRate, hit, secs(e.P50), secs(e.P90), p90, vs, secs(x.Summary.TTFT.P90), client,
 			micros(x.AddedP50), micros(x.AddedP90), micros(x.AddedP99), x.MaxInFlight, x.LeftInFlight, spills(x.RunResult), x.Summary.Failures)
 	}
 }

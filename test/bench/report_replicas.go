@@ -37,6 +37,7 @@ type reference struct {
 	hits                          []float64 // each run's, in run order
 	hit, p90                      float64
 	p90Low, p90High               float64
+	clientP90                     float64 // set by standalone only
 	samples, agreed, placedAgreed int
 }
 
