@@ -259,3 +259,34 @@ func histogramCount(t *testing.T, f *fixture) uint64 {
 	t.Fatal("no decision_duration_seconds")
 	return 0
 }
+
+// TestRequestTrailers: a request whose trailers end it (its last body
+// chunk does not) is placed at the trailers, and the body goes back
+// without ending the stream, which the trailers end.
+func TestRequestTrailers(t *testing.T) {
+	f := newFixture(t, 2, proxy.Options{})
+	_, stream := f.partial(context.Background(), t, chat("hello"), false)
+	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{Trailers: &corev3.HeaderMap{}}}}))
+	resp, err := stream.Recv()
+	must(t, err)
+	if resp.GetRequestHeaders() == nil {
+		t.Fatalf("not placed: %v", resp)
+	}
+	var sent []byte
+	for {
+		resp, err := stream.Recv()
+		must(t, err)
+		if resp.GetRequestTrailers() != nil {
+			break
+		}
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil || sr.GetEndOfStream() {
+			t.Fatalf("body piece %v: want one that does not end the stream", resp)
+		}
+		sent = append(sent, sr.GetBody()...)
+	}
+	if string(sent) != string(chat("hello")) {
+		t.Fatalf("body sent back %s", sent)
+	}
+}

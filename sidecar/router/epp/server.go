@@ -170,14 +170,14 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		x.readHeaders(m.RequestHeaders.GetHeaders())
 		x.subset = subsetHint(req.GetMetadataContext())
 		if m.RequestHeaders.GetEndOfStream() {
-			return x.decide(true)
+			return x.decide(noBody)
 		}
 		return false, nil // answered with the body, once it is whole
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(m.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if x.decided == nil {
-			if done, err := x.decide(false); done || err != nil {
+			if done, err := x.decide(trailersFollow); done || err != nil {
 				return done, err
 			}
 		}
@@ -261,14 +261,23 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	}
 	x.body = append(x.body, chunk...)
 	if b.GetEndOfStream() {
-		return x.decide(false)
+		return x.decide(bodyEnds)
 	}
 	return false, nil
 }
 
+// How the request's body ends, which says how the body sent back ends.
+type bodyEnd int
+
+const (
+	noBody         bodyEnd = iota // the headers ended the request
+	bodyEnds                      // a body chunk ended it
+	trailersFollow                // trailers end it: the body sent back must not
+)
+
 // decide places the request and answers the request headers with the
 // endpoint, then sends the body on (unless the request has none).
-func (x *exchange) decide(noBody bool) (bool, error) {
+func (x *exchange) decide(end bodyEnd) (bool, error) {
 	d, refused := x.s.router.Decide(x.stream.Context(), x.method, x.path, x.header, x.body)
 	if refused != nil {
 		return true, x.immediate(refused)
@@ -283,7 +292,7 @@ func (x *exchange) decide(noBody bool) (bool, error) {
 	for _, p := range d.Body {
 		n += len(p)
 	}
-	if !noBody {
+	if end != noBody {
 		// The salt may have changed the body's length.
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
@@ -299,13 +308,13 @@ func (x *exchange) decide(noBody bool) (bool, error) {
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}}},
 		DynamicMetadata: md,
-	}); err != nil || noBody {
+	}); err != nil || end == noBody {
 		return err != nil, err
 	}
 	pieces := chunked(d.Body)
 	for i, p := range pieces {
 		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-			RequestBody: streamed(p, i == len(pieces)-1)}}); err != nil {
+			RequestBody: streamed(p, end == bodyEnds && i == len(pieces)-1)}}); err != nil {
 			return true, err
 		}
 	}
