@@ -79,6 +79,10 @@ type Config struct {
 	// the Endpoint Picker Protocol, one router serving it (see EPPRun);
 	// empty runs none.
 	EPPGateways []int
+	// EPPRuns is how many times each workload runs through each count of
+	// gateways [1]; the targets compare the median of these runs with the
+	// median of the standalone runs.
+	EPPRuns int
 	// SkipExtras runs only the workloads × strategies and the replica
 	// counts: no hot-prefix, restart, remap, decision, proxy or upload
 	// measurements (quick experiments; the report leaves them out).

@@ -20,6 +20,9 @@ import (
 type EPPRun struct {
 	RunResult
 	Gateways int
+	// Repeat numbers the runs of one workload through one count of
+	// gateways from 0 (see Config.EPPRuns).
+	Repeat int
 	// Placed requests got an endpoint from the picker; AddedP50, AddedP90
 	// and AddedP99 are the picker's added time per placed request (wall
 	// time, not scaled): from the gateway sending the body's last chunk
@@ -43,14 +46,21 @@ const gatewayURL = "http://epp-gateway"
 // measureEPP replays w through the protocol with each count of gateways.
 func (c *Config) measureEPP(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
 	for _, n := range c.EPPGateways {
-		r, err := c.runEPP(ctx, spec, w, n)
-		if err != nil {
-			return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
+		for i := range max(c.EPPRuns, 1) {
+			r, err := c.runEPP(ctx, spec, w, n)
+			if err != nil {
+				return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
+			}
+			r.Repeat = i
+			label := "EPP × " + gateways(n)
+			if i > 0 {
+				label += fmt.Sprintf(" (run %d)", i+1)
+			}
+			c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+				label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
+				micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+			rep.EPP = append(rep.EPP, r)
 		}
-		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
-			fmt.Sprintf("EPP × %d gateways", n), 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
-			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
-		rep.EPP = append(rep.EPP, r)
 	}
 	return nil
 }
