@@ -11,6 +11,7 @@ import (
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/freeport"
+	"github.com/warmroute/warmroute/test/promscrape"
 	"github.com/warmroute/warmroute/test/workload"
 )
 
@@ -33,6 +34,10 @@ type EPPRun struct {
 	// instance, on MaxInstance (as ReplicaRun's).
 	MaxInFlight int
 	MaxInstance string
+	// DecisionMean is the router's own mean decision time over the run
+	// (decision_duration_seconds: extraction, salt and pick), the part of
+	// the added time that is not the protocol's transport.
+	DecisionMean time.Duration
 	// LeftInFlight is the router's in-flight count over all instances
 	// once every response has ended: 0 when the response phases ended
 	// every request's accounting.
@@ -56,9 +61,9 @@ func (c *Config) measureEPP(ctx context.Context, rep *Report, spec WorkloadSpec,
 			if i > 0 {
 				label += fmt.Sprintf(" (run %d)", i+1)
 			}
-			c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+			c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed; decision mean %s)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
 				label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
-				micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+				micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, micros(r.DecisionMean), r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
 			rep.EPP = append(rep.EPP, r)
 		}
 	}
@@ -116,12 +121,15 @@ func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workl
 			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
 		}
 	}
-	left, err := scrapeCounter(ctx, f.metricsURL+"/metrics", "warmroute_router_in_flight_requests", "backend")
+	families, err := promscrape.Families(ctx, http.DefaultClient, f.metricsURL+"/metrics")
 	if err != nil {
 		return EPPRun{}, err
 	}
-	for _, v := range left {
-		r.LeftInFlight += v
+	r.LeftInFlight = promscrape.Sum(families["warmroute_router_in_flight_requests"], nil)
+	for _, m := range families["warmroute_router_decision_duration_seconds"].GetMetric() {
+		if h := m.GetHistogram(); h.GetSampleCount() > 0 {
+			r.DecisionMean = time.Duration(h.GetSampleSum() / float64(h.GetSampleCount()) * float64(time.Second))
+		}
 	}
 	return r, nil
 }

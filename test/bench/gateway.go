@@ -34,10 +34,10 @@ const gatewayChunk = 16 << 10
 // body in chunks, end of stream on the last, reads the endpoint the
 // picker chose (x-gateway-destination-endpoint, checked against the
 // envoy.lb metadata), applies the header mutation and sends the body
-// streamed back to that simulator, then passes the response headers,
-// every body chunk as the simulator sends it and the trailers (or an
-// empty end of stream) through the stream, handing the driver what the
-// picker sends back. The picker's accounting of the request ends with
+// streamed back to that simulator, then passes the response headers and,
+// in full duplex, every body chunk as the simulator sends it and the
+// trailers (or an empty end of stream) through the stream, handing the
+// driver what the picker sends back. The picker's accounting of the request ends with
 // the response, as behind Envoy.
 //
 // It forwards once the whole body has come back rather than as it
@@ -165,11 +165,11 @@ func (g *gateway) exchange(ctx context.Context, cancel context.CancelFunc, req *
 	if err != nil {
 		return nil, err
 	}
-	if err := roundTripMsg(stream, responseHeaders(resp), nil); err != nil {
+	if err := roundTripMsg(stream, responseHeaders(resp)); err != nil {
 		_ = resp.Body.Close()
 		return nil, err
 	}
-	resp.Body = &gatewayBody{up: resp.Body, resp: resp, stream: stream, cancel: cancel, buf: make([]byte, 32<<10)}
+	resp.Body = newGatewayBody(resp, stream, cancel)
 	return resp, nil
 }
 
@@ -240,81 +240,90 @@ func immediateResponse(req *http.Request, im *extprocv3.ImmediateResponse) *http
 		Body: io.NopCloser(bytes.NewReader(im.GetBody())), ContentLength: int64(len(im.GetBody()))}
 }
 
-// roundTripMsg sends one response-phase message and reads the picker's
-// answer to it, appending any body it streams back to out.
-func roundTripMsg(stream extprocv3.ExternalProcessor_ProcessClient, m *extprocv3.ProcessingRequest, out *[]byte) error {
+// roundTripMsg sends the response headers and waits for the picker's
+// answer before the response goes on, as the headers' SEND mode does.
+func roundTripMsg(stream extprocv3.ExternalProcessor_ProcessClient, m *extprocv3.ProcessingRequest) error {
 	if err := stream.Send(m); err != nil {
 		return err
 	}
-	answer, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if out != nil {
-		*out = append(*out, answer.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
-	}
-	return nil
+	_, err := stream.Recv()
+	return err
 }
 
 // gatewayBody passes the simulator's response through the picker's
-// stream as the driver reads it.
+// stream in full duplex, as FULL_DUPLEX_STREAMED does: pump sends each
+// chunk as the simulator sends it, without waiting for the answers, then
+// the trailers (or an empty end of stream) and closes its side; Read
+// hands the driver the body the picker streams back, to the stream's end.
 type gatewayBody struct {
 	up     io.ReadCloser
 	resp   *http.Response // its Trailer fills in at the body's end
 	stream extprocv3.ExternalProcessor_ProcessClient
 	cancel context.CancelFunc
-	buf    []byte
 	out    []byte // what the picker sent back, not yet read
-	done   bool   // the response's end went through
+	pumped chan struct{}
+	err    error // pump's, read after pumped closes
 }
 
-func (b *gatewayBody) Read(p []byte) (int, error) {
-	for len(b.out) == 0 {
-		if b.done {
-			return 0, io.EOF
-		}
-		n, err := b.up.Read(b.buf)
+func newGatewayBody(resp *http.Response, stream extprocv3.ExternalProcessor_ProcessClient, cancel context.CancelFunc) *gatewayBody {
+	b := &gatewayBody{up: resp.Body, resp: resp, stream: stream, cancel: cancel, pumped: make(chan struct{})}
+	go b.pump()
+	return b
+}
+
+func (b *gatewayBody) pump() {
+	defer close(b.pumped)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := b.up.Read(buf)
 		if n > 0 {
-			chunk := append([]byte(nil), b.buf[:n]...)
-			if err := roundTripMsg(b.stream, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
-				ResponseBody: &extprocv3.HttpBody{Body: chunk}}}, &b.out); err != nil {
-				return 0, err
+			if b.err = b.stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: append([]byte(nil), buf[:n]...)}}}); b.err != nil {
+				return
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			if err := b.end(); err != nil {
-				return 0, err
-			}
-		} else if err != nil {
-			return 0, err
+			break
+		}
+		if err != nil {
+			// The response broke off: the gateway resets the stream.
+			b.err = err
+			b.cancel()
+			return
 		}
 	}
-	n := copy(p, b.out)
-	b.out = b.out[n:]
-	return n, nil
-}
-
-// end sends the response's end: its trailers when it has some (then the
-// last body chunk did not end the stream), else an empty last chunk;
-// then closes the stream.
-func (b *gatewayBody) end() error {
+	// With trailers the last body chunk did not end the stream; they do.
 	last := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 		ResponseBody: &extprocv3.HttpBody{EndOfStream: true}}}
 	if len(b.resp.Trailer) > 0 {
 		last = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
 			ResponseTrailers: &extprocv3.HttpTrailers{Trailers: &corev3.HeaderMap{Headers: headerList(b.resp.Trailer)}}}}
 	}
-	if err := roundTripMsg(b.stream, last, &b.out); err != nil {
-		return err
+	if b.err = b.stream.Send(last); b.err == nil {
+		b.err = b.stream.CloseSend()
 	}
-	b.done = true
-	if err := b.stream.CloseSend(); err != nil {
-		return err
+}
+
+func (b *gatewayBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		answer, err := b.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// The picker ended the stream once the response's end went
+			// through; the trailers are in resp.Trailer by then.
+			<-b.pumped
+			if b.err != nil {
+				return 0, b.err
+			}
+			return 0, io.EOF
+		}
+		if err != nil {
+			return 0, err
+		}
+		b.out = append(b.out, answer.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
 	}
-	if _, err := b.stream.Recv(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("picker stream did not end after the response: %v", err)
-	}
-	return nil
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
 }
 
 func (b *gatewayBody) Close() error {
