@@ -1,6 +1,8 @@
 // Package bench is warmroute's benchmark: it replays workloads through the
 // real router binary in front of simulated vLLM instances, once per routing
-// strategy and for a SageMaker-style baseline, computes the pooled-cache
+// strategy and for a SageMaker-style baseline, through router replicas and
+// through the Endpoint Picker Protocol (gateways playing Envoy in front of
+// the router's ext_proc service), computes the pooled-cache
 // oracle offline from the same request streams, measures remapping on scale
 // and the router's own costs, and renders docs/benchmarks.md with plots.
 //

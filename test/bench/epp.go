@@ -48,24 +48,42 @@ type EPPRun struct {
 // request on to the simulator the picker chose.
 const gatewayURL = "http://epp-gateway"
 
-// measureEPP replays w through the protocol with each count of gateways.
+// measureEPP runs what is still missing of w's runs through the protocol:
+// EPPRuns per count of gateways. The first rounds run between the
+// one-replica runs (replicaCounts), so that a change in the shared
+// machine's load falls on the protocol and the standalone router alike.
 func (c *Config) measureEPP(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload) error {
-	for _, n := range c.EPPGateways {
-		for i := range max(c.EPPRuns, 1) {
-			r, err := c.runEPP(ctx, spec, w, n)
-			if err != nil {
-				return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
-			}
-			r.Repeat = i
-			label := "EPP × " + gateways(n)
-			if i > 0 {
-				label += fmt.Sprintf(" (run %d)", i+1)
-			}
-			c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed; decision mean %s)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
-				label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
-				micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, micros(r.DecisionMean), r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
-			rep.EPP = append(rep.EPP, r)
+	for round := range max(c.EPPRuns, 1) {
+		if err := c.eppRound(ctx, rep, spec, w, round); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// eppRound runs w's round-th run through each count of gateways, where
+// not run yet.
+func (c *Config) eppRound(ctx context.Context, rep *Report, spec WorkloadSpec, w workload.Workload, round int) error {
+	if round >= max(c.EPPRuns, 1) {
+		return nil
+	}
+	for _, n := range c.EPPGateways {
+		if _, ok := rep.eppRun(spec.Name, n, round); ok {
+			continue
+		}
+		r, err := c.runEPP(ctx, spec, w, n)
+		if err != nil {
+			return fmt.Errorf("%s through the endpoint picker protocol, %d gateways: %w", spec.Name, n, err)
+		}
+		r.Repeat = round
+		label := "EPP × " + gateways(n)
+		if round > 0 {
+			label += fmt.Sprintf(" (run %d)", round+1)
+		}
+		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed; decision mean %s)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+			label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
+			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, micros(r.DecisionMean), r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+		rep.EPP = append(rep.EPP, r)
 	}
 	return nil
 }

@@ -230,6 +230,11 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 			c.logReplicas(label, r)
 			rep.Replicas = append(rep.Replicas, r)
 			p90s = append(p90s, r.Summary.EngineTTFT.P90)
+			if n == 1 {
+				if err := c.eppRound(ctx, rep, spec, w, i); err != nil {
+					return err
+				}
+			}
 		}
 		if n == 1 && runs > 1 && spread(p90s) > c.Replicas.RepeatSpread {
 			repeat = runs

@@ -55,6 +55,16 @@ func (r *Report) eppTargets() []Target {
 	return out
 }
 
+// eppRun is the round-th run of workload w through n gateways.
+func (r *Report) eppRun(w string, n, round int) (EPPRun, bool) {
+	for _, x := range r.EPP {
+		if x.Workload == w && x.Gateways == n && x.Repeat == round {
+			return x, true
+		}
+	}
+	return EPPRun{}, false
+}
+
 // eppRuns sums up the runs of workload w through n gateways.
 func (r *Report) eppRuns(w string, n int) (reference, bool) {
 	var ref reference
@@ -75,7 +85,7 @@ func (r *Report) eppMarkdown(b *strings.Builder) {
 	}
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## Through the Endpoint Picker Protocol\n\n")
-	p("The same workloads through a Gateway API gateway's data plane instead of the router's proxy: one PREFIX_AWARE router binary serving the Endpoint Picker Protocol (`--epp-listen`, Envoy ext_proc v3, `FULL_DUPLEX_STREAMED`), and in the load generator *gateways* that act as Envoy does, with go-control-plane's ext_proc client, one gRPC connection each, requests taken in turn (`test/bench/gateway.go`): the request headers, the body in %d KiB chunks with end of stream on the last; the endpoint read from `x-gateway-destination-endpoint` (checked against the `envoy.lb` metadata), the header mutation applied and the body the picker streams back sent to that simulator; then the response headers, each response body chunk as the simulator sends it and the trailers through the stream, so the picker's accounting of each request ends with its response. Fresh simulators and router for every run. *Standalone* is the median of this run's one-router PREFIX_AWARE runs (the strategy table's and the replica section's); where a workload ran several times through the protocol (`-epp-runs`), the targets compare the median of those runs with it, since one run's hit rate moves by a point or two from the next one's. *Picker added* is wall time per placed request, from the gateway's sending the body's last chunk to its receiving the destination (decision, the protocol's messages and the gRPC hops on loopback, on the shared CPUs); *decision mean* is the router's own `decision_duration_seconds` over the run, the part of it that is the decision. *Client p90* is the load generator's TTFT through the gateway (or the standalone router), host delays multiplied by 1/time scale: it carries the cost of the response's chunks passing through the picker. *Left in flight* is the router's `in_flight_requests` summed once every response had ended.\n\n", gatewayChunk>>10)
+	p("The same workloads through a Gateway API gateway's data plane instead of the router's proxy: one PREFIX_AWARE router binary serving the Endpoint Picker Protocol (`--epp-listen`, Envoy ext_proc v3, `FULL_DUPLEX_STREAMED`), and in the load generator *gateways* that act as Envoy does, with go-control-plane's ext_proc client, one gRPC connection each, requests taken in turn (`test/bench/gateway.go`): the request headers, the body in %d KiB chunks with end of stream on the last; the endpoint read from `x-gateway-destination-endpoint` (checked against the `envoy.lb` metadata), the header mutation applied and the body the picker streams back sent to that simulator; then the response headers, each response body chunk as the simulator sends it and the trailers through the stream, so the picker's accounting of each request ends with its response. Fresh simulators and router for every run; the runs through the protocol alternate with the replica section's one-router runs, so that a change in the shared machine's load falls on both alike. *Standalone* is the median of this run's one-router PREFIX_AWARE runs (the strategy table's and the replica section's); where a workload ran several times through the protocol (`-epp-runs`), the targets compare the median of those runs with it, since one run's hit rate moves by a point or two from the next one's. *Picker added* is wall time per placed request, from the gateway's sending the body's last chunk to its receiving the destination (decision, the protocol's messages and the gRPC hops on loopback, on the shared CPUs); *decision mean* is the router's own `decision_duration_seconds` over the run, the part of it that is the decision. *Client p90* is the load generator's TTFT through the gateway (or the standalone router), host delays multiplied by 1/time scale: it carries the cost of the response's chunks passing through the picker. *Left in flight* is the router's `in_flight_requests` summed once every response had ended.\n\n", gatewayChunk>>10)
 	p("| workload | gateways | hit rate | standalone | TTFT p50 | p90 | standalone p90 | p90 vs standalone | client p90 | standalone client p90 | picker added p50 | p90 | p99 | decision mean | most in flight | left in flight | spills | failures |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.EPP {
 		ref, ok := r.standalone(x.Workload)
