@@ -122,6 +122,17 @@ type RunResult struct {
 	// (concurrency_threshold, all_busy, unhealthy).
 	SpillReasons map[string]int64
 	Wall         time.Duration
+	// RouterCPU is the CPU time (user + system) the router processes used
+	// over the run, start-up included, summed over replicas.
+	RouterCPU time.Duration
+}
+
+// CPUPerRequest is the routers' CPU time per request of the run.
+func (r RunResult) CPUPerRequest() time.Duration {
+	if r.Summary.Requests == 0 {
+		return 0
+	}
+	return r.RouterCPU / time.Duration(r.Summary.Requests)
 }
 
 // Report is everything a benchmark measured.
@@ -294,8 +305,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func (c *Config) logRun(label string, r RunResult) {
-	c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  (%s)",
-		label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+	c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
+		label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
 }
 
 // revision describes the checkout, or "unknown" outside git.
@@ -366,7 +377,12 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	if err != nil {
 		return RunResult{}, err
 	}
-	return c.result(ctx, spec, strategy, f.sims, before, results, time.Since(start), f.metricsURL)
+	r, err := c.result(ctx, spec, strategy, f.sims, before, results, time.Since(start), f.metricsURL)
+	if err != nil {
+		return r, err
+	}
+	r.RouterCPU, err = routerCPU(f.router.Pid())
+	return r, err
 }
 
 // result measures a finished run: the client's summary, the hit rate from

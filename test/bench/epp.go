@@ -80,9 +80,9 @@ func (c *Config) eppRound(ctx context.Context, rep *Report, spec WorkloadSpec, w
 		if round > 0 {
 			label += fmt.Sprintf(" (run %d)", round+1)
 		}
-		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed; decision mean %s)  max in flight %d, left %g  spills %.1f%%  failures %d  (%s)",
+		c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  picker added p50 %s p90 %s p99 %s (%d placed; decision mean %s)  max in flight %d, left %g  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
 			label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90,
-			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, micros(r.DecisionMean), r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+			micros(r.AddedP50), micros(r.AddedP90), micros(r.AddedP99), r.Placed, micros(r.DecisionMean), r.MaxInFlight, r.LeftInFlight, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
 		rep.EPP = append(rep.EPP, r)
 	}
 	return nil
@@ -138,6 +138,9 @@ func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workl
 		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
 			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
 		}
+	}
+	if r.RouterCPU, err = routerCPU(f.router.Pid()); err != nil {
+		return EPPRun{}, err
 	}
 	families, err := promscrape.Families(ctx, http.DefaultClient, f.metricsURL+"/metrics")
 	if err != nil {

@@ -33,11 +33,13 @@ var agreementWorkloads = []string{workload.NameSupportBot, workload.NameRAG}
 // measured: the medians that are compared, the range of p90, and the
 // agreement pooled over the runs.
 type reference struct {
-	runs                          int
-	hits                          []float64 // each run's, in run order
-	hit, p90                      float64
-	p90Low, p90High               float64
-	clientP90                     float64 // set by standalone only
+	runs            int
+	hits            []float64 // each run's, in run order
+	hit, p90        float64
+	p90Low, p90High float64
+	// clientP90 and cpu (router CPU seconds per request): medians, set
+	// by standalone only.
+	clientP90, cpu                float64
 	samples, agreed, placedAgreed int
 }
 
