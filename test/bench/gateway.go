@@ -37,8 +37,8 @@ const gatewayChunk = 16 << 10
 // streamed back to that simulator, then passes the response headers and,
 // in full duplex, every body chunk as the simulator sends it and the
 // trailers (or an empty end of stream) through the stream, handing the
-// driver what the picker sends back. The picker's accounting of the request ends with
-// the response, as behind Envoy.
+// driver what the picker sends back. The picker's accounting of the
+// request ends with the response, as behind Envoy.
 //
 // It forwards once the whole body has come back rather than as it
 // comes: the picker sends it back at once, in the same moment.
