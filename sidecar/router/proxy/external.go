@@ -95,11 +95,10 @@ func (r *Router) Overloaded() *Refusal {
 }
 
 // Decide places a request given its method, path, headers and whole body.
-// The caller counts the request when it ends: Decided.Finish, or
-// CountUnplaced for a refusal.
 // Inference paths are read as the proxy reads them; any other request
 // (GET /v1/models, /health) carries no routing text and is placed by
-// load alone under the served model.
+// load alone under the served model. The caller counts the request when
+// it ends: Decided.Finish, or CountUnplaced for a refusal.
 func (r *Router) Decide(ctx context.Context, method, path string, h http.Header, body []byte) (*Decided, *Refusal) {
 	start := time.Now()
 	st := r.state.Load()
