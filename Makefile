@@ -125,7 +125,7 @@ BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 BENCH_BASELINE ?= aee5bda
 
 .PHONY: bench
-bench: ## Replay the workloads through the router per strategy and through 1-3 router replicas (about 50 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
+bench: ## Replay the workloads through the router per strategy, through 1-3 router replicas and through the Endpoint Picker Protocol (about 55 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
 	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -baseline "$(BENCH_BASELINE)" -command "make bench"
 
 ##@ Deployment

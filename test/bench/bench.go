@@ -1,6 +1,8 @@
 // Package bench is warmroute's benchmark: it replays workloads through the
 // real router binary in front of simulated vLLM instances, once per routing
-// strategy and for a SageMaker-style baseline, computes the pooled-cache
+// strategy and for a SageMaker-style baseline, through router replicas and
+// through the Endpoint Picker Protocol (gateways playing Envoy in front of
+// the router's ext_proc service), computes the pooled-cache
 // oracle offline from the same request streams, measures remapping on scale
 // and the router's own costs, and renders docs/benchmarks.md with plots.
 //
@@ -75,6 +77,14 @@ type Config struct {
 	// ScaleEvents is the workload replayed while the fleet scales out and
 	// in (scale.go); nil skips it.
 	ScaleEvents *WorkloadSpec
+	// EPPGateways are the counts of gateways run per workload through
+	// the Endpoint Picker Protocol, one router serving it (see EPPRun);
+	// empty runs none.
+	EPPGateways []int
+	// EPPRuns is how many times each workload runs through each count of
+	// gateways [1]; the targets compare the median of these runs with the
+	// median of the standalone runs.
+	EPPRuns int
 	// SkipExtras runs only the workloads × strategies and the replica
 	// counts: no hot-prefix, restart, remap, decision, proxy or upload
 	// measurements (quick experiments; the report leaves them out).
@@ -112,6 +122,17 @@ type RunResult struct {
 	// (concurrency_threshold, all_busy, unhealthy).
 	SpillReasons map[string]int64
 	Wall         time.Duration
+	// RouterCPU is the CPU time (user + system) the router processes used
+	// over the run, start-up included, summed over replicas.
+	RouterCPU time.Duration
+}
+
+// CPUPerRequest is the routers' CPU time per request of the run.
+func (r RunResult) CPUPerRequest() time.Duration {
+	if r.Summary.Requests == 0 {
+		return 0
+	}
+	return r.RouterCPU / time.Duration(r.Summary.Requests)
 }
 
 // Report is everything a benchmark measured.
@@ -133,6 +154,8 @@ type Report struct {
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
+	// EPP are the runs through the Endpoint Picker Protocol.
+	EPP []EPPRun
 	// BaselineRevision is Config.Baseline resolved; Before and
 	// BeforeReplicas are its PREFIX_AWARE runs, BeforeProxy its proxy
 	// overhead, DecisionBench the decision benchmark of both revisions.
@@ -222,6 +245,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := cfg.measureReplicas(ctx, rep, spec, w); err != nil {
 			return nil, err
 		}
+		if err := cfg.measureEPP(ctx, rep, spec, w); err != nil {
+			return nil, err
+		}
 		o, err := cfg.oracle(ctx, w)
 		if err != nil {
 			return nil, fmt.Errorf("%s oracle: %w", spec.Name, err)
@@ -279,8 +305,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 func (c *Config) logRun(label string, r RunResult) {
-	c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  (%s)",
-		label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+	c.log("  %-26s hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs (client %.3fs %.3fs)  share max/avg %.3f  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
+		label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Summary.TTFT.P50, r.Summary.TTFT.P90, r.Summary.ShareMaxAvg, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
 }
 
 // revision describes the checkout, or "unknown" outside git.
@@ -351,7 +377,12 @@ func (c *Config) runOne(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	if err != nil {
 		return RunResult{}, err
 	}
-	return c.result(ctx, spec, strategy, f.sims, before, results, time.Since(start), f.metricsURL)
+	r, err := c.result(ctx, spec, strategy, f.sims, before, results, time.Since(start), f.metricsURL)
+	if err != nil {
+		return r, err
+	}
+	r.RouterCPU, err = routerCPU(f.router.Pid())
+	return r, err
 }
 
 // result measures a finished run: the client's summary, the hit rate from

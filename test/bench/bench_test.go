@@ -25,6 +25,8 @@ import (
 //   - every replica run and the restart served every request, the
 //     replicas were peeked and answered, and the simulators' high-water
 //     mark saw the requests in flight;
+//   - every request through the Endpoint Picker Protocol was placed by the
+//     picker and served, and its accounting ended with its response;
 //   - the report renders, with its tables and every plot as a PNG.
 //
 // It asserts nothing about wall-clock figures.
@@ -71,6 +73,7 @@ func TestShortBenchmark(t *testing.T) {
 	}
 
 	checkReplicas(t, cfg, rep)
+	checkEPP(t, cfg, rep)
 
 	dir := t.TempDir()
 	if err := rep.Write(dir); err != nil {
@@ -80,7 +83,7 @@ func TestShortBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", cfg.Command} {
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", "## Through the Endpoint Picker Protocol", cfg.Command} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}
@@ -139,5 +142,32 @@ func checkReplicas(t *testing.T, cfg Config, rep *Report) {
 	}
 	if rs.Down <= 0 {
 		t.Errorf("restart: down for %s", rs.Down)
+	}
+}
+
+// checkEPP checks the runs through the Endpoint Picker Protocol: each
+// workload (and the hot prefix) ran through each count of gateways, every
+// request was placed by the picker and served, and every request's
+// accounting ended with its response.
+func checkEPP(t *testing.T, cfg Config, rep *Report) {
+	t.Helper()
+	if want := (len(cfg.Workloads) + 1) * len(cfg.EPPGateways); len(rep.EPP) != want {
+		t.Fatalf("%d runs through the protocol, want %d", len(rep.EPP), want)
+	}
+	for _, x := range rep.EPP {
+		switch {
+		case x.Summary.Failures != 0 || x.Summary.Requests == 0:
+			t.Errorf("%s through the protocol: %d of %d requests failed", x.Workload, x.Summary.Failures, x.Summary.Requests)
+		case x.Placed != x.Summary.Requests:
+			t.Errorf("%s through the protocol: %d of %d requests placed by the picker", x.Workload, x.Placed, x.Summary.Requests)
+		case x.LeftInFlight != 0:
+			t.Errorf("%s through the protocol: %v requests still in flight after every response ended", x.Workload, x.LeftInFlight)
+		case x.QueryTokens == 0 || x.AddedP50 <= 0:
+			t.Errorf("%s through the protocol: nothing measured (%d prompt tokens, added p50 %s)", x.Workload, x.QueryTokens, x.AddedP50)
+		case x.Workload == workload.NameHotPrefix && x.MaxInFlight > rep.Config.ConcurrencyThreshold+1:
+			// The bound of the replica targets for one router
+			// (concurrencyThreshold + replicas).
+			t.Errorf("hot prefix through the protocol: %d requests at once on one instance, over the threshold %d + 1", x.MaxInFlight, rep.Config.ConcurrencyThreshold)
+		}
 	}
 }

@@ -391,3 +391,41 @@ func peakRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
+
+// processCPU reads the CPU time (user + system) a process has used, from
+// /proc/<pid>/stat in clock ticks of 1/100 s (Linux's USER_HZ).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read router CPU time: %w", err)
+	}
+	// Fields after the command name, which is in parentheses and may
+	// hold spaces: state is the first, utime the 12th, stime the 13th.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// routerCPU is the CPU time the processes used, summed.
+func routerCPU(pids ...int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := processCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}

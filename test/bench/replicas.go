@@ -230,6 +230,11 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 			c.logReplicas(label, r)
 			rep.Replicas = append(rep.Replicas, r)
 			p90s = append(p90s, r.Summary.EngineTTFT.P90)
+			if n == 1 {
+				if err := c.eppRound(ctx, rep, spec, w, i); err != nil {
+					return err
+				}
+			}
 		}
 		if n == 1 && runs > 1 && spread(p90s) > c.Replicas.RepeatSpread {
 			repeat = runs
@@ -250,8 +255,8 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 }
 
 func (c *Config) logReplicas(label string, r ReplicaRun) {
-	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (placed %d, %d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  (%s)",
-		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PlacedAgreed, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, r.Wall.Round(time.Second))
+	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (placed %d, %d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
+		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PlacedAgreed, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
 }
 
 // measureHotPrefix runs the threshold workload with each count of replicas.
@@ -263,7 +268,10 @@ func (c *Config) measureHotPrefix(ctx context.Context, rep *Report) error {
 	}
 	c.log("%s: %d requests, threshold across router replicas", spec.Name, len(w.Requests))
 	// Only the counts above one have targets here.
-	return c.replicaCounts(ctx, rep, *spec, w, 1)
+	if err := c.replicaCounts(ctx, rep, *spec, w, 1); err != nil {
+		return err
+	}
+	return c.measureEPP(ctx, rep, *spec, w)
 }
 
 // buildExtra generates the workload of a measurement beside the strategy
@@ -302,6 +310,13 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 	}
 	res, err := c.result(ctx, spec, policy.PrefixAware, f.sims, before, results, time.Since(sp.start), f.metricsURLs()...)
 	if err != nil {
+		return ReplicaRun{}, err
+	}
+	var pids []int
+	for _, x := range f.replicas {
+		pids = append(pids, x.proc.Pid())
+	}
+	if res.RouterCPU, err = routerCPU(pids...); err != nil {
 		return ReplicaRun{}, err
 	}
 	r := ReplicaRun{RunResult: res, Replicas: n}

@@ -33,10 +33,13 @@ var agreementWorkloads = []string{workload.NameSupportBot, workload.NameRAG}
 // measured: the medians that are compared, the range of p90, and the
 // agreement pooled over the runs.
 type reference struct {
-	runs                          int
-	hits                          []float64 // each run's, in run order
-	hit, p90                      float64
-	p90Low, p90High               float64
+	runs            int
+	hits            []float64 // each run's, in run order
+	hit, p90        float64
+	p90Low, p90High float64
+	// clientP90 and cpu (router CPU seconds per request): medians, set
+	// by standalone only.
+	clientP90, cpu                float64
 	samples, agreed, placedAgreed int
 }
 
@@ -56,6 +59,12 @@ func (r *Report) runsOf(w string, n int) (reference, bool) {
 			ref.placedAgreed += x.PlacedAgreed
 		}
 	}
+	return ref.summed(p90s)
+}
+
+// summed sets the medians and the p90 range from the runs' figures;
+// false when there were no runs.
+func (ref reference) summed(p90s []float64) (reference, bool) {
 	if len(ref.hits) == 0 {
 		return reference{}, false
 	}
@@ -123,7 +132,8 @@ func (r *Report) loadTargets() []Target {
 		}
 	}
 	out = append(out, r.coldRemapTargets()...)
-	return append(out, r.replicaTargets()...)
+	out = append(out, r.replicaTargets()...)
+	return append(out, r.eppTargets()...)
 }
 
 // coldRemapTargets compare a restarted router replica's remapping with a

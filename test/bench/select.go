@@ -8,11 +8,12 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
-// Select narrows the configuration for a quick experiment: strategies and
-// replica counts are comma-separated lists ("" keeps the defaults, "none"
-// runs none), and extras false leaves out every measurement other than the
-// workloads' runs.
-func (c *Config) Select(strategies, replicas string, extras bool) error {
+// Select narrows the configuration for a quick experiment: strategies,
+// replica counts and gateway counts through the Endpoint Picker Protocol
+// are comma-separated lists ("" keeps the defaults, "none" runs none),
+// and extras false leaves out every measurement other than the workloads'
+// runs.
+func (c *Config) Select(strategies, replicas, eppGateways string, extras bool) error {
 	c.SkipExtras = !extras
 	if !extras {
 		c.Replicas.Restart = ""
@@ -29,17 +30,31 @@ func (c *Config) Select(strategies, replicas string, extras bool) error {
 			c.Strategies = append(c.Strategies, st)
 		}
 	}
+	var err error
 	if replicas != "" {
-		c.Replicas.Counts = []int{}
-		for _, s := range list(replicas) {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 {
-				return fmt.Errorf("-replicas: %q is not a replica count (1 or more)", s)
-			}
-			c.Replicas.Counts = append(c.Replicas.Counts, n)
+		if c.Replicas.Counts, err = counts("-replicas", "replica", replicas); err != nil {
+			return err
+		}
+	}
+	if eppGateways != "" {
+		if c.EPPGateways, err = counts("-epp", "gateway", eppGateways); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// counts parses a list of counts of 1 or more.
+func counts(flag, what, v string) ([]int, error) {
+	out := []int{}
+	for _, s := range list(v) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a %s count (1 or more)", flag, s, what)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // list splits a comma-separated flag value; "none" is the empty list.

@@ -60,6 +60,7 @@ func Full(tracePath string, seed uint64) Config {
 		ScaleEvents: &WorkloadSpec{Name: NameScaleEvents, TimeScale: 0.15,
 			Description: "the rag workload for 300 s (3,600 requests, Poisson 12/s) while the fleet goes from 4 to 6 instances at 120 s and back to 4 at 210 s",
 			Build:       func() (workload.Workload, error) { return workload.RAG(scale), nil }},
+		EPPGateways: []int{1},
 		Replicas: ReplicaConfig{
 			Counts:        []int{1, 2, 3},
 			ReferenceRuns: 3,
@@ -104,6 +105,7 @@ func Short(seed uint64) Config {
 				Description: fmt.Sprintf("%d conversations × %d turns behind one %d-token system prompt", sb.Users, sb.Turns, sb.SystemTokens),
 				Build:       func() (workload.Workload, error) { return workload.SupportBot(sb), nil }},
 		},
+		EPPGateways: []int{2},
 		Replicas: ReplicaConfig{
 			Counts:          []int{1, 2},
 			Workloads:       []string{workload.NameSupportBot},

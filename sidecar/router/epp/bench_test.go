@@ -54,3 +54,25 @@ func BenchmarkDecide(b *testing.B) {
 		d.Done()
 	}
 }
+
+// BenchmarkResponseChunk is the cost of one response body chunk through
+// the protocol, a streamed token's: sent by the gateway, answered by the
+// picker with the same bytes, on one open stream.
+func BenchmarkResponseChunk(b *testing.B) {
+	f := newFixture(b, 1, proxy.Options{})
+	_, stream := f.partial(context.Background(), b, chat("hello"), true)
+	if _, err := stream.Recv(); err != nil {
+		b.Fatal(err)
+	}
+	bodySentBack(b, stream)
+	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" token"}}]}` + "\n\n")
+	m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: chunk}}}
+	for b.Loop() {
+		if err := stream.Send(m); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

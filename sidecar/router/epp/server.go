@@ -97,6 +97,10 @@ type exchange struct {
 	body    []byte
 	held    int64
 	decided *proxy.Decided
+	// began: request headers came; ended: the request is counted.
+	began, ended bool
+	// status is the response's :status, 0 before the response headers.
+	status int
 	// prefilled: the first response body chunk has passed.
 	prefilled bool
 }
@@ -105,7 +109,7 @@ type exchange struct {
 // request's accounting ends with it.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	x := &exchange{s: s, stream: stream, header: http.Header{}}
-	defer x.finish()
+	defer func() { x.finish(x.cut()) }()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
@@ -121,15 +125,40 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-// finish ends the request's accounting and gives back its body budget;
-// calling it again is harmless.
-func (x *exchange) finish() {
+// finish ends the request's accounting, gives back its body budget and
+// counts it under outcome; calling it again is harmless.
+func (x *exchange) finish(outcome string) {
 	x.s.router.Release(x.held)
 	x.held = 0
-	if x.decided != nil {
-		x.decided.Done()
+	switch {
+	case x.decided != nil:
+		x.decided.Finish(outcome)
 		x.decided = nil
+	case x.began && !x.ended:
+		x.s.router.CountUnplaced(outcome)
 	}
+	x.ended = true
+}
+
+// cut is the outcome of a stream that ends before the response did: the
+// gateway (the picker's client) left before the answer began, or during
+// the response, which the protocol does not say who cut.
+func (x *exchange) cut() string {
+	if x.status == 0 {
+		return "canceled"
+	}
+	return "client_disconnect"
+}
+
+// outcome is a finished response's outcome, by its status class.
+func (x *exchange) outcome() string {
+	switch {
+	case x.status < 300:
+		return "2xx"
+	case x.status < 500:
+		return "4xx"
+	}
+	return "5xx"
 }
 
 // handle answers one message; done once an immediate response has ended
@@ -137,26 +166,28 @@ func (x *exchange) finish() {
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	switch m := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		x.began = true
 		x.readHeaders(m.RequestHeaders.GetHeaders())
 		x.subset = subsetHint(req.GetMetadataContext())
 		if m.RequestHeaders.GetEndOfStream() {
-			return x.decide(true)
+			return x.decide(noBody)
 		}
 		return false, nil // answered with the body, once it is whole
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(m.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		if x.decided == nil {
-			if done, err := x.decide(false); done || err != nil {
+			if done, err := x.decide(trailersFollow); done || err != nil {
 				return done, err
 			}
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		x.status = responseStatus(m.ResponseHeaders.GetHeaders())
 		x.served(req.GetMetadataContext())
 		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
-			x.finish()
+			x.finish(x.outcome())
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
@@ -167,16 +198,33 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			x.decided.Prefilled()
 		}
 		if b.GetEndOfStream() {
-			x.finish()
+			x.finish(x.outcome())
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		x.finish()
+		x.finish(x.outcome())
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
 	return false, nil
+}
+
+// responseStatus is the response's :status; 200 when the gateway sent
+// none (the protocol always carries it).
+func responseStatus(hm *corev3.HeaderMap) int {
+	for _, h := range hm.GetHeaders() {
+		if h.GetKey() == ":status" {
+			v := h.GetValue()
+			if len(h.GetRawValue()) > 0 {
+				v = string(h.GetRawValue())
+			}
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return http.StatusOK
 }
 
 func (x *exchange) readHeaders(hm *corev3.HeaderMap) {
@@ -213,14 +261,23 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	}
 	x.body = append(x.body, chunk...)
 	if b.GetEndOfStream() {
-		return x.decide(false)
+		return x.decide(bodyEnds)
 	}
 	return false, nil
 }
 
+// How the request's body ends, which says how the body sent back ends.
+type bodyEnd int
+
+const (
+	noBody         bodyEnd = iota // the headers ended the request
+	bodyEnds                      // a body chunk ended it
+	trailersFollow                // trailers end it: the body sent back must not
+)
+
 // decide places the request and answers the request headers with the
 // endpoint, then sends the body on (unless the request has none).
-func (x *exchange) decide(noBody bool) (bool, error) {
+func (x *exchange) decide(end bodyEnd) (bool, error) {
 	d, refused := x.s.router.Decide(x.stream.Context(), x.method, x.path, x.header, x.body)
 	if refused != nil {
 		return true, x.immediate(refused)
@@ -235,7 +292,7 @@ func (x *exchange) decide(noBody bool) (bool, error) {
 	for _, p := range d.Body {
 		n += len(p)
 	}
-	if !noBody {
+	if end != noBody {
 		// The salt may have changed the body's length.
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
@@ -251,21 +308,46 @@ func (x *exchange) decide(noBody bool) (bool, error) {
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}}},
 		DynamicMetadata: md,
-	}); err != nil || noBody {
+	}); err != nil || end == noBody {
 		return err != nil, err
 	}
-	for i, p := range d.Body {
+	pieces := chunked(d.Body)
+	for i, p := range pieces {
 		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-			RequestBody: streamed(p, i == len(d.Body)-1)}}); err != nil {
+			RequestBody: streamed(p, end == bodyEnds && i == len(pieces)-1)}}); err != nil {
 			return true, err
 		}
 	}
-	if len(d.Body) == 0 {
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-			RequestBody: streamed(nil, true)}})
-	}
-	x.body = nil
+	// The body is the gateway's now: its budget is free for other
+	// requests while this one's response runs.
+	x.body, d.Body = nil, nil
+	x.s.router.Release(x.held)
+	x.held = 0
 	return false, nil
+}
+
+// maxChunk bounds each body piece sent back. The protocol recommends at
+// most 64 KiB a piece: a gateway's gRPC client may refuse larger messages
+// (gRPC's Go client refuses over 4 MiB by default).
+const maxChunk = 64 << 10
+
+// chunked splits the body's pieces into pieces of at most maxChunk; an
+// empty body is one empty piece, which ends the stream.
+func chunked(body [][]byte) [][]byte {
+	var out [][]byte
+	for _, p := range body {
+		for len(p) > maxChunk {
+			out = append(out, p[:maxChunk])
+			p = p[maxChunk:]
+		}
+		if len(p) > 0 {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		out = [][]byte{nil}
+	}
+	return out
 }
 
 // inSubset moves the decision along its fallback order to the first
@@ -322,7 +404,15 @@ func noEndpoint() *proxy.Refusal {
 		Body: []byte(`{"error":{"message":"no endpoint of the gateway's subset can serve this request","type":"service_unavailable","param":null,"code":"no_instance"}}`)}
 }
 
+// immediate answers the request in the picker's place and counts it
+// rejected, as the proxy counts its refusals.
 func (x *exchange) immediate(r *proxy.Refusal) error {
+	if x.decided != nil {
+		x.decided.Done()
+		x.decided = nil
+	}
+	x.status = r.Status
+	x.finish("rejected")
 	mut := &extprocv3.HeaderMutation{}
 	for k, vs := range r.Header {
 		for _, v := range vs {

@@ -180,7 +180,8 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	defer hr.Body.Close()
 	res.status = hr.StatusCode
 	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{}}}}))
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":status", RawValue: []byte(fmt.Sprint(hr.StatusCode))}}}}}}))
 	_, err = stream.Recv()
 	must(t, err)
 	out, err := io.ReadAll(hr.Body)

@@ -28,6 +28,34 @@ type Decided struct {
 	// Authorization replaces the client's Authorization header when it is
 	// not "" (see Options.UpstreamAPIKey).
 	Authorization string
+	router        *Router
+	strategy      string
+}
+
+// Finish ends the request (Ticket.Done) and counts it in
+// warmroute_router_requests_total under outcome (the proxy's: 2xx, 4xx,
+// 5xx, canceled, client_disconnect), on the instance it ended on.
+// Calling it again counts nothing more.
+func (d *Decided) Finish(outcome string) {
+	if d.router == nil {
+		return
+	}
+	id := d.Instance().ID
+	d.Done()
+	d.router.countRequest(id, d.strategy, outcome)
+	d.router = nil
+}
+
+// CountUnplaced counts a request that ended before it was placed in
+// warmroute_router_requests_total: outcome rejected for one answered with
+// a Refusal (as the proxy counts its refusals), canceled for one whose
+// client left first.
+func (r *Router) CountUnplaced(outcome string) {
+	strategy := ""
+	if st := r.state.Load(); st != nil {
+		strategy = string(st.strategy)
+	}
+	r.countRequest("", strategy, outcome)
 }
 
 // Refusal is the answer to a request the router will not place: status,
@@ -70,7 +98,8 @@ func (r *Router) Overloaded() *Refusal {
 // Decide places a request given its method, path, headers and whole body.
 // Inference paths are read as the proxy reads them; any other request
 // (GET /v1/models, /health) carries no routing text and is placed by
-// load alone under the served model.
+// load alone under the served model. The caller counts the request when
+// it ends: Decided.Finish, or CountUnplaced for a refusal.
 func (r *Router) Decide(ctx context.Context, method, path string, h http.Header, body []byte) (*Decided, *Refusal) {
 	start := time.Now()
 	st := r.state.Load()
@@ -81,7 +110,7 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	if bad != nil {
 		return nil, refusal(bad)
 	}
-	d := &Decided{Authorization: r.upstreamAuth}
+	d := &Decided{Authorization: r.upstreamAuth, router: r, strategy: string(st.strategy)}
 	kept := h.Clone()
 	r.opts.Auth.Strip(kept)
 	for k := range h {
@@ -97,7 +126,6 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 			d.Body, bad = r.saltedBody(body, x)
 		}
 		if bad != nil {
-			r.opts.Metrics.Requests.WithLabelValues("", string(st.strategy), "rejected").Inc()
 			return nil, refusal(bad)
 		}
 		// The key refers to the routing text until the pick is made.
@@ -119,6 +147,7 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		t.Done()
 		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
 	}
+	r.countChoice(t)
 	d.Ticket = t
 	return d, nil
 }

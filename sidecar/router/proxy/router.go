@@ -493,18 +493,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		r.reject(w, st.strategy, unpickable(err, x.Model))
 		return
 	}
-	if choice.Spill != policy.SpillNone {
-		r.opts.Metrics.Spills.WithLabelValues(choice.Spill).Inc()
-	}
-	if choice.ColdPlaced {
-		r.opts.Metrics.ColdPlacements.Inc()
-	}
-	if choice.Moved != policy.MoveNone {
-		r.opts.Metrics.KeyMoves.WithLabelValues(choice.Moved).Inc()
-	}
-	if choice.Strategy == policy.PrefixAware {
-		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
-	}
+	r.countChoice(choice)
 	rt := &route{router: r, choice: choice, body: pieces, start: start, stream: x.Stream}
 	for _, p := range pieces {
 		rt.bodyLen += int64(len(p))
@@ -524,11 +513,7 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route, st
 		final := rt.choice.Instance().ID
 		rt.choice.Done()
 		outcome := r.settle(req.Context(), rt, sw)
-		r.opts.Metrics.Requests.WithLabelValues(final, strategy, outcome).Inc()
-		if st := r.state.Load(); st != nil && !st.ids[final] {
-			// Removed while this request ran: do not bring its series back.
-			r.opts.Metrics.DeleteBackend(final)
-		}
+		r.countRequest(final, strategy, outcome)
 		r.opts.Log.V(2).Info("request", "path", req.URL.Path, "backend", final, "status", sw.status, "outcome", outcome,
 			"spill", rt.choice.Spill, "attempts", rt.attempts, "duration", time.Since(rt.start).String())
 	}()
@@ -573,8 +558,35 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 }
 
 func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *badRequest) {
-	r.opts.Metrics.Requests.WithLabelValues("", string(strategy), "rejected").Inc()
+	r.countRequest("", string(strategy), "rejected")
 	bad.write(w)
+}
+
+// countChoice records what a decision did beyond its pick: spills, cold
+// placements, key moves, the matched prefix.
+func (r *Router) countChoice(choice *picker.Ticket) {
+	if choice.Spill != policy.SpillNone {
+		r.opts.Metrics.Spills.WithLabelValues(choice.Spill).Inc()
+	}
+	if choice.ColdPlaced {
+		r.opts.Metrics.ColdPlacements.Inc()
+	}
+	if choice.Moved != policy.MoveNone {
+		r.opts.Metrics.KeyMoves.WithLabelValues(choice.Moved).Inc()
+	}
+	if choice.Strategy == policy.PrefixAware {
+		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
+	}
+}
+
+// countRequest counts a finished request in requests_total on the
+// instance it ended on ("" when refused before placement).
+func (r *Router) countRequest(backend, strategy, outcome string) {
+	r.opts.Metrics.Requests.WithLabelValues(backend, strategy, outcome).Inc()
+	if st := r.state.Load(); backend != "" && st != nil && !st.ids[backend] {
+		// Removed while this request ran: do not bring its series back.
+		r.opts.Metrics.DeleteBackend(backend)
+	}
 }
 
 // serveModels answers GET /v1/models from the document: the base model and

@@ -24,6 +24,8 @@ func main() {
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
 	strategies := flag.String("strategies", "", "comma-separated strategies to run per workload (default all; \"none\" runs none)")
 	replicas := flag.String("replicas", "", "comma-separated router replica counts to run per workload (default 1,2,3; \"none\" runs none)")
+	epp := flag.String("epp", "", "comma-separated counts of gateways to run per workload through the Endpoint Picker Protocol (go-control-plane's ext_proc client in front of one router's --epp-listen; default 1; \"none\" runs none)")
+	eppRuns := flag.Int("epp-runs", 1, "runs of each workload through each count of gateways of -epp (the targets compare their median with the standalone router's)")
 	peerInterval := flag.Duration("peer-interval", 100*time.Millisecond, "report interval between router replicas to model, in simulated time (scaled by each workload's time scale; negative: the router's default wall interval)")
 	extras := flag.Bool("extras", true, "also run the hot-prefix, restart, remap, decision, proxy and upload measurements (false: only workloads × strategies and replicas, for quick experiments)")
 	timeScale := flag.Float64("time-scale", 0, "run every selected workload at this time scale instead of its own (0: keep each workload's; for measuring how much host delays move a result)")
@@ -70,7 +72,7 @@ func main() {
 	if *workloads != "" && !strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
 		cfg.ScaleEvents = nil
 	}
-	if err := cfg.Select(*strategies, *replicas, *extras); err != nil {
+	if err := cfg.Select(*strategies, *replicas, *epp, *extras); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
@@ -79,6 +81,7 @@ func main() {
 		cfg.ScaleEvents = scaleEvents
 	}
 	cfg.Replicas.PeerInterval = *peerInterval
+	cfg.EPPRuns = *eppRuns
 	cfg.Baseline = *baseline
 	cfg.Command = *command
 	if cfg.Command == "" {
