@@ -161,6 +161,10 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	upstreamKey := upstreamAPIKey(auth, log)
+	onHold, err := activationHook(f, log)
+	if err != nil {
+		return err
+	}
 	mode, keys, err := f.picker.routerOptions()
 	if err != nil {
 		return err
@@ -182,6 +186,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		HealthInterval:        f.healthInterval,
 		HoldTimeout:           f.holdTimeout,
 		MaxHeld:               f.maxHeld,
+		OnHold:                onHold,
 		StrategyOverride:      policy.Strategy(f.strategyOverride),
 		Tuning:                f.tuning,
 		Salts:                 salts,
