@@ -78,7 +78,7 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 	var mu sync.Mutex
 	var order []uint64
 	r.holder.dispatched = func(seq uint64) { mu.Lock(); order = append(order, seq); mu.Unlock() }
-	const n = 8
+	const n = 50 // the figure for requests arriving during an activation
 	var answers []<-chan answer
 	for i := range n {
 		answers = append(answers, send(context.Background(), url, chatBody("m", fmt.Sprintf("request %d", i), "")))
@@ -86,6 +86,7 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 	}
 	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(1.0), "one activation for the run")
 	b := newBackend(t, "a")
+	ready := time.Now()
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +94,19 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 		a := <-ch
 		g.Expect(a.err).NotTo(HaveOccurred())
 		g.Expect(a.status).To(Equal(http.StatusOK), "request %d: %s", i, a.body)
+		if i == 0 {
+			t.Logf("first held request answered %s after the instance arrived", time.Since(ready))
+		}
 	}
+	t.Logf("all %d held requests answered %s after the instance arrived", n, time.Since(ready))
 	g.Expect(r.Held()).To(Equal(0))
 	g.Expect(b.count()).To(Equal(n))
 	mu.Lock()
-	g.Expect(order).To(Equal([]uint64{0, 1, 2, 3, 4, 5, 6, 7}))
+	want := make([]uint64, n)
+	for i := range want {
+		want[i] = uint64(i)
+	}
+	g.Expect(order).To(Equal(want))
 	mu.Unlock()
 	g.Expect(histogram(t, r.Metrics().HoldWait).GetSampleCount()).To(Equal(uint64(n)))
 	g.Expect(r.budget.used.Load()).To(BeZero())
