@@ -11,9 +11,12 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
-// Holding: while no instance can serve a request (none yet, all starting,
-// all ejected) the router keeps it instead of answering 503, and sends it
-// on once an instance can take it. A model load takes minutes; a client
+// Holding: while no instance can serve a request for the base model (none
+// yet, all starting, all ejected) the router keeps it instead of answering
+// 503, and sends it on once an instance can take it. An adapter with no
+// instance while the base model has some is one whose load failed or runs
+// (its status says which): that keeps its 503, since waiting would not
+// mend a failed load. A model load takes minutes; a client
 // that retries on 503 meanwhile gets nothing better than a request kept in
 // order here.
 //
@@ -189,10 +192,10 @@ func (r *Router) wakeHeld() {
 	go r.pass()
 }
 
-// pass picks for each held request in arrival order. A model (or
-// adapter) that finds no instance is skipped for the rest of the round:
-// the requests behind for it would find none either, and with a picker
-// elsewhere each pick is a call to it.
+// pass picks for each held request in arrival order. All are for the
+// base model, so the first that finds no instance ends the round: those
+// behind it would find none either, and with a picker elsewhere each pick
+// is a call to it.
 func (r *Router) pass() {
 	h := &r.holder
 	for {
@@ -200,10 +203,10 @@ func (r *Router) pass() {
 		snapshot := append([]*waiter(nil), h.waiters...)
 		h.again = false
 		h.mu.Unlock()
-		none := map[string]bool{}
+	round:
 		for _, w := range snapshot {
-			if w.ctx.Err() != nil || none[w.key.Model] {
-				continue // leaving by itself, or nothing for its model yet
+			if w.ctx.Err() != nil {
+				continue // leaving by itself
 			}
 			t, err := r.picker.Pick(w.ctx, w.key)
 			if err == nil && !r.servable(t) {
@@ -212,9 +215,9 @@ func (r *Router) pass() {
 			}
 			if err != nil {
 				if errors.Is(err, policy.ErrNoInstance) {
-					none[w.key.Model] = true
+					break round
 				}
-				continue // unknown model meanwhile, or the client left: its own wait ends it
+				continue // the client left: its own wait ends it
 			}
 			if !r.unhold(w) {
 				t.Done() // it gave up meanwhile

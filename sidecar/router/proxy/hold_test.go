@@ -207,3 +207,19 @@ func TestHoldThroughEjection(t *testing.T) {
 	g.Expect(a.status).To(Equal(http.StatusOK), a.body)
 	g.Expect(b2.count()).To(Equal(1))
 }
+
+// TestHoldNotForAnAdapterLoadedNowhere: with base-model instances up, an
+// adapter ready on none (its load failed or runs) gets 503 at once.
+func TestHoldNotForAnAdapterLoadedNowhere(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{})
+	b := newBackend(t, "a")
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()},
+		routingv1alpha1.Adapter{Name: "lora-cold"})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-send(context.Background(), url, chatBody("lora-cold", "hi", ""))
+	g.Expect(a.status).To(Equal(http.StatusServiceUnavailable), a.body)
+	g.Expect(errorCode(t, a.body)).To(Equal("no_instance"))
+	g.Expect(counterValue(r.Metrics().Activations)).To(BeZero())
+}

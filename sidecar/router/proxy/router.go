@@ -500,11 +500,12 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	x.Release() // the picker is sent hashes, never the text
 	choice, err := r.picker.Pick(req.Context(), key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
-	if err == nil && r.holding() && !r.servable(choice) {
+	hold := r.holding() && (key.Model == "" || key.Model == st.doc.Model)
+	if err == nil && hold && !r.servable(choice) {
 		choice.Done()
 		err = policy.ErrNoInstance
 	}
-	if errors.Is(err, policy.ErrNoInstance) && r.holding() {
+	if errors.Is(err, policy.ErrNoInstance) && hold {
 		choice, err = r.hold(req.Context(), key, held)
 		if err != nil {
 			if req.Context().Err() == nil {
