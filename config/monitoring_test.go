@@ -106,7 +106,7 @@ func knownMetrics(t *testing.T) metricSet {
 	zero := func() float64 { return 0 }
 	// Per-backend gauges appear in a Gather only with a backend.
 	oneBackend := func(report func(string, float64)) { report("b", 0) }
-	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero,
+	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero, Held: zero,
 		InFlight: oneBackend, PrefillTokens: oneBackend})
 	pm := picker.NewMetrics(m.Registry)
 	// Vectors without a child are missing from a Gather: describe the

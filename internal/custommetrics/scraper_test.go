@@ -43,6 +43,7 @@ func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *htt
 		IndexEntries:  func() float64 { return 0 },
 		IndexBytes:    func() float64 { return 0 },
 		Buffered:      func() float64 { return 0 },
+		Held:          func() float64 { return 0 },
 		InFlight:      perBackend(inFlight),
 		PrefillTokens: perBackend(prefillTokens),
 	})

@@ -32,20 +32,7 @@ import (
 // A real API server is Kubernetes until it serves OpenShift's
 // SecurityContextConstraints (here as a CRD of the same group and kind).
 func TestDetect(t *testing.T) {
-	binDir, err := localcluster.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: binDir}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start the API server: %v", err)
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cfg := localcluster.APIServer(t)
 	dc := discovery.NewDiscoveryClientForConfigOrDie(cfg)
 	if got, err := platform.Detect(dc); err != nil || got != platform.Kubernetes {
 		t.Fatalf("plain API server: %q, %v; want %q", got, err, platform.Kubernetes)

@@ -7,6 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // BinDir finds the control-plane binaries: $KUBEBUILDER_ASSETS when set, else
@@ -49,4 +53,25 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// APIServer starts a bare API server (with etcd) from BinDir's binaries
+// for one test, stopped when it ends, and returns its client config.
+func APIServer(t testing.TB) *rest.Config {
+	t.Helper()
+	binDir, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: binDir}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the API server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return cfg
 }

@@ -39,7 +39,8 @@ type flags struct {
 	poll, healthInterval, ejectBase, ejectMax    time.Duration
 	readHeaderTimeout, idleTimeout, shutdown     time.Duration
 	drainDelay                                   time.Duration
-	maxAttempts                                  int
+	maxAttempts, maxHeld                         int
+	holdTimeout                                  time.Duration
 	tuning                                       policy.Tuning
 	verbosity                                    int
 	picker                                       pickerFlags
@@ -68,6 +69,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
 	fs.DurationVar(&f.ejectBase, "eject-base", proxy.DefaultEjectBase, "first ejection of a failing instance; doubles per consecutive failure")
 	fs.DurationVar(&f.ejectMax, "eject-max", proxy.DefaultEjectMax, "longest ejection")
+	fs.DurationVar(&f.holdTimeout, "hold-timeout", proxy.DefaultHoldTimeout, "how long a request that finds no instance (none yet, all starting, all ejected) is held for one before 504 (0: answer 503 at once)")
+	fs.IntVar(&f.maxHeld, "max-held", proxy.DefaultMaxHeld, "requests held at once for an instance; past it 503 with Retry-After (held bodies take at most half of --max-buffered-bytes)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "instances tried when connections fail before anything was sent")
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections, on the traffic and metrics listeners")
@@ -147,6 +150,10 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	upstreamKey := upstreamAPIKey(auth, log)
+	onHold, err := activationHook(f, log)
+	if err != nil {
+		return err
+	}
 	mode, keys, err := f.picker.routerOptions()
 	if err != nil {
 		return err
@@ -166,6 +173,9 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		EjectBase:             f.ejectBase,
 		EjectMax:              f.ejectMax,
 		HealthInterval:        f.healthInterval,
+		HoldTimeout:           f.holdTimeout,
+		MaxHeld:               f.maxHeld,
+		OnHold:                onHold,
 		StrategyOverride:      policy.Strategy(f.strategyOverride),
 		Tuning:                f.tuning,
 		Salts:                 salts,

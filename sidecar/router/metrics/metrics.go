@@ -37,6 +37,11 @@ type Metrics struct {
 	ConfigGeneration   prometheus.Gauge
 	PrefixMatchChars   prometheus.Histogram
 	BackendHealthy     *prometheus.GaugeVec // backend
+	// HoldWait is how long held requests waited, dispatched or not.
+	HoldWait prometheus.Histogram
+	// Activations counts runs of held requests: the first request held
+	// while none was asks for an instance.
+	Activations prometheus.Counter
 }
 
 // Gauges are read from the router at scrape time, so they can never drift
@@ -46,6 +51,8 @@ type Gauges struct {
 	IndexBytes   func() float64
 	// Buffered is the request body bytes held against the buffer budget.
 	Buffered func() float64
+	// Held is the requests held for an instance now.
+	Held func() float64
 	// InFlight reports requests in flight per configured backend.
 	InFlight func(report func(backend string, n float64))
 	// PrefillTokens reports, per configured backend, the prompt tokens
@@ -98,15 +105,22 @@ func New(g Gauges) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(64, 2, 11)}),
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
+		HoldWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "hold_wait_seconds",
+			Help:    "Time requests were held while no instance could serve them, dispatched or not (--hold-timeout).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
+		Activations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "activations_requested_total",
+			Help: "Times a request was held while none was: each asks for an instance (scale from zero)."}),
 	}
 	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
-		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy,
+		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.HoldWait, m.Activations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_bytes",
 			Help: "Estimated memory of the prefix index and popularity sketch (bounded by flags)."}, g.IndexBytes),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "buffered_request_bytes",
 			Help: "Request body bytes held against the buffer budget (--max-buffered-bytes)."}, g.Buffered),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "held_requests",
+			Help: "Requests held now because no instance can serve them (--hold-timeout, --max-held)."}, g.Held),
 		perBackendCollector{desc: prometheus.NewDesc(ns+"_in_flight_requests", "Requests in flight from this router, per backend.",
 			[]string{"backend"}, nil), report: g.InFlight},
 		perBackendCollector{desc: prometheus.NewDesc(ns+"_prefill_tokens_in_flight",

@@ -35,7 +35,10 @@ type backend struct {
 	inFlight, peak atomic.Int64
 }
 
-func newBackend(t testing.TB, id string) *backend {
+func newBackend(t testing.TB, id string) *backend { t.Helper(); return newBackendOn(t, id, "") }
+
+// newBackendOn listens on addr ("": any loopback port).
+func newBackendOn(t testing.TB, id, addr string) *backend {
 	t.Helper()
 	b := &backend{id: id}
 	mux := http.NewServeMux()
@@ -82,7 +85,16 @@ func newBackend(t testing.TB, id string) *backend {
 	}
 	mux.HandleFunc("POST /v1/chat/completions", completion)
 	mux.HandleFunc("POST /v1/completions", completion)
-	b.srv = httptest.NewServer(mux)
+	b.srv = httptest.NewUnstartedServer(mux)
+	if addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b.srv.Listener.Close()
+		b.srv.Listener = l
+	}
+	b.srv.Start()
 	t.Cleanup(b.srv.Close)
 	return b
 }

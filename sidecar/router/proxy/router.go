@@ -91,6 +91,14 @@ type Options struct {
 	// for vLLM to check, and the key is not used: sending it for clients
 	// nobody checked would open a way around vLLM's key.
 	UpstreamAPIKey string
+	// HoldTimeout is how long a request that finds no instance is held
+	// for one (see hold.go); 0 answers it 503 at once.
+	HoldTimeout time.Duration
+	// MaxHeld bounds the requests held at once (0: DefaultMaxHeld).
+	MaxHeld int
+	// OnHold is called as requests are held (nil: nothing); it asks for
+	// an instance (scale from zero) and must return at once.
+	OnHold func()
 	// Transport overrides the upstream transport (tests).
 	Transport http.RoundTripper
 	Log       logr.Logger
@@ -128,6 +136,7 @@ type Router struct {
 	upstreamAuth string
 
 	budget budget
+	holder holder
 	// draining: shutting down (Drain), so not ready and closing each
 	// client connection after its response.
 	draining atomic.Bool
@@ -157,6 +166,7 @@ func New(opts Options) *Router {
 	opts.BodyReadTimeout = cmp.Or(max(opts.BodyReadTimeout, 0), DefaultBodyReadTimeout)
 	opts.StreamIdleTimeout = cmp.Or(max(opts.StreamIdleTimeout, 0), DefaultStreamIdleTimeout)
 	opts.ResponseHeaderTimeout = cmp.Or(max(opts.ResponseHeaderTimeout, 0), DefaultResponseHeaderTimeout)
+	opts.MaxHeld = cmp.Or(max(opts.MaxHeld, 0), DefaultMaxHeld)
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
@@ -247,6 +257,7 @@ func (r *Router) Gauges() metrics.Gauges {
 		IndexEntries:  func() float64 { return float64(r.policy.IndexEntries()) },
 		IndexBytes:    func() float64 { return float64(r.policy.MemoryBytes()) },
 		Buffered:      func() float64 { return float64(r.budget.used.Load()) },
+		Held:          func() float64 { return float64(r.Held()) },
 		InFlight:      r.perInstance(r.policy.InFlight),
 		PrefillTokens: r.perInstance(r.policy.PrefillTokens),
 	}
@@ -335,6 +346,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 		}
 	}
 	r.mu.Unlock()
+	r.wakeHeld()
 	return nil
 }
 
@@ -489,6 +501,20 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	choice, err := r.picker.Pick(req.Context(), r.policy.Key(policyRequest(x)))
 	x.Release()
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
+	hold := r.holding() && (key.Model == "" || key.Model == st.doc.Model)
+	if err == nil && hold && !r.servable(choice) {
+		choice.Done()
+		err = policy.ErrNoInstance
+	}
+	if errors.Is(err, policy.ErrNoInstance) && hold {
+		choice, err = r.hold(req.Context(), key, held)
+		if err != nil {
+			if req.Context().Err() == nil {
+				r.reject(w, st.strategy, heldError(err, r.opts.HoldTimeout))
+			}
+			return
+		}
+	}
 	if err != nil {
 		r.reject(w, st.strategy, unpickable(err, x.Model))
 		return
@@ -733,6 +759,7 @@ func (r *Router) succeeded(id string, probe bool) {
 	if ok {
 		r.picker.Readmit(id)
 		r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(1)
+		r.wakeHeld()
 	}
 }
 

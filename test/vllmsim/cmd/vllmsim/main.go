@@ -61,6 +61,7 @@ func run(args []string) error {
 		loraModules  listFlag
 		loraDelay    time.Duration
 		shutdownSecs float64
+		loadDelay    time.Duration
 	)
 	fs := flag.NewFlagSet("vllmsim", flag.ContinueOnError)
 	fs.StringVar(&cfg.Listen, "listen", vllmsim.DefaultListen, "address to listen on")
@@ -83,6 +84,7 @@ func run(args []string) error {
 	fs.DurationVar(&loraDelay, "lora-load-delay", 0, "simulated time an adapter load takes")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "vLLM's --api-key: requests under /v1 then need Authorization: Bearer <key>")
 	fs.Float64Var(&shutdownSecs, "shutdown-timeout", 0, "seconds SIGTERM waits for running requests (new ones get 503); 0 aborts them at once, as vLLM does")
+	fs.DurationVar(&loadDelay, "model-load-delay", envDuration(modelLoadDelayEnv), "wall-clock time the model takes to load, during which nothing listens, as with vLLM (default from $"+modelLoadDelayEnv+", which a `vllm serve` command line keeps)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,14 +110,23 @@ func run(args []string) error {
 		}
 	}
 
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if loadDelay > 0 {
+		// vLLM builds its engine (weights onto the GPUs) before its HTTP
+		// server binds: while loading, connections are refused.
+		fmt.Fprintf(os.Stderr, "vllmsim: loading the model for %s\n", loadDelay)
+		select {
+		case <-time.After(loadDelay):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	srv, err := vllmsim.Start(cfg)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "vllmsim: serving %s on %s as %s\n", srv.Config().Model, srv.URL(), srv.InstanceID())
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	t := srv.Terminate()
 	fmt.Fprintf(os.Stderr, "vllmsim: stopped: %d requests in flight, %d aborted, %d refused while draining\n", t.InFlight, t.Aborted, t.Refused)
@@ -153,6 +164,24 @@ func serveArgs(args []string) ([]string, error) {
 		out = append(out, "--api-key", keys[0])
 	}
 	return out, nil
+}
+
+// modelLoadDelayEnv sets --model-load-delay where the command line is
+// vLLM's (the simulator standing in for the vLLM image in a cluster).
+const modelLoadDelayEnv = "VLLMSIM_MODEL_LOAD_DELAY"
+
+// envDuration is the duration in the environment variable (0 when unset
+// or malformed; a malformed one is reported at start).
+func envDuration(name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vllmsim: ignoring $%s=%q: %v\n", name, v, err)
+	}
+	return d
 }
 
 // listFlag collects a repeatable string flag.

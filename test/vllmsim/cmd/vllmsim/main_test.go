@@ -2,10 +2,13 @@ package main
 
 import (
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain runs the command itself when re-executed by a test, so that a
@@ -52,5 +55,44 @@ func TestServeArgsMapToTheSimulator(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("%q lacks %q", joined, want)
 		}
+	}
+}
+
+// TestModelLoadDelay: while the model loads nothing listens (as with
+// vLLM), then /health answers; the delay comes from the environment under
+// a `vllm serve` command line.
+func TestModelLoadDelay(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "VLLMSIM_RUN_MAIN=1", "VLLMSIM_ARGS=serve m --host 127.0.0.1 --port "+port,
+		modelLoadDelayEnv+"=1s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	start := time.Now()
+	var loading, served bool
+	for time.Since(start) < 20*time.Second && !served {
+		resp, err := http.Get("http://" + addr + "/health")
+		switch {
+		case err != nil && time.Since(start) < 900*time.Millisecond:
+			loading = true
+		case err == nil:
+			resp.Body.Close()
+			served = resp.StatusCode == http.StatusOK
+			if served && time.Since(start) < time.Second {
+				t.Fatalf("served after %s, before the load delay", time.Since(start))
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !loading || !served {
+		t.Fatalf("refused while loading: %v; served after: %v", loading, served)
 	}
 }

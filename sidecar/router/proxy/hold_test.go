@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+)
+
+// holdingRouter serves a router that holds requests, with no instance yet.
+func holdingRouter(t *testing.T, opts Options) (*Router, string) {
+	t.Helper()
+	opts.AllowLoopbackBackends = true
+	opts.HoldTimeout = cmpOr(opts.HoldTimeout, time.Minute)
+	r := New(opts)
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	return r, newServer(t, r)
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+// send posts in the background; the answer arrives on the channel.
+func send(ctx context.Context, url, body string) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ch <- answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	}()
+	return ch
+}
+
+func errorCode(t *testing.T, body string) string {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code == nil {
+		t.Fatalf("not an OpenAI error body: %q", body)
+	}
+	return *e.Error.Code
+}
+
+// TestHoldDispatchesInArrivalOrderOnReadiness: requests arriving with no
+// instance wait, one activation is asked for, and all are answered once an
+// instance arrives, dispatched oldest first.
+func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{})
+	var mu sync.Mutex
+	var order []uint64
+	r.holder.dispatched = func(seq uint64) { mu.Lock(); order = append(order, seq); mu.Unlock() }
+	const n = 50 // the figure for requests arriving during an activation
+	var answers []<-chan answer
+	for i := range n {
+		answers = append(answers, send(context.Background(), url, chatBody("m", fmt.Sprintf("request %d", i), "")))
+		g.Eventually(r.Held).Should(Equal(i+1), "request %d held", i)
+	}
+	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(1.0), "one activation for the run")
+	b := newBackend(t, "a")
+	ready := time.Now()
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range answers {
+		a := <-ch
+		g.Expect(a.err).NotTo(HaveOccurred())
+		g.Expect(a.status).To(Equal(http.StatusOK), "request %d: %s", i, a.body)
+		if i == 0 {
+			t.Logf("first held request answered %s after the instance arrived", time.Since(ready))
+		}
+	}
+	t.Logf("all %d held requests answered %s after the instance arrived", n, time.Since(ready))
+	g.Expect(r.Held()).To(Equal(0))
+	g.Expect(b.count()).To(Equal(n))
+	mu.Lock()
+	want := make([]uint64, n)
+	for i := range want {
+		want[i] = uint64(i)
+	}
+	g.Expect(order).To(Equal(want))
+	mu.Unlock()
+	g.Expect(histogram(t, r.Metrics().HoldWait).GetSampleCount()).To(Equal(uint64(n)))
+	g.Expect(r.budget.used.Load()).To(BeZero())
+	// A new run asks again.
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	ch := send(context.Background(), url, chatBody("m", "later", ""))
+	g.Eventually(r.Held).Should(Equal(1))
+	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(2.0))
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
+		t.Fatal(err)
+	}
+	g.Expect((<-ch).status).To(Equal(http.StatusOK))
+}
+
+// TestHoldClientDisconnectLeaves: a client that gives up leaves the queue
+// and its body's budget; nothing is sent for it later.
+func TestHoldClientDisconnectLeaves(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := send(ctx, url, chatBody("m", "impatient", ""))
+	g.Eventually(r.Held).Should(Equal(1))
+	g.Expect(r.budget.used.Load()).To(BeNumerically(">", 0))
+	cancel()
+	g.Expect((<-ch).err).To(HaveOccurred())
+	g.Eventually(r.Held).Should(Equal(0))
+	g.Eventually(r.budget.used.Load).Should(BeZero())
+	b := newBackend(t, "a")
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
+		t.Fatal(err)
+	}
+	g.Consistently(b.count, 300*time.Millisecond).Should(BeZero())
+	g.Expect(outcomes(r)).NotTo(HaveKey("2xx"))
+}
+
+// TestHoldQueueBounded: past --max-held, or past half the buffer budget
+// in held bodies (the rest is for the requests served when instances
+// return), a request gets 503 with Retry-After at once, and the held ones
+// stay held.
+func TestHoldQueueBounded(t *testing.T) {
+	big := chatBody("m", strings.Repeat("x", 3000), "")
+	for name, tc := range map[string]struct {
+		opts Options
+		body string
+	}{
+		"count": {Options{MaxHeld: 2}, chatBody("m", "hi", "")},
+		"bytes": {Options{MaxBufferedBytes: int64(4 * len(big))}, big},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			r, url := holdingRouter(t, tc.opts)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel) // before the server closes
+			for i := range 2 {
+				send(ctx, url, tc.body)
+				g.Eventually(r.Held).Should(Equal(i + 1))
+			}
+			a := <-send(context.Background(), url, tc.body)
+			g.Expect(a.status).To(Equal(http.StatusServiceUnavailable), a.body)
+			g.Expect(a.header.Get("Retry-After")).NotTo(BeEmpty())
+			g.Expect(errorCode(t, a.body)).To(Equal("router_overloaded"))
+			g.Expect(r.Held()).To(Equal(2))
+		})
+	}
+}
+
+// TestHoldWaitLimit: a request held past --hold-timeout gets 504 with
+// Retry-After and leaves the queue.
+func TestHoldWaitLimit(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{HoldTimeout: 200 * time.Millisecond})
+	a := <-send(context.Background(), url, chatBody("m", "too late", ""))
+	g.Expect(a.status).To(Equal(http.StatusGatewayTimeout))
+	g.Expect(a.header.Get("Retry-After")).NotTo(BeEmpty())
+	g.Expect(errorCode(t, a.body)).To(Equal("no_instance_in_time"))
+	g.Expect(r.Held()).To(Equal(0))
+}
+
+// TestHoldThroughEjection: an instance ejected after failing is retried
+// for held requests once its back-off runs out, without a new document.
+func TestHoldThroughEjection(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{EjectBase: time.Second, EjectMax: time.Second, MaxAttempts: 1})
+	b := newBackend(t, "a")
+	addr := b.addr()
+	b.srv.Close() // not listening yet: "starting"
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": addr})); err != nil {
+		t.Fatal(err)
+	}
+	first := <-send(context.Background(), url, chatBody("m", "probe", ""))
+	g.Expect(first.status).To(Equal(http.StatusServiceUnavailable), "the connection fails: the instance is ejected")
+	ch := send(context.Background(), url, chatBody("m", "held", ""))
+	g.Eventually(r.Held).Should(Equal(1), "held while the only instance is ejected")
+	b2 := newBackendOn(t, "a", addr)
+	a := <-ch
+	g.Expect(a.status).To(Equal(http.StatusOK), a.body)
+	g.Expect(b2.count()).To(Equal(1))
+}
+
+// TestHoldNotForAnAdapterLoadedNowhere: with base-model instances up, an
+// adapter ready on none (its load failed or runs) gets 503 at once.
+func TestHoldNotForAnAdapterLoadedNowhere(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{})
+	b := newBackend(t, "a")
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()},
+		routingv1alpha1.Adapter{Name: "lora-cold"})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-send(context.Background(), url, chatBody("lora-cold", "hi", ""))
+	g.Expect(a.status).To(Equal(http.StatusServiceUnavailable), a.body)
+	g.Expect(errorCode(t, a.body)).To(Equal("no_instance"))
+	g.Expect(counterValue(r.Metrics().Activations)).To(BeZero())
+}
