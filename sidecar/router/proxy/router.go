@@ -496,10 +496,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		r.reject(w, st.strategy, bad)
 		return
 	}
-	// The key refers to the routing text until the pick is made (the
-	// picker is sent hashes, never the text).
-	choice, err := r.picker.Pick(req.Context(), r.policy.Key(policyRequest(x)))
-	x.Release()
+	// The key refers to the routing text until the pick is made, which for
+	// a held request is when an instance can take it (the picker is sent
+	// hashes, never the text).
+	key := r.policy.Key(policyRequest(x))
+	choice, err := r.picker.Pick(req.Context(), key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	hold := r.holding() && (key.Model == "" || key.Model == st.doc.Model)
 	if err == nil && hold && !r.servable(choice) {
@@ -509,12 +510,14 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	if errors.Is(err, policy.ErrNoInstance) && hold {
 		choice, err = r.hold(req.Context(), key, held)
 		if err != nil {
+			x.Release()
 			if req.Context().Err() == nil {
 				r.reject(w, st.strategy, heldError(err, r.opts.HoldTimeout))
 			}
 			return
 		}
 	}
+	x.Release()
 	if err != nil {
 		r.reject(w, st.strategy, unpickable(err, x.Model))
 		return
