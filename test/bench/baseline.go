@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/warmroute/warmroute/test/gobuild"
@@ -144,7 +143,8 @@ type DecisionBench struct {
 // target's 10 %, so 9 (about 45 s more).
 const decisionBenchRounds = 9
 
-var benchLine = regexp.MustCompile(`^BenchmarkDecision/PREFIX_AWARE/chat/64KiB\S*\s+\d+\s+(.*)$`)
+// decisionBenchName is the BenchmarkDecision case both trees run.
+const decisionBenchName = "BenchmarkDecision/PREFIX_AWARE/chat/64KiB"
 
 // compareDecisionBench runs BenchmarkDecision of the baseline's tree and of
 // this one, alternately.
@@ -162,30 +162,16 @@ func (c *Config) compareDecisionBench(ctx context.Context, b routerBinary) ([]De
 	}
 	for range decisionBenchRounds {
 		for i, t := range trees {
-			cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkDecision$/^PREFIX_AWARE$/^chat$", "-benchtime", "5000x", "-benchmem", "./sidecar/router/proxy")
-			cmd.Dir = t.dir
-			cmd.Env = append(os.Environ(), "GOFLAGS=-count=1")
-			res, err := cmd.CombinedOutput()
+			res, err := goBench(ctx, t.dir, "./sidecar/router/proxy", "^BenchmarkDecision$/^PREFIX_AWARE$/^chat$", "5000x")
 			if err != nil {
-				return nil, fmt.Errorf("BenchmarkDecision at %s: %w\n%s", t.rev, err, res)
+				return nil, fmt.Errorf("at %s: %w", t.rev, err)
 			}
-			found := false
-			for _, line := range strings.Split(string(res), "\n") {
-				m := benchLine.FindStringSubmatch(strings.TrimSpace(line))
-				if m == nil {
-					continue
-				}
-				found = true
-				f := strings.Fields(m[1])
-				for j := 0; j+1 < len(f); j += 2 {
-					v, err := strconv.ParseFloat(f[j], 64)
-					if err == nil {
-						samples[i][f[j+1]] = append(samples[i][f[j+1]], v)
-					}
-				}
+			figures, ok := res[decisionBenchName]
+			if !ok {
+				return nil, fmt.Errorf("BenchmarkDecision at %s printed no %s line", t.rev, decisionBenchName)
 			}
-			if !found {
-				return nil, fmt.Errorf("BenchmarkDecision at %s printed no PREFIX_AWARE/chat line:\n%s", t.rev, res)
+			for unit, v := range figures {
+				samples[i][unit] = append(samples[i][unit], v)
 			}
 		}
 	}

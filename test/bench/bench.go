@@ -151,6 +151,9 @@ type Report struct {
 	Decision []DecisionLatency
 	Proxy    ProxyOverhead
 	Uploads  UploadMemory
+	// Fleet is the decision's cost by fleet size and the picker's rate
+	// under load (nil when not measured).
+	Fleet *FleetScale
 	// Replicas are the runs through several router replicas, Restart the
 	// run in which one of them restarts (nil when not run).
 	Replicas []ReplicaRun
@@ -295,6 +298,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if rep.DecisionBench, err = cfg.compareDecisionBench(ctx, *b); err != nil {
 			return nil, err
 		}
+	}
+	cfg.log("decision by fleet size, and the picker under load")
+	if rep.Fleet, err = cfg.measureFleetScale(ctx); err != nil {
+		return nil, fmt.Errorf("fleet scale: %w", err)
 	}
 	cfg.log("router memory under large uploads")
 	if rep.Uploads, err = cfg.measureUploads(ctx); err != nil {

@@ -282,6 +282,7 @@ func (r *Report) Markdown() string {
 	p("| path | p50 | p99 |\n|---|---:|---:|\n| direct | %s | %s |\n| through the router | %s | %s |\n| **added by the router** | **%s** | %s |\n",
 		micros(pr.DirectP50), micros(pr.DirectP99), micros(pr.RoutedP50), micros(pr.RoutedP99), micros(pr.AddedP50), micros(pr.AddedP99))
 	p("\nAmazon reports 1.3–1.9 ms of routing overhead per request for its prefix-aware router.\n")
+	p("%s", fleetSection(r.Fleet))
 	p("%s", uploadsSection(r.Uploads))
 	return b.String()
 }
