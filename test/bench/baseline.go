@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -26,25 +27,18 @@ type routerBinary struct {
 	// loopback: it knows --allow-loopback-backends (the simulators listen
 	// on loopback, which newer routers refuse without it).
 	loopback bool
-	// peers: it knows --peers, --replica-name and --enable-debug-route.
-	peers bool
 	// saltKey: it knows --cache-salt-key-file (without one, each replica
 	// salts tenants with a key of its own and splits their cache hits).
 	saltKey bool
-	// forward: it knows --advertise-address (replicas forward requests to
-	// the replica that owns their instance).
-	forward bool
-	// picker: it knows --picker and --pick-listen (replicas ask one
-	// elected picker, here the first, named by address).
-	picker bool
 }
 
 var (
 	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
-	peersFlag    = regexp.MustCompile(`(?m)^\s+-peers\b`)
 	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
-	forwardFlag  = regexp.MustCompile(`(?m)^\s+-advertise-address\b`)
-	pickerFlag   = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
+	// pickerFlag: the router's replicas ask one elected picker. Routers
+	// from before it coordinated through a peer protocol the benchmark no
+	// longer drives.
+	pickerFlag = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
 )
 
 // probeRouter reads what the router at path accepts from its usage.
@@ -54,7 +48,10 @@ func probeRouter(ctx context.Context, path, revision string) (routerBinary, erro
 	if len(out) == 0 && err != nil {
 		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
 	}
-	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), peers: peersFlag.Match(out), saltKey: saltKeyFlag.Match(out), forward: forwardFlag.Match(out), picker: pickerFlag.Match(out)}, nil
+	if !pickerFlag.Match(out) {
+		return routerBinary{}, fmt.Errorf("the router at %s predates the elected picker (no --pick-listen), whose replicas the benchmark runs: choose a later baseline", cmp.Or(revision, "the working tree"))
+	}
+	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), saltKey: saltKeyFlag.Match(out)}, nil
 }
 
 func (b routerBinary) loopbackArgs() []string {
@@ -199,14 +196,11 @@ func median(xs []float64) float64 {
 	return s[n/2]
 }
 
-// pickerArgs returns, for a router that asks an elected picker, each
-// replica's picker flags: the first replica is the picker and serves the
-// pick API on pickAddr, the others ask it there, all signing with one key
-// written to dir (what the operator's Secret is in a cluster).
-func (b routerBinary) pickerArgs(dir, pickAddr string) (func(name string) []string, error) {
-	if !b.picker {
-		return nil, nil
-	}
+// pickerArgs returns each replica's picker flags: the first replica is
+// the picker and serves the pick API on pickAddr, the others ask it there,
+// all signing with one key written to dir (what the operator's Secret is
+// in a cluster).
+func pickerArgs(dir, pickAddr string) (func(name string) []string, error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err

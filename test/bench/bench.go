@@ -163,14 +163,11 @@ type Report struct {
 	// BeforeReplicas are its PREFIX_AWARE runs, BeforeProxy its proxy
 	// overhead, DecisionBench the decision benchmark of both revisions.
 	BaselineRevision string
-	// BaselineExchanges and BaselineForwards: the baseline's replicas
-	// exchange load reports, and forward requests to their owners.
-	BaselineExchanges, BaselineForwards bool
-	Before                              []RunResult
-	BeforeReplicas                      []ReplicaRun
-	BeforeProxy                         *ProxyOverhead
-	DecisionBench                       []DecisionBench
-	Restart                             *RestartResult
+	Before           []RunResult
+	BeforeReplicas   []ReplicaRun
+	BeforeProxy      *ProxyOverhead
+	DecisionBench    []DecisionBench
+	Restart          *RestartResult
 	// ScaleEvents are the scale-event runs, one per scale-in rule.
 	ScaleEvents []ScaleEventRun
 }
@@ -220,7 +217,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer cleanup()
 		cfg.baseline = &b
 		rep.BaselineRevision = b.revision
-		rep.BaselineExchanges, rep.BaselineForwards = b.peers, b.forward
 	}
 	for _, spec := range cfg.Workloads {
 		w, err := spec.Build()

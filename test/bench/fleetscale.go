@@ -34,7 +34,7 @@ func (d FleetDecision) PerCore() float64 { return ratio(1e9, d.NsPerOp) }
 
 // PickerLoad is one offered rate of BenchmarkPickAPIFleet256.
 type PickerLoad struct {
-	Offered                 string
+	Offered                      string
 	Rate, P50us, P99us, Fallback float64
 }
 

@@ -45,9 +45,9 @@ func (c *Config) keysOf(bodies func(yield func([]byte) bool)) (routingKeys, erro
 
 // history is what a policy knows before it routes the keys that are
 // compared: nothing (cold), the keys routed once over some instances
-// (warm), or the same history carried over by a peer's snapshot into a
-// fresh policy (restarted: what a router replica does when it starts with
-// peers, see sidecar/router/peers).
+// (warm), or the same history carried over in a snapshot into a fresh
+// policy (restarted: what a new picker does when the old one hands over
+// its state, see sidecar/router/picker).
 type history struct {
 	over     []string
 	restored bool
@@ -55,7 +55,7 @@ type history struct {
 
 // place routes every key with a PREFIX_AWARE policy over the instances ids,
 // in order, each decision released before the next, and returns the chosen
-// instance ids. With a history, the policy (or, restored, the peer whose
+// instance ids. With a history, the policy (or, restored, the one whose
 // snapshot a fresh policy restores) first routes the keys over h.over and
 // is then reconfigured to ids, as a running router is when the fleet
 // changes: what its prefix index remembers counts.
@@ -209,8 +209,8 @@ const (
 	remapCold remapKind = "cold"
 	// remapWarm: the same stream routed once before, a running router.
 	remapWarm remapKind = "warm"
-	// remapRestarted: a router replica that restarted and restored a
-	// peer's snapshot, the peer having routed the stream once before.
+	// remapRestarted: a new picker that took over the state of the one
+	// before it, which had routed the stream once before.
 	remapRestarted remapKind = "restarted"
 )
 

@@ -1,20 +1,15 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,37 +22,24 @@ import (
 )
 
 // ReplicaConfig is the router-replica part of a benchmark: the PREFIX_AWARE
-// router binary run as R replicas that exchange load reports (--peers),
-// behind a spreader that sends each request to a replica picked at random,
-// as a Service does.
+// router binary run as R replicas sharing one elected picker, behind a
+// spreader that sends each request to a replica picked at random, as a
+// Service does.
 type ReplicaConfig struct {
 	// Counts are the replica counts run for each workload [1 2 3].
 	Counts []int
 	// Workloads names the workloads run with replicas; empty runs all.
 	Workloads []string
-	// SampleEvery: every n-th request is first sent to every replica's
-	// /debug/route, to count how often the replicas agree [4].
-	SampleEvery int
 	// HotPrefix is the workload of the threshold measurement (the most
 	// requests in flight on one instance), run with each of Counts; nil
 	// skips it.
 	HotPrefix *WorkloadSpec
 	// Restart names the workload replayed while one of RestartReplicas
 	// [3] replicas restarts ("" skips it), stopped at RestartAt [0.3] of
-	// the workload's span; every RestartSampleEvery-th [2] request is
-	// peeked, for agreement over time after the restart.
-	Restart            string
-	RestartReplicas    int
-	RestartAt          float64
-	RestartSampleEvery int
-	// PeerInterval is the report interval between replicas to model, in
-	// simulated time [100ms, the router's default]: the replicas pull every
-	// PeerInterval × time scale of wall time (at least MinPeerInterval),
-	// so that reports are as old, in the simulators' time, as they would
-	// be in a real fleet. Left at the router's default, a run at time
-	// scale 0.15 would see reports 6.7 times staler than production does.
-	// Negative leaves the router's default wall interval.
-	PeerInterval time.Duration
+	// the workload's span.
+	Restart         string
+	RestartReplicas int
+	RestartAt       float64
 	// ReferenceRuns is how many times each workload runs through one
 	// replica [1]. The replica rows are compared with the median of these
 	// runs: one run's p90 can be far off (mixed-length's, where the 90th
@@ -79,29 +61,12 @@ type ReplicaConfig struct {
 // tolerance.
 const defaultRepeatSpread = 0.05
 
-// MinPeerInterval bounds how often replicas pull each other's reports in
-// a time-scaled run, so that the exchange does not crowd out the
-// simulators on a small machine.
-const MinPeerInterval = 10 * time.Millisecond
-
-// peerInterval is the wall report interval for a run at timeScale, or 0
-// to leave the router's default.
-func (r *ReplicaConfig) peerInterval(timeScale float64) time.Duration {
-	if r.PeerInterval < 0 {
-		return 0
-	}
-	return max(time.Duration(float64(r.PeerInterval)*timeScale), MinPeerInterval)
-}
-
 func (r *ReplicaConfig) defaults() {
 	if r.Counts == nil {
 		r.Counts = []int{1, 2, 3}
 	}
-	r.SampleEvery = cmp.Or(r.SampleEvery, 4)
 	r.RestartReplicas = cmp.Or(r.RestartReplicas, 3)
 	r.RestartAt = cmp.Or(r.RestartAt, 0.3)
-	r.RestartSampleEvery = cmp.Or(r.RestartSampleEvery, 2)
-	r.PeerInterval = cmp.Or(r.PeerInterval, 100*time.Millisecond)
 	r.ReferenceRuns = max(r.ReferenceRuns, 1)
 	r.RepeatSpread = cmp.Or(r.RepeatSpread, defaultRepeatSpread)
 }
@@ -125,43 +90,12 @@ type ReplicaRun struct {
 	// Repeat numbers the runs of one workload through one count of
 	// replicas from 0 (see ReplicaConfig.ReferenceRuns and RepeatSpread).
 	Repeat int
-	// Samples requests were first peeked on every replica (none with one
-	// replica); Agreed got the same instance from all of them, PlacedAgreed
-	// the same placement before the overload guard (the rest of the
-	// disagreement is spills); PeekErrors could not be peeked on some
-	// replica and are left out of all.
-	Samples, Agreed, PlacedAgreed, PeekErrors int
-	// Self is the control: one replica asked twice at once per sample.
-	Self AgreementWindow
 	// MaxInFlight is the most requests ever running or waiting on one
 	// instance (the simulators' high-water mark of vLLM's
 	// num_requests_running + num_requests_waiting), on MaxInstance.
 	MaxInFlight int
 	MaxInstance string
 }
-
-// Agreement is the fraction of samples on which the replicas agreed.
-func (r ReplicaRun) Agreement() float64 { return fraction(r.Agreed, r.Samples) }
-
-// PlacementAgreement is the fraction of samples on which the replicas
-// placed the key alike, spills aside.
-func (r ReplicaRun) PlacementAgreement() float64 { return fraction(r.PlacedAgreed, r.Samples) }
-
-func fraction(n, of int) float64 {
-	if of == 0 {
-		return 0
-	}
-	return float64(n) / float64(of)
-}
-
-// AgreementWindow counts peeked requests in a span of wall time.
-type AgreementWindow struct {
-	From, To                              time.Duration
-	Samples, Agreed, PlacedAgreed, Errors int
-}
-
-// Rate is the fraction of the window's samples that agreed.
-func (a AgreementWindow) Rate() float64 { return fraction(a.Agreed, a.Samples) }
 
 // RestartResult is one replica restarted while a workload runs.
 type RestartResult struct {
@@ -172,14 +106,9 @@ type RestartResult struct {
 	// SIGTERM spreaderDrain later), from the start of the replay (wall
 	// time); Down how long until its new process was ready.
 	StoppedAt, Down time.Duration
-	// Before is the agreement of all replicas before the restart. After
-	// the restart a sample counts for the restarted replica when it and at
-	// least one other answered, and agrees when its answer is every other
-	// replica's: First10s over the first 10 s after it was ready (wall),
-	// Windows per second of them, Rest after them.
-	Before, First10s, Rest AgreementWindow
-	Windows                []AgreementWindow
-	Requests, Failures     int
+	// Requests and Failures count the replay's requests; Served those the
+	// restarted replica took after it was ready.
+	Requests, Failures, Served int
 	// Replayed counts the requests sent again after the replay because
 	// the restarted replica was ready too late to see enough of it.
 	Replayed int
@@ -200,8 +129,8 @@ func (c *Config) measureReplicas(ctx context.Context, rep *Report, spec Workload
 	if err != nil {
 		return fmt.Errorf("%s restart: %w", spec.Name, err)
 	}
-	c.log("  restart of %s of %d: down %s; before %d/%d agree; first 10 s after %d/%d; after that %d/%d; failures %d; tail sent again %d",
-		r.Restarted, r.Replicas, r.Down.Round(time.Millisecond), r.Before.Agreed, r.Before.Samples, r.First10s.Agreed, r.First10s.Samples, r.Rest.Agreed, r.Rest.Samples, r.Failures, r.Replayed)
+	c.log("  restart of %s of %d: down %s; it served %d requests after; failures %d of %d; tail sent again %d",
+		r.Restarted, r.Replicas, r.Down.Round(time.Millisecond), r.Served, r.Failures, r.Requests, r.Replayed)
 	rep.Restart = &r
 	return nil
 }
@@ -255,8 +184,8 @@ func (c *Config) replicaCounts(ctx context.Context, rep *Report, spec WorkloadSp
 }
 
 func (c *Config) logReplicas(label string, r ReplicaRun) {
-	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  agree %d/%d (placed %d, %d peek errors, self %d/%d)  max in flight %d  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
-		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.Agreed, r.Samples, r.PlacedAgreed, r.PeekErrors, r.Self.Agreed, r.Self.Samples, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
+	c.log("  PREFIX_AWARE × %d replicas%s  hit %5.1f%%  engine ttft p50 %.3fs p90 %.3fs  max in flight %d  spills %.1f%%  failures %d  router cpu %s/request  (%s)",
+		r.Replicas, label, 100*r.HitRate, r.Summary.EngineTTFT.P50, r.Summary.EngineTTFT.P90, r.MaxInFlight, 100*r.SpillRate, r.Summary.Failures, micros(r.CPUPerRequest()), r.Wall.Round(time.Second))
 }
 
 // measureHotPrefix runs the threshold workload with each count of replicas.
@@ -295,11 +224,7 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 		return ReplicaRun{}, err
 	}
 	defer f.stop()
-	every := c.Replicas.SampleEvery
-	if !bin.peers {
-		every = 0 // no /debug/route to ask
-	}
-	sp := f.spreader(c.Seed, every)
+	sp := f.spreader(c.Seed)
 	defer sp.base.CloseIdleConnections()
 	before := workload.FleetStatsOf(f.sims...)
 	results, err := workload.Run(ctx, spreaderURL, w.Requests, workload.Options{
@@ -320,9 +245,6 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 		return ReplicaRun{}, err
 	}
 	r := ReplicaRun{RunResult: res, Replicas: n}
-	all := sp.agreement(0, time.Duration(1<<62), -1)
-	r.Samples, r.Agreed, r.PlacedAgreed, r.PeekErrors = all.Samples, all.Agreed, all.PlacedAgreed, all.Errors
-	r.Self = sp.selfAgreement()
 	for i, s := range f.sims {
 		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
 			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
@@ -342,7 +264,7 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 		return RestartResult{}, err
 	}
 	defer f.stop()
-	sp := f.spreader(c.Seed, c.Replicas.RestartSampleEvery)
+	sp := f.spreader(c.Seed)
 	defer sp.base.CloseIdleConnections()
 	victim := len(f.replicas) - 1
 	out := RestartResult{Workload: spec.Name, Replicas: n, Restarted: f.replicas[victim].name}
@@ -366,6 +288,7 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 	}
 	out.StoppedAt = time.Since(sp.start)
 	restartErr := f.restart(ctx, victim)
+	served := func() int { return int(f.replicas[victim].served.Load()) }
 	readyAt := time.Since(sp.start)
 	out.Down = readyAt - out.StoppedAt
 	r := <-done
@@ -381,7 +304,7 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 	// then nothing measures it. The requests from the restart point on are
 	// then sent again, on their own schedule from now: traffic that goes
 	// on after the restart, as it would in a cluster.
-	if sp.agreement(readyAt, time.Duration(1<<62), victim).Samples < minRestartTail {
+	if served() < minRestartTail {
 		tail := rebased(w.Requests, time.Duration(c.Replicas.RestartAt*float64(w.Duration())))
 		more, err := workload.Run(ctx, spreaderURL, tail, workload.Options{
 			TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: &http.Client{Transport: sp},
@@ -398,18 +321,13 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 			out.Failures++
 		}
 	}
-	out.Before = sp.agreement(0, out.StoppedAt, -1)
-	out.First10s = sp.agreement(readyAt, readyAt+10*time.Second, victim)
-	out.Rest = sp.agreement(readyAt+10*time.Second, time.Duration(1<<62), victim)
-	for s := range 10 {
-		from := readyAt + time.Duration(s)*time.Second
-		out.Windows = append(out.Windows, sp.agreement(from, from+time.Second, victim))
-	}
+	out.Served = served()
 	return out, nil
 }
 
-// minRestartTail is the fewest samples after the restarted replica is
-// ready below which the restart run sends the replay's tail again.
+// minRestartTail is the fewest requests the restarted replica must take
+// after it is ready, below which the restart run sends the replay's tail
+// again.
 const minRestartTail = 5
 
 // rebased returns the requests due at or after from, due that much
@@ -433,14 +351,17 @@ type replicaFleet struct {
 }
 
 // replica is one router process and the addresses it keeps across
-// restarts (its peers find it there).
+// restarts.
 type replica struct {
 	name              string
 	addr, metricsAddr string
 	args              []string
 	proc              *process.Process
 	live              atomic.Bool
-	starts            int
+	// served counts the requests the spreader sent it since it was last
+	// made live.
+	served atomic.Int64
+	starts int
 }
 
 func (r *replica) metricsURL() string { return "http://" + r.metricsAddr }
@@ -468,7 +389,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	if err := os.WriteFile(docPath, doc, 0o644); err != nil {
 		return nil, fmt.Errorf("write routing document: %w", err)
 	}
-	// Every replica must be told every peer's address before any starts,
+	// Every replica must be told the picker's address before any starts,
 	// so the addresses are chosen first.
 	addrs, err := freeport.Loopback(3 * n)
 	if err != nil {
@@ -478,12 +399,10 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	if err != nil {
 		return nil, err
 	}
-	var peerList []string
 	for i := range n {
 		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[3*i], metricsAddr: addrs[3*i+1]})
-		peerList = append(peerList, addrs[3*i+1])
 	}
-	pickArgs, err := bin.pickerArgs(dir, addrs[2])
+	pickArgs, err := pickerArgs(dir, addrs[2])
 	if err != nil {
 		return nil, err
 	}
@@ -498,24 +417,11 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 			// as endpoints do once a pod is terminating.
 			"--drain-delay", "0s",
 		}, append(bin.loopbackArgs(), saltArgs...)...)
-		if bin.peers {
-			r.args = append(r.args, "--peers", strings.Join(peerList, ","), "--replica-name", r.name, "--enable-debug-route")
-			if d := c.Replicas.peerInterval(timeScale); d > 0 {
-				r.args = append(r.args, "--peer-interval", d.String())
-			}
-		}
-		if bin.forward {
-			r.args = append(r.args, "--advertise-address", r.addr)
-		}
-		if bin.picker {
-			r.args = append(r.args, pickArgs(r.name)...)
-		}
+		r.args = append(r.args, pickArgs(r.name)...)
 		if err := f.startReplica(r); err != nil {
 			return nil, err
 		}
 	}
-	// The replicas start together, so none finds a peer snapshot and each
-	// waits out --peer-bootstrap-wait before it is ready.
 	for _, r := range f.replicas {
 		if err := f.waitReplica(ctx, r); err != nil {
 			return nil, err
@@ -548,6 +454,7 @@ func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
 		}
 		return fmt.Errorf("%s: %w", r.name, err)
 	}
+	r.served.Store(0)
 	r.live.Store(true)
 	return nil
 }
@@ -561,8 +468,8 @@ const spreaderDrain = 500 * time.Millisecond
 func (f *replicaFleet) restart(ctx context.Context, i int) error {
 	r := f.replicas[i]
 	r.live.Store(false)
-	// A request the spreader routed to r just before (a sampled one peeks
-	// at every replica first) may not have connected yet. In a cluster
+	// A request the spreader routed to r just before may not have
+	// connected yet. In a cluster
 	// the router's --drain-delay keeps a terminating pod's listener open
 	// while endpoints catch up; the replicas here run with --drain-delay
 	// 0s, so the spreader gives those requests the same time before the
@@ -602,53 +509,25 @@ const spreaderURL = "http://router-replicas"
 
 // spreader is the client side of a Service in front of router replicas: a
 // RoundTripper that sends each request to a live replica picked at random.
-// Every every-th request is first sent to every live replica's
-// /debug/route (and once more to the first, as a control), before it is
-// routed anywhere, so that all of them answer for the same moment of the
-// same request stream.
 type spreader struct {
 	base     *http.Transport
-	peek     *http.Client
 	replicas []*replica
-	every    int
 	start    time.Time
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	n       int
-	samples []peekSample
+	mu  sync.Mutex
+	rng *rand.Rand
 }
 
-// peekSample is one request peeked on the replicas: answers[i] is replica
-// i's instance, "" when it was not live or errs counts it, and placed[i]
-// where it placed the key before the overload guard. again is the
-// first live replica's answer to the same body asked a second time at
-// once: the control, since a replica can disagree with itself where the
-// policy breaks ties at random or its load moves between two calls.
-type peekSample struct {
-	at      time.Duration
-	answers []string
-	// routed is where a request reaching each replica goes (answers
-	// through owners, see throughOwners): what agreement compares.
-	routed []string
-	placed []string
-	again  string
-	errs   int
-}
-
-func (f *replicaFleet) spreader(seed uint64, every int) *spreader {
-	base := workload.NewClient().Transport.(*http.Transport)
+func (f *replicaFleet) spreader(seed uint64) *spreader {
 	return &spreader{
-		base: base, peek: &http.Client{Transport: base, Timeout: 10 * time.Second},
-		replicas: f.replicas, every: every, start: time.Now(),
+		base:     workload.NewClient().Transport.(*http.Transport),
+		replicas: f.replicas, start: time.Now(),
 		rng: rand.New(rand.NewPCG(seed, uint64(len(f.replicas)))),
 	}
 }
 
 func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.mu.Lock()
-	s.n++
-	sampled := s.every > 0 && s.n%s.every == 0
 	var live []*replica
 	for _, r := range s.replicas {
 		if r.live.Load() {
@@ -663,190 +542,8 @@ func (s *spreader) RoundTrip(req *http.Request) (*http.Response, error) {
 	if to == nil {
 		return nil, errors.New("spreader: no router replica is live")
 	}
-	if sampled && req.GetBody != nil {
-		if body, err := req.GetBody(); err == nil {
-			b, err := io.ReadAll(body)
-			_ = body.Close()
-			if err == nil {
-				s.sample(req.Context(), req.URL.Path, b)
-			}
-		}
-	}
+	to.served.Add(1)
 	out := req.Clone(req.Context())
 	out.URL.Host, out.Host = to.addr, to.addr
 	return s.base.RoundTrip(out)
-}
-
-// sample asks every live replica, at once, where body would go.
-func (s *spreader) sample(ctx context.Context, path string, body []byte) {
-	at := time.Since(s.start)
-	ps := peekSample{at: at, answers: make([]string, len(s.replicas)), placed: make([]string, len(s.replicas))}
-	owners := make([]string, len(s.replicas))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	ask := func(r *replica, answer, placed, owner *string) {
-		wg.Go(func() {
-			d, err := debugRoute(ctx, s.peek, r.metricsURL(), path, body)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				ps.errs++
-				return
-			}
-			*answer = d.Instance
-			if placed != nil {
-				*placed, *owner = d.Placed, d.Owner
-			}
-		})
-	}
-	control := false
-	for i, r := range s.replicas {
-		if !r.live.Load() {
-			continue
-		}
-		ask(r, &ps.answers[i], &ps.placed[i], &owners[i])
-		if !control {
-			ask(r, &ps.again, nil, nil)
-			control = true
-		}
-	}
-	wg.Wait()
-	ps.routed = s.throughOwners(ps.answers, owners)
-	s.mu.Lock()
-	s.samples = append(s.samples, ps)
-	s.mu.Unlock()
-}
-
-// throughOwners turns each replica's answer into where a request reaching
-// it goes: a replica that names another as the owner of the instance it
-// placed the request on forwards it, and the owner's answer is where it
-// goes (when the owner did not answer, the replica would decide itself).
-func (s *spreader) throughOwners(answers, owners []string) []string {
-	out := slices.Clone(answers)
-	for i, o := range owners {
-		if o == "" || answers[i] == "" {
-			continue
-		}
-		for j, r := range s.replicas {
-			if r.name == o && answers[j] != "" {
-				out[i] = answers[j]
-			}
-		}
-	}
-	return out
-}
-
-// agreement counts the samples taken in [from, to). With focus < 0 a
-// sample counts when at least two replicas answered and agrees when all
-// answers are the same; otherwise it counts when replica focus and another
-// answered, and agrees when focus's answer is every other's.
-func (s *spreader) agreement(from, to time.Duration, focus int) AgreementWindow {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := AgreementWindow{From: from, To: to}
-	for _, x := range s.samples {
-		if x.at < from || x.at >= to {
-			continue
-		}
-		if x.errs > 0 {
-			w.Errors++
-			continue
-		}
-		if focus >= 0 && x.routed[focus] == "" {
-			continue
-		}
-		answered, same := allSame(x.routed, focus)
-		if answered < 2 {
-			continue
-		}
-		w.Samples++
-		if same {
-			w.Agreed++
-		}
-		if _, same := allSame(x.placed, focus); same {
-			w.PlacedAgreed++
-		}
-	}
-	return w
-}
-
-// allSame counts the non-empty answers and reports whether they are all
-// the same (with focus ≥ 0, all the same as answers[focus]).
-func allSame(answers []string, focus int) (int, bool) {
-	ref, answered, same := "", 0, true
-	if focus >= 0 {
-		ref = answers[focus]
-	}
-	for _, a := range answers {
-		if a == "" {
-			continue
-		}
-		answered++
-		if ref == "" {
-			ref = a
-		}
-		same = same && a == ref
-	}
-	return answered, same
-}
-
-// selfAgreement counts the samples on which the first live replica gave
-// the same answer twice.
-func (s *spreader) selfAgreement() AgreementWindow {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var w AgreementWindow
-	for _, x := range s.samples {
-		first := ""
-		for _, a := range x.answers {
-			if a != "" {
-				first = a
-				break
-			}
-		}
-		if x.errs > 0 || first == "" || x.again == "" {
-			continue
-		}
-		w.Samples++
-		if first == x.again {
-			w.Agreed++
-		}
-	}
-	return w
-}
-
-// peeked is a peer-protocol router's answer on /debug/route (a baseline
-// from before the picker).
-type peeked struct {
-	Instance string `json:"instance"`
-	Placed   string `json:"placed"`
-	Spill    string `json:"spill,omitempty"`
-	Owner    string `json:"owner,omitempty"`
-}
-
-// debugRoute asks the router whose metrics listener is at base where body,
-// sent to the traffic path, would go.
-func debugRoute(ctx context.Context, client *http.Client, base, path string, body []byte) (peeked, error) {
-	var out peeked
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/route?endpoint="+url.QueryEscape(path), bytes.NewReader(body))
-	if err != nil {
-		return out, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return out, fmt.Errorf("debug route: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return out, fmt.Errorf("debug route: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("debug route: status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-	}
-	if err := json.Unmarshal(b, &out); err != nil || out.Instance == "" {
-		return out, fmt.Errorf("debug route: unexpected answer %q", b)
-	}
-	return out, nil
 }

@@ -14,14 +14,7 @@ func (r *Report) baselineMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	rev := r.BaselineRevision
 	p("\n## Before and after: `%s` and this revision, in this run\n\n", rev)
-	replicas := ""
-	switch {
-	case !r.BaselineExchanges:
-		replicas = " (it predates the exchange between replicas, so its replicas each see only their own share of the traffic)"
-	case !r.BaselineForwards:
-		replicas = " (its replicas exchange load reports but do not forward requests to the owner of their instance: each decides the requests it receives)"
-	}
-	p("The router of revision `%s` (checked out and built by the benchmark) ran the same PREFIX_AWARE workloads on the same fresh simulators, alone and as two replicas behind the same spreader%s. TTFT is the engine's, in simulated seconds. *Most in flight* is the highest running + waiting any one simulator had.\n\n", rev, replicas)
+	p("The router of revision `%s` (checked out and built by the benchmark) ran the same PREFIX_AWARE workloads on the same fresh simulators, alone and as two replicas behind the same spreader. TTFT is the engine's, in simulated seconds. *Most in flight* is the highest running + waiting any one simulator had.\n\n", rev)
 	p("| workload | routers | hit rate before | after | TTFT p50 before | after | TTFT p90 before | after | p90 change | most in flight before | after | failures before / after |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	row := func(w string, n int, before, after RunResult, maxBefore, maxAfter string) {
 		eb, ea := before.Summary.EngineTTFT, after.Summary.EngineTTFT

@@ -109,7 +109,6 @@ func Short(seed uint64) Config {
 		Replicas: ReplicaConfig{
 			Counts:          []int{1, 2},
 			Workloads:       []string{workload.NameSupportBot},
-			SampleEvery:     3,
 			Restart:         workload.NameSupportBot,
 			RestartReplicas: 2,
 			HotPrefix: &WorkloadSpec{Name: workload.NameHotPrefix, TimeScale: 0.05,

@@ -26,7 +26,6 @@ func main() {
 	replicas := flag.String("replicas", "", "comma-separated router replica counts to run per workload (default 1,2,3; \"none\" runs none)")
 	epp := flag.String("epp", "", "comma-separated counts of gateways to run per workload through the Endpoint Picker Protocol (go-control-plane's ext_proc client in front of one router's --epp-listen; default 1; \"none\" runs none)")
 	eppRuns := flag.Int("epp-runs", 1, "runs of each workload through each count of gateways of -epp (the targets compare their median with the standalone router's)")
-	peerInterval := flag.Duration("peer-interval", 100*time.Millisecond, "report interval between router replicas to model, in simulated time (scaled by each workload's time scale; negative: the router's default wall interval)")
 	extras := flag.Bool("extras", true, "also run the hot-prefix, restart, remap, decision, proxy and upload measurements (false: only workloads × strategies and replicas, for quick experiments)")
 	timeScale := flag.Float64("time-scale", 0, "run every selected workload at this time scale instead of its own (0: keep each workload's; for measuring how much host delays move a result)")
 	flag.Parse()
@@ -80,7 +79,6 @@ func main() {
 	if strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
 		cfg.ScaleEvents = scaleEvents
 	}
-	cfg.Replicas.PeerInterval = *peerInterval
 	cfg.EPPRuns = *eppRuns
 	cfg.Baseline = *baseline
 	cfg.Command = *command
