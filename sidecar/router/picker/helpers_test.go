@@ -30,9 +30,12 @@ func testConfig(keys Keys, n, threshold int) policy.Config {
 }
 
 // newReplica is one router replica's picker under cfg.
+// testTries is Options.Tries in tests: the proxy's default --max-attempts.
+const testTries = 3
+
 func newReplica(t testing.TB, name string, keys Keys, cfg policy.Config) *Picker {
 	t.Helper()
-	p := New(Options{Replica: name, Keys: keys, Own: policy.New(policy.Tuning{}), Tuning: policy.Tuning{}})
+	p := New(Options{Replica: name, Keys: keys, Own: policy.New(policy.Tuning{}), Tuning: policy.Tuning{}, Tries: testTries})
 	if err := p.Update(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 type ledger struct {
 	epoch  uint64
 	policy *policy.Policy
+	tries  int // Options.Tries
 	// started is when the term began; warm is set once the old leader's
 	// state was restored (see receive).
 	started time.Time
@@ -45,8 +46,8 @@ type ticketKey struct {
 // least every heartbeatEvery, so ten missed heartbeats mean it is gone.
 const ticketTTL = 10 * heartbeatEvery
 
-func newLedger(t policy.Tuning, cfg *policy.Config) (*ledger, error) {
-	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), started: time.Now(),
+func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) {
+	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), tries: tries, started: time.Now(),
 		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}}
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
@@ -65,7 +66,7 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 		return answer{}, err
 	}
 	prompt, prefill, _ := c.Charge()
-	a := answer{Epoch: l.epoch, Order: c.Order(), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
+	a := answer{Epoch: l.epoch, Order: firstOf(c.Order(), l.tries), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seen[replica] = now
@@ -82,6 +83,14 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 	}
 	l.tickets[k] = c
 	return a, nil
+}
+
+// firstOf is the first n of order (all of it when n ≤ 0).
+func firstOf(order []string, n int) []string {
+	if n > 0 && len(order) > n {
+		return order[:n]
+	}
+	return order
 }
 
 // apply applies a replica's events in order.

@@ -39,6 +39,11 @@ type Options struct {
 	Tuning policy.Tuning
 	// PickTimeout bounds a pick call; past it the request falls back.
 	PickTimeout time.Duration
+	// Tries is how many instances of its order a replica tries (the
+	// proxy's --max-attempts, the same on every replica of a Deployment);
+	// an answer names no more, since a fleet of hundreds would otherwise
+	// send hundreds of names with every decision. 0: the whole order.
+	Tries int
 	// Transport is the pick API client's transport (nil: NewTransport).
 	Transport http.RoundTripper
 	Metrics   *Metrics
@@ -294,7 +299,7 @@ func (p *Picker) observe(l *link, epoch uint64) {
 			continue
 		}
 		prompt, prefill, prefilled := t.own.Charge()
-		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: t.own.Order(), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
+		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: firstOf(t.own.Order(), p.opts.Tries), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
 		t.held = epoch
 	}
 	p.adopt = false
@@ -444,7 +449,7 @@ func (p *Picker) becomeLeader(l *ledger) {
 // Lead makes this replica the picker for good (no election: benchmarks,
 // tests, a single router).
 func (p *Picker) Lead() error {
-	l, err := newLedger(p.opts.Tuning, p.cfg.Load())
+	l, err := newLedger(p.opts.Tuning, p.cfg.Load(), p.opts.Tries)
 	if err != nil {
 		return fmt.Errorf("start picker: %w", err)
 	}

@@ -61,6 +61,40 @@ func TestFollowerAsksTheLeader(t *testing.T) {
 	eventually(t, "the picker to release both requests", func() bool { return l.policy.InFlight(a.Instance().ID) == 0 && l.open() == 0 })
 }
 
+// TestAnswerNamesOnlyTheInstancesTried: over 256 instances the picker
+// answers with the instances a replica tries (Options.Tries), not the
+// whole fleet, and the replica's request moves along exactly those.
+func TestAnswerNamesOnlyTheInstancesTried(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 256, 10)
+	leader, srv := newLeader(t, keys, cfg)
+	follower := newReplica(t, "router-1", keys, cfg)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	k := key(follower, "a system prompt and a question")
+	a, err := leader.leading().pick("router-1", pickRequest{Seq: 1, Key: k}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Order) != testTries {
+		t.Fatalf("the answer names %d instances, want %d", len(a.Order), testTries)
+	}
+	tk, err := follower.Pick(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Done()
+	if got := picks(t, follower.opts.Metrics, "picker"); got != 1 {
+		t.Fatalf("follower: %v picks by the picker, want 1", got)
+	}
+	tried := []string{tk.Instance().ID}
+	for tk.Next() {
+		tried = append(tried, tk.Instance().ID)
+	}
+	if len(tried) != testTries || tried[0] != a.Order[0] {
+		t.Errorf("the request tried %v, want %d instances starting at %s", tried, testTries, a.Order[0])
+	}
+}
+
 // The pick API answers only callers that sign with the endpoint's key: a
 // replica of another endpoint, or anything unsigned, gets 401, learns
 // nothing, and counts nothing; the replica with the wrong key routes by
@@ -259,7 +293,7 @@ func TestHandoff(t *testing.T) {
 // the request is counted where the fallback sent it once adopted.
 func TestLatePickIsNotCounted(t *testing.T) {
 	keys := testKeys(t, testSecret)
-	l, err := newLedger(policy.Tuning{}, func() *policy.Config { c := testConfig(keys, 3, 10); return &c }())
+	l, err := newLedger(policy.Tuning{}, func() *policy.Config { c := testConfig(keys, 3, 10); return &c }(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

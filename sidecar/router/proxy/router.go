@@ -199,7 +199,7 @@ func New(opts Options) *Router {
 		BufferPool:     bufferPool{},
 	}
 	r.picker = picker.New(picker.Options{Replica: opts.Replica, Keys: opts.Keys, Own: r.policy, Tuning: opts.Tuning,
-		PickTimeout: opts.PickTimeout, Metrics: picker.NewMetrics(r.opts.Metrics.Registry), Log: opts.Log.WithName("picker")})
+		PickTimeout: opts.PickTimeout, Tries: opts.MaxAttempts, Metrics: picker.NewMetrics(r.opts.Metrics.Registry), Log: opts.Log.WithName("picker")})
 	switch opts.Picker {
 	case "", PickerSelf:
 		if err := r.picker.Lead(); err != nil {
