@@ -3,6 +3,7 @@ package picker
 import (
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,17 @@ func newLeader(t testing.TB, keys Keys, cfg policy.Config) (*Picker, *httptest.S
 		t.Fatal(err)
 	}
 	return p, serve(t, p)
+}
+
+// leaderAndFollower is a leader over n instances and "router-1" asking it.
+func leaderAndFollower(t testing.TB, n int) (leader, follower *Picker) {
+	t.Helper()
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, n, 10)
+	leader, srv := newLeader(t, keys, cfg)
+	follower = newReplica(t, "router-1", keys, cfg)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	return leader, follower
 }
 
 // serve runs p's pick API on loopback.

@@ -27,11 +27,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // A follower asks the leader over the pick API, and the leader counts the
 // follower's requests until they are done.
 func TestFollowerAsksTheLeader(t *testing.T) {
-	keys := testKeys(t, testSecret)
-	cfg := testConfig(keys, 3, 10)
-	leader, srv := newLeader(t, keys, cfg)
-	follower := newReplica(t, "router-1", keys, cfg)
-	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	leader, follower := leaderAndFollower(t, 3)
 
 	ctx := context.Background()
 	a, err := follower.Pick(ctx, key(follower, "a system prompt and a question"))
@@ -65,11 +61,7 @@ func TestFollowerAsksTheLeader(t *testing.T) {
 // answers with the instances a replica tries (Options.Tries), not the
 // whole fleet, and the replica's request moves along exactly those.
 func TestAnswerNamesOnlyTheInstancesTried(t *testing.T) {
-	keys := testKeys(t, testSecret)
-	cfg := testConfig(keys, 256, 10)
-	leader, srv := newLeader(t, keys, cfg)
-	follower := newReplica(t, "router-1", keys, cfg)
-	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	leader, follower := leaderAndFollower(t, 256)
 	k := key(follower, "a system prompt and a question")
 	a, err := leader.leading().pick("router-1", pickRequest{Seq: 1, Key: k}, time.Now())
 	if err != nil {
