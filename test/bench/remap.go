@@ -31,7 +31,7 @@ type routingKeys struct {
 }
 
 func (c *Config) keysOf(bodies func(yield func([]byte) bool)) (routingKeys, error) {
-	lim := extract.Limits{Window: c.PrefixLength, Lookahead: policy.DefaultTuning().LookaheadBytes}
+	lim := extract.Limits{Window: c.PrefixLength, Lookahead: policy.New(policy.Tuning{SketchWidth: 1}).LookaheadBytes()}
 	var k routingKeys
 	for b := range bodies {
 		r, err := extract.OpenAI(extract.Chat, b, "", lim)

@@ -58,7 +58,7 @@ type Decision struct {
 	// index held it on (PREFIX_AWARE, one of the Move reasons); MoveNone
 	// when it stayed, was new, or the guard spilled the request (the index
 	// then keeps the key where it was, but for a long prompt cold there:
-	// see remembersSpill).
+	// see longAndCold).
 	Moved string
 	// MatchChars estimates how much of the routing text the chosen
 	// instance has recently been sent.

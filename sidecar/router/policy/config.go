@@ -29,13 +29,13 @@ type Config struct {
 	Adapters map[string][]string
 }
 
-// Tuning is the policy's parameters. The router lets a user set two, for
-// reasons of their deployment: IndexEntries (memory) and BytesPerToken
-// (the tokenizer). The others are the policy's constants, derived where
-// they are defined (defaultShareSlack and the rest below); they are fields
-// only so that tests and the benchmark's reference rows can vary one (a
-// negative ShareSlack turns share balancing off: pure rendezvous
-// placement). Zero values take the defaults of DefaultTuning.
+// Tuning is what a router may set of the policy: IndexEntries (its
+// memory) and BytesPerToken (the tokenizer). The rest of its parameters
+// are the constants below, whose comments derive them; ShareSlack,
+// ReplicaLoad, SketchWidth and DecayEvery are fields too so that tests and
+// the benchmark's reference rows can vary them (a negative ShareSlack
+// turns share balancing off: pure rendezvous placement). Zero values take
+// the defaults of DefaultTuning.
 type Tuning struct {
 	// IndexEntries bounds the prefix index (~48 bytes each): the router's
 	// memory, which its pod's limit bounds. The default, 2^18 entries
@@ -47,17 +47,10 @@ type Tuning struct {
 	// finer (CJK: 1–2 bytes per token) wants a lower value.
 	BytesPerToken float64
 
-	BlockSize      int     // 0: prefixLength/32, at least 64 (a window is about 32 blocks)
-	LookaheadBytes int     // negative: never read past the window
-	BalanceFactor  float64 // see defaultBalanceFactor
-	ReplicaLoad    float64 // see defaultReplicaLoad
-	ShareSlack     float64 // see defaultShareSlack
-	MoveSlack      float64 // see defaultMoveSlack
-	SketchWidth    int     // see defaultSketchWidth
-	DecayEvery     int64   // see defaultDecayEvery
-	DecodeTokens   int64   // see defaultDecodeTokens
-	TokenBalance   float64 // see defaultTokenBalance
-	TokenFloor     int64   // see defaultTokenFloor
+	ShareSlack  float64 // see defaultShareSlack
+	ReplicaLoad float64 // see defaultReplicaLoad
+	SketchWidth int     // see defaultSketchWidth
+	DecayEvery  int64   // see defaultDecayEvery
 
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,
 	// in builds with the benchstrategies tag), for the router's
@@ -68,109 +61,83 @@ type Tuning struct {
 }
 
 const (
-	// defaultLookaheadBytes is how far past the window the replica-set
-	// walk may read when every block of the window is shared by a dominant
-	// fraction of the traffic (a system prompt longer than the window), to
-	// find what tells the requests apart: 32 KiB, about 8k tokens, which
-	// covers the system prompts of templated bots and agents.
-	defaultLookaheadBytes = 32768
-	// defaultBalanceFactor caps the requests in flight an overload spill
-	// may go to at 1.25 × the average: the bounded-load factor HAProxy
-	// (hash-balance-factor 125) and Envoy use, and the paper's
-	// (arXiv:1608.01350) example, with which a spill walks past few full
-	// instances of its order while no instance runs a quarter over the
-	// average.
-	defaultBalanceFactor = 1.25
+	// lookaheadBytes is how far past the window the replica-set walk may
+	// read when every window block is shared by most traffic (a system
+	// prompt longer than the window), to find what tells requests apart:
+	// 32 KiB, about 8k tokens, the system prompts of templated bots and
+	// agents.
+	lookaheadBytes = 32768
+	// balanceFactor caps the requests in flight a threshold spill may go
+	// to at 1.25 × the average: the bounded-load factor of HAProxy and
+	// Envoy and of arXiv:1608.01350's example.
+	balanceFactor = 1.25
 	// defaultReplicaLoad is the part of one instance's fair share of
-	// requests a single prefix may bring it before it is served by more
-	// instances (⌈fraction × N / ReplicaLoad⌉): three quarters, so that a
-	// hot prefix leaves its instances a quarter of their share for the
-	// other keys whose first choice they are.
+	// requests a single prefix may bring it before more instances serve it
+	// (⌈fraction × N / ReplicaLoad⌉): three quarters, leaving a quarter of
+	// their share to the other keys whose first choice they are.
 	defaultReplicaLoad = 0.75
-	// defaultShareSlack and defaultMoveSlack keep each instance's recent
-	// share of requests within 1.10 × the average, the balance the router
-	// promises: a new key is placed only on an instance within 1.05 × the
-	// average, and a key already placed moves (a cold prefill) only off an
-	// instance past 1.08 ×. The gap between them is hysteresis: a key
-	// placed under 1.05 × stays until its instance drifts three points
-	// further, so keys near the bound do not move back and forth.
+	// defaultShareSlack and moveSlack keep each instance's recent share of
+	// requests within 1.10 × the average: a new key is placed only within
+	// 1.05 ×, and a known key moves (a cold prefill) only off an instance
+	// past 1.08 ×. The gap is hysteresis, so keys near the bound do not
+	// move back and forth.
 	defaultShareSlack = 1.05
-	defaultMoveSlack  = 1.08
+	moveSlack         = 1.08
 	// defaultSketchWidth is the popularity sketch's counters per row: it
-	// over-estimates a block's fraction by about blocks per request ÷
-	// width, 32 ÷ 65,536 ≈ 0.05 % of the traffic, far below the fractions
-	// that decide replica sets (a share of one instance, 1/N). 512 KiB.
+	// over-estimates a fraction by about blocks per request ÷ width, 32 ÷
+	// 65,536 ≈ 0.05 %, far below the fractions that decide replica sets
+	// (1/N). 512 KiB.
 	defaultSketchWidth = 1 << 16
-	// defaultDecayEvery is the policy's memory: popularity and share counts
-	// halve every 4,096 decisions, so they weigh about the last 8k
-	// requests, hundreds per instance of a fleet of tens, enough that a
-	// share is not noise and short enough to follow a change of traffic
-	// within minutes.
+	// defaultDecayEvery: popularity and share counts halve every 4,096
+	// decisions, so they weigh about the last 8k requests, hundreds per
+	// instance of a fleet of tens (a share is not noise), and follow a
+	// change of traffic within minutes.
 	defaultDecayEvery = 4096
-	// defaultDecodeTokens is the load, in prefill-token equivalents, of
-	// one request in flight (decoding, or waiting to): an instance's token
-	// load is its unprefilled prompt tokens plus this per request. A
-	// decoding request takes a batch slot step after step for its whole
+	// decodeTokens is the load, in prefill-token equivalents, of a request
+	// in flight: it takes a batch slot step after step for its whole
 	// response, a few hundred tokens of chat.
-	defaultDecodeTokens = 256
-	// defaultTokenBalance is when an instance's token load counts as
-	// clearly more than another's: twice. Leaving the instance that holds
-	// a prefix costs the request a cold prefill elsewhere and sends one
-	// more copy of the prefix into a cache; a lighter queue is worth that
-	// only when it is a whole average load lighter, not when it is a
-	// fraction lighter, which the next few requests erase.
-	defaultTokenBalance = 2
-	// defaultTokenFloor is the token load under which an instance never
-	// counts as overloaded, so that a lightly loaded fleet never spills:
-	// the order of one engine step's token budget under chunked prefill
-	// (vLLM's max_num_batched_tokens), a queue that a step or two clears,
-	// shorter than any cold prefill a spill would cost.
-	defaultTokenFloor = 8192
+	decodeTokens = 256
+	// tokenBalance: a cost counts as clearly more than another at twice
+	// it. Leaving the instance that holds a prefix costs a cold prefill and
+	// one more cached copy; a lighter queue is worth that only when it is
+	// a whole load lighter, not a fraction the next few requests erase.
+	tokenBalance = 2
+	// tokenFloor is the cost under which nothing counts as clearly more,
+	// so that a lightly loaded fleet never spills on tokens: about one
+	// engine step's budget under chunked prefill (vLLM's
+	// max_num_batched_tokens), shorter than any cold prefill a spill costs.
+	tokenFloor = 8192
 )
 
 // DefaultTuning returns the defaults.
 func DefaultTuning() Tuning {
 	return Tuning{
-		LookaheadBytes: defaultLookaheadBytes,
-		BalanceFactor:  defaultBalanceFactor,
-		ReplicaLoad:    defaultReplicaLoad,
-		ShareSlack:     defaultShareSlack,
-		MoveSlack:      defaultMoveSlack,
-		IndexEntries:   1 << 18,
-		SketchWidth:    defaultSketchWidth,
-		DecayEvery:     defaultDecayEvery,
-		BytesPerToken:  4,
-		DecodeTokens:   defaultDecodeTokens,
-		TokenBalance:   defaultTokenBalance,
-		TokenFloor:     defaultTokenFloor,
-		Now:            time.Now,
+		IndexEntries:  1 << 18,
+		BytesPerToken: 4,
+		ShareSlack:    defaultShareSlack,
+		ReplicaLoad:   defaultReplicaLoad,
+		SketchWidth:   defaultSketchWidth,
+		DecayEvery:    defaultDecayEvery,
+		Now:           time.Now,
 	}
 }
 
 func (t Tuning) withDefaults() Tuning {
 	d := DefaultTuning()
-	t.LookaheadBytes = max(cmp.Or(t.LookaheadBytes, d.LookaheadBytes), 0)
-	t.BalanceFactor = above(t.BalanceFactor, 1, d.BalanceFactor)
-	t.ReplicaLoad = above(t.ReplicaLoad, 0, d.ReplicaLoad)
-	// A negative ShareSlack is kept: it turns share balancing off.
-	t.ShareSlack = cmp.Or(t.ShareSlack, d.ShareSlack)
-	t.MoveSlack = cmp.Or(t.MoveSlack, max(d.MoveSlack, t.ShareSlack))
 	t.IndexEntries = above(t.IndexEntries, 0, d.IndexEntries)
+	t.BytesPerToken = above(t.BytesPerToken, 0, d.BytesPerToken)
+	t.ShareSlack = cmp.Or(t.ShareSlack, d.ShareSlack) // negative: off
+	t.ReplicaLoad = above(t.ReplicaLoad, 0, d.ReplicaLoad)
 	t.SketchWidth = above(t.SketchWidth, 0, d.SketchWidth)
 	t.DecayEvery = above(t.DecayEvery, 0, d.DecayEvery)
-	t.BytesPerToken = above(t.BytesPerToken, 0, d.BytesPerToken)
-	t.DecodeTokens = above(t.DecodeTokens, 0, d.DecodeTokens)
-	t.TokenBalance = above(t.TokenBalance, 1, d.TokenBalance)
-	t.TokenFloor = above(t.TokenFloor, 0, d.TokenFloor)
 	if t.Now == nil {
 		t.Now = d.Now
 	}
 	return t
 }
 
-// above returns the default d when v is at or under bound (a knob unset,
-// or meaningless: a balance factor of 1 or less caps below the average),
-// else v.
+// above returns the default d when v is at or under bound (unset or
+// meaningless), else v.
 func above[T cmp.Ordered](v, bound, d T) T {
 	if v <= bound {
 		return d

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -102,14 +101,15 @@ func (p *Policy) Update(cfg Config) error {
 		t.adapters[name] = slices.Compact(set)
 	}
 	t.index = pos
-	t.blockSize = above(p.tuning.BlockSize, 0, max(64, cfg.PrefixLength/32))
+	// About 32 blocks a window, at least 64 bytes each.
+	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
 	p.stats.prune(pos)
 	return nil
 }
 
 // LookaheadBytes is how far past the window the caller should extract text.
-func (p *Policy) LookaheadBytes() int { return p.tuning.LookaheadBytes }
+func (p *Policy) LookaheadBytes() int { return lookaheadBytes }
 
 // IndexEntries is the number of entries in the prefix index.
 func (p *Policy) IndexEntries() int { return p.index.Len() }
@@ -199,7 +199,7 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(p.requests(t.members[a].stat), p.requests(t.members[b].stat))
+		return cmp.Compare(inFlight(t.members[a].stat), inFlight(t.members[b].stat))
 	})
 	return order
 }
@@ -218,7 +218,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			// made since the last report counts, so that a burst of
 			// overflow does not pile onto the one instance that looked
 			// least loaded when the report was made.
-			if best < 0 || p.requests(t.members[m].stat) < p.requests(t.members[order[best]].stat) {
+			if best < 0 || inFlight(t.members[m].stat) < inFlight(t.members[order[best]].stat) {
 				best = i
 			}
 		}
@@ -227,9 +227,4 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 		}
 	}
 	return 0
-}
-
-// seedShares starts instances that joined a running fleet at the average
-func capOf(f float64, total int64, n int) int64 {
-	return int64(math.Ceil(f * float64(total) / float64(n)))
 }

@@ -57,10 +57,10 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		moved   string
 	}{
 		{"stays on its holder", [4]int64{100, 100, 100, 100}, -1, false, held, MoveNone},
-		{"stays on its holder under MoveSlack × the average", [4]int64{95, 106, 100, 99}, -1, false, held, MoveNone},
-		{"over MoveSlack × the average: to its other choice within ShareSlack", [4]int64{90, 125, 95, 90}, -1, false, 0, MoveShare},
-		{"over MoveSlack, its other choice over ShareSlack too: stays", [4]int64{120, 125, 80, 75}, -1, false, held, MoveNone},
-		{"over MoveSlack but under the average + stickySlack: stays", [4]int64{3, 12, 3, 2}, -1, false, held, MoveNone},
+		{"stays on its holder under moveSlack × the average", [4]int64{95, 106, 100, 99}, -1, false, held, MoveNone},
+		{"over moveSlack × the average: to its other choice within ShareSlack", [4]int64{90, 125, 95, 90}, -1, false, 0, MoveShare},
+		{"over moveSlack, its other choice over ShareSlack too: stays", [4]int64{120, 125, 80, 75}, -1, false, held, MoveNone},
+		{"over moveSlack but under the average + stickySlack: stays", [4]int64{3, 12, 3, 2}, -1, false, held, MoveNone},
 		{"its first choice is joining the fleet: goes there", [4]int64{100, 100, 100, 100}, 0, false, 0, MoveJoining},
 		{"its first choice is joining but over ShareSlack: stays", [4]int64{115, 100, 95, 90}, 0, false, held, MoveNone},
 		{"its holder left the set: back to the former holder", [4]int64{100, 100, 100, 100}, -1, true, 2, MoveHolderLeft},
@@ -73,6 +73,42 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		got, moved := p.sticky(tb, set, e)
 		if got != tc.want || moved != tc.moved {
 			t.Errorf("%s: shares %v went to %d (%q), want %d (%q)", tc.rule, tc.shares, got, moved, tc.want, tc.moved)
+		}
+	}
+}
+
+// TestCostRules pins the cost model's comparisons row by row: when a cost
+// is clearly more than another (clearlyMore), what leaving home charges
+// for the cache left there (lost), and when an all-busy request stays
+// home (staysHome).
+func TestCostRules(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		got  bool
+		want bool
+	}{
+		{"clearlyMore: twice and over tokenFloor", clearlyMore(20_000, 9_999), true},
+		{"clearlyMore: not twice", clearlyMore(20_000, 10_000), false},
+		{"clearlyMore: twice but under tokenFloor (a light fleet never spills)", clearlyMore(tokenFloor, 0), false},
+		{"staysHome: within overflowStay, home not clearly more", staysHome(overflowStay, 12_000, 7_000), true},
+		{"staysHome: within overflowStay, home clearly more (a long prefill ahead)", staysHome(0, 30_000, 7_000), false},
+		{"staysHome: further above, leaving not clearly more", staysHome(overflowStay+1, 7_000, 12_000), false},
+		{"staysHome: further above, leaving clearly more (cached at home)", staysHome(overflowStay+1, 7_000, 30_000), true},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.rule, tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		rule            string
+		own, home, want int64
+	}{
+		{"lost: warm at home, cold there: the whole difference", 10_000, 1_000, 9_000},
+		{"lost: cold on both: nothing", 10_000, 10_000, 0},
+		{"lost: warmer there than at home: nothing", 1_000, 10_000, 0},
+	} {
+		if got := lost(tc.own, tc.home); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.rule, got, tc.want)
 		}
 	}
 }

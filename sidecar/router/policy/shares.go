@@ -7,6 +7,7 @@ import (
 // Shares are each instance's decayed count of recent decisions: what
 // placement balances new keys by and moves known keys off (see sticky).
 
+// seedShares starts instances that joined a running fleet at the average
 // share of the others, as if they had always been there, and marks them
 // joining. Shares are counts of past decisions: a newcomer at zero would sit
 // far below the average for as long as the counts remember (DecayEvery),

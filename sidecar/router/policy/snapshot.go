@@ -46,7 +46,7 @@ func (p *Policy) Snapshot() []byte {
 	p.stats.each(func(id string, s *stat) {
 		number[s.token] = uint64(len(ids)) + 1
 		ids = append(ids, id)
-		shares = append(shares, p.globalShare(s))
+		shares = append(shares, s.share.Load())
 	})
 	b := append([]byte(snapshotMagic), byte(snapshotVersion))
 	b = binary.AppendUvarint(b, uint64(len(ids)))

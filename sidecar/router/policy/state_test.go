@@ -316,7 +316,7 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 	}
 	p.stats.get(home).prefill.Store(0)
 
-	short := doc(2, 8_000) // 2k tokens: under TokenFloor
+	short := doc(2, 8_000) // 2k tokens: under tokenFloor
 	placed = placedOn(t, p, short)
 	p.stats.get(placed).prefill.Store(6_000)
 	if c := pick(t, p, short); c.Instance().ID != placed || c.ColdPlaced {

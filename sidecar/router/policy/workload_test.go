@@ -11,7 +11,7 @@ import (
 // from the bodies exactly as the router does.
 func workloadRequests(t testing.TB, w workload.Workload) []Request {
 	t.Helper()
-	lim := extract.Limits{Window: 4096, Lookahead: DefaultTuning().LookaheadBytes}
+	lim := extract.Limits{Window: 4096, Lookahead: lookaheadBytes}
 	out := make([]Request, 0, len(w.Requests))
 	for _, r := range w.Requests {
 		body, err := workload.Body(r, workload.Options{Model: "m"})

@@ -1,0 +1,152 @@
+package policy
+
+import "math"
+
+// Affinity: where the anchor goes within its parent set before the guard.
+// A key the index knows stays where it lives; a new key takes one of its
+// two HRW choices by recent share of requests, or, when its prompt is long
+// and new, the member where it costs least. Shares keep every instance
+// within 1.10 × the average (ShareSlack to place, moveSlack to move).
+
+// placementChoices is how far down a new key's order placement may go:
+// the "power of two choices", which balances nearly as well as looking
+// everywhere while confining each key (and its cached prefix) to two
+// instances however often it moves.
+const placementChoices = 2
+
+// stickySlack is the absolute slack, in decisions, of the bound a known
+// key moves over, max(moveSlack × average, average + stickySlack): a count
+// of n decisions varies by about √n (8 at 64), so the first few hundred
+// decisions do not move keys on noise; moveSlack takes over past
+// stickySlack / (moveSlack − 1) = 100 decisions per instance.
+const stickySlack = 8
+
+// place chooses the anchor's instance in its parent set, the version of
+// the placement (the entry's own when the key stays where it lives, one
+// more when it goes anywhere else), and why a known key moved.
+func (p *Policy) place(t *table, w walk) (int, uint32, string) {
+	var ver uint32
+	if w.choices == placementChoices {
+		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
+			ver = e.ver
+			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
+				if moved != MoveNone {
+					ver++
+				}
+				return m, ver, moved
+			}
+		}
+	}
+	return p.byShare(t, w.parent, w.choices), ver + 1, MoveNone
+}
+
+// sticky returns the member of set that the index says holds the key (-1
+// if none does), and why that is a move. The key lives on the entry's
+// current holder (or, tied, the one earlier in the key's order), else on
+// its former holder when the current one left the set (MoveHolderLeft).
+// It moves to its first choice while that one is joining the fleet
+// (MoveJoining: the keys plain rendezvous hashing would move, and no
+// others), and off a holder over the move bound onto one of its two
+// choices within ShareSlack (MoveShare, see relieve).
+func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, string) {
+	home, moved := -1, MoveNone
+	for _, m := range set {
+		if tok := t.members[m].stat.token; tok == e.tok[0] || e.tie && tok == e.tok[1] {
+			home = m
+			break
+		}
+	}
+	for _, m := range set {
+		if home < 0 && e.tok[1] != 0 && t.members[m].stat.token == e.tok[1] {
+			home, moved = m, MoveHolderLeft
+		}
+	}
+	if home < 0 || p.tuning.ShareSlack < 0 {
+		return home, moved
+	}
+	avg := p.averageShare(t, set)
+	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.share.Load()) <= p.tuning.ShareSlack*avg {
+		return set[0], MoveJoining
+	}
+	if float64(t.members[home].stat.share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
+		return home, moved
+	}
+	if m := p.relieve(t, set, home, avg); m != home {
+		return m, MoveShare
+	}
+	return home, moved
+}
+
+// relieve is where a key living on the over-share member m goes: the
+// least-shared of its placementChoices members within ShareSlack of the
+// average, or m itself when none is (a move onto another busy instance
+// costs a cold prefill and balances nothing).
+func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
+	best := m
+	for _, c := range set[:min(len(set), placementChoices)] {
+		share := t.members[c].stat.share.Load()
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.share.Load()) {
+			best = c
+		}
+	}
+	return best
+}
+
+// byShare places a new key: the first of the choices first members of set
+// within the new-key share bound, else the one of them with the smallest
+// share.
+func (p *Policy) byShare(t *table, set []int, choices int) int {
+	if p.tuning.ShareSlack < 0 || len(set) == 1 {
+		return set[0]
+	}
+	bound := p.newKeyShareBound(t, set)
+	best := set[0]
+	for _, m := range set[:min(len(set), choices)] {
+		share := t.members[m].stat.share.Load()
+		if float64(share) <= bound {
+			return m
+		}
+		if share < t.members[best].stat.share.Load() {
+			best = m
+		}
+	}
+	return best
+}
+
+// coldPlacement moves a new long key (see longAndCold) from chosen to the
+// member of set where it costs least, among those with room (hasRoom) and
+// within the share bound; ties stay with the earlier. Its cache gives it
+// no reason to queue on chosen, and where it is prefilled is where the
+// index sends its next requests. A short key keeps the two choices: its
+// prefill is too small to queue behind.
+func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
+	if len(set) < 2 {
+		return chosen
+	}
+	if _, long := p.longAndCold(x, t.members[chosen].stat); !long {
+		return chosen
+	}
+	bound := math.Inf(1)
+	if p.tuning.ShareSlack >= 0 {
+		bound = p.newKeyShareBound(t, set)
+	}
+	best, c := p.cheapest(t, set, x, chosen, func(m int) bool {
+		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.members[m].stat.share.Load()) <= bound
+	})
+	if best < 0 || c >= p.cost(t.members[chosen].stat, x) {
+		return chosen
+	}
+	return best
+}
+
+// newKeyShareBound is the most recent share a member of set may have and
+// still take a new key: ShareSlack × the set's average, +1 so that the
+// first decisions, when every share is a handful, do not place keys on
+// noise.
+func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
+	return p.tuning.ShareSlack*p.averageShare(t, set) + 1
+}
+
+func (p *Policy) averageShare(t *table, set []int) float64 {
+	return float64(sumOver(t, set, func(s *stat) int64 { return s.share.Load() })) / float64(len(set))
+}

@@ -1,0 +1,152 @@
+package policy
+
+import "math"
+
+// The guard moves a request off the instance affinity chose (order[0];
+// the rest of order is the fallback, the parent set first). The
+// concurrency threshold is a limit; everything else is the cost model.
+
+// guard applies, in order:
+//   - ejected or at the threshold: the request must leave, along its order
+//     (spillByRequests);
+//   - otherwise, tokens: it leaves for the cheapest instance under the
+//     threshold when its cost at home is clearly more (clearlyMore), the
+//     cache it loses charged (lost). A light fleet never spills (nothing
+//     is over tokenFloor).
+func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
+	home := order[0]
+	switch {
+	case !p.available(t, home):
+		return p.spillByRequests(t, order, x, SpillUnhealthy)
+	case p.overThreshold(t, home):
+		return p.spillByRequests(t, order, x, SpillConcurrency)
+	}
+	stay := p.cost(t.members[home].stat, x)
+	if stay <= tokenFloor {
+		return order, SpillNone
+	}
+	// An instance whose token load alone is over stay ÷ tokenBalance can
+	// never be clearly cheaper: not costed.
+	best, c := p.cheapest(t, order[1:], x, home, func(m int) bool {
+		return p.available(t, m) && !p.overThreshold(t, m) && tokenBalance*float64(p.tokenLoad(t.members[m].stat)) < float64(stay)
+	})
+	if best >= 0 && clearlyMore(stay, c) {
+		return moveToFront(order, indexOf(order, best)), SpillTokens
+	}
+	return order, SpillNone
+}
+
+// spillByRequests walks order past its first instance to the first one
+// available, with room under the threshold (hasRoom) and under
+// balanceFactor × the average requests in flight; failing that, to the
+// first available one with room (the threshold is the limit, the balance
+// cap a preference); if none, all busy (overflow).
+func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason string) ([]int, string) {
+	limit := int64(math.Ceil(balanceFactor * float64(sumOver(t, order, inFlight)+1) / float64(len(order))))
+	withRoom := -1
+	for i, m := range order[1:] {
+		if !p.available(t, m) || !p.hasRoom(t, m) {
+			continue
+		}
+		if inFlight(t.members[m].stat)+1 <= limit {
+			return moveToFront(order, i+1), reason
+		}
+		if withRoom < 0 {
+			withRoom = i + 1
+		}
+	}
+	if withRoom > 0 {
+		return moveToFront(order, withRoom), reason
+	}
+	if reason == SpillConcurrency {
+		reason = SpillAllBusy
+	}
+	return moveToFront(order, p.overflow(t, order, x)), reason
+}
+
+func inFlight(s *stat) int64 { return s.inFlight.Load() }
+
+// hasRoom reports whether a spill may go to an instance: spillRoom
+// requests of room under the threshold.
+func (p *Policy) hasRoom(t *table, m int) bool {
+	threshold := int64(t.cfg.ConcurrencyThreshold)
+	return inFlight(t.members[m].stat)+spillRoom(threshold) <= threshold
+}
+
+// spillRoom is the room under the threshold a spill needs: two requests
+// (one under a threshold of 8, where one is a large part of the room, and
+// a threshold of 1 never has two). An instance with one request of room is
+// full again at once, so its next requests spill too, each a cold prefill:
+// the cascade that is bounded loads' known weakness (arXiv:1908.08762).
+func spillRoom(threshold int64) int64 {
+	if threshold < 8 {
+		return 1
+	}
+	return 2
+}
+
+// overflowSlack is how many more requests in flight than the least loaded
+// an instance may have and still take an all-busy overflow.
+const overflowSlack = 1
+
+// overflowStay is how many more requests in flight than the least loaded
+// home may have and still keep an all-busy request unless the cost model
+// says leave. A continuously batching engine runs a few more requests side
+// by side (each costs it decodeTokens, a cached prefix of a few thousand
+// tokens far more); past spillRoom + 1 more, the queue itself is what the
+// request waits for.
+const overflowStay = 3
+
+// overflow is the position in order of where a request goes when no
+// instance has room: among the available instances within overflowSlack
+// requests of the least loaded, the cheapest; home instead when staysHome
+// says so; the least loaded of all when none is available.
+func (p *Policy) overflow(t *table, order []int, x *expectation) int {
+	least := int64(math.MaxInt64)
+	for _, m := range order {
+		if p.available(t, m) {
+			least = min(least, inFlight(t.members[m].stat))
+		}
+	}
+	if least == math.MaxInt64 {
+		return p.leastLoaded(t, order)
+	}
+	home := order[0]
+	best, c := p.cheapest(t, order, x, home, func(m int) bool {
+		return p.available(t, m) && inFlight(t.members[m].stat) <= least+overflowSlack
+	})
+	if p.available(t, home) && staysHome(inFlight(t.members[home].stat)-least, p.cost(t.members[home].stat, x), c) {
+		return 0
+	}
+	return indexOf(order, best)
+}
+
+// staysHome reports whether an all-busy request stays home, above rather
+// than the least loaded by requests, with cost home there and best at the
+// cheapest: within overflowStay, unless home clearly costs more (a short
+// chat behind a long prefill); further above, only when leaving would
+// clearly cost more (a long document cached at home).
+func staysHome(above, home, best int64) bool {
+	if above <= overflowStay {
+		return !clearlyMore(home, best)
+	}
+	return clearlyMore(best, home)
+}
+
+// moveToFront moves order[i] to the front, keeping the rest in order, so
+// that retries still follow the key's preference.
+func moveToFront(order []int, i int) []int {
+	v := order[i]
+	copy(order[1:i+1], order[:i])
+	order[0] = v
+	return order
+}
+
+func indexOf(order []int, m int) int {
+	for i, o := range order {
+		if o == m {
+			return i
+		}
+	}
+	return 0
+}
