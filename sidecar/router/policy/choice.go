@@ -9,7 +9,7 @@ const (
 	SpillNone        = ""
 	SpillConcurrency = "concurrency_threshold" // preferred over the threshold, walked its order
 	SpillAllBusy     = "all_busy"              // nobody under threshold and cap: least loaded
-	SpillTokens      = "token_load"            // preferred far above the average token load
+	SpillTokens      = "token_load"            // another instance under the threshold clearly cheaper
 	SpillUnhealthy   = "unhealthy"             // preferred instance ejected by health checks
 )
 
@@ -18,7 +18,7 @@ const (
 // sticky). Each move costs the key a cold prefill.
 const (
 	MoveNone       = ""
-	MoveShare      = "share"       // its instance's share was over MoveSlack × the average
+	MoveShare      = "share"       // its instance's share was over moveSlack × the average
 	MoveJoining    = "joining"     // its first choice joined the fleet lately
 	MoveHolderLeft = "holder_left" // its instance left its set; back to the one before
 )
@@ -47,8 +47,7 @@ type Decision struct {
 	Strategy Strategy
 	// Spill is why the preferred instance was not used ("" if it was).
 	Spill string
-	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE);
-	// int32, beside ColdPlaced, keeps a Choice in 128 bytes.
+	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE).
 	AnchorDepth int32
 	// ColdPlaced says a new key with a long prompt was placed where its
 	// prefill would finish first rather than on its first choice
@@ -56,9 +55,7 @@ type Decision struct {
 	ColdPlaced bool
 	// Moved says why a key the prefix index knew left the instance the
 	// index held it on (PREFIX_AWARE, one of the Move reasons); MoveNone
-	// when it stayed, was new, or the guard spilled the request (the index
-	// then keeps the key where it was, but for a long prompt cold there:
-	// see longAndCold).
+	// when it stayed, was new, or was spilled.
 	Moved string
 	// MatchChars estimates how much of the routing text the chosen
 	// instance has recently been sent.

@@ -1,17 +1,14 @@
 package policy
 
-// A router replica that is not the elected picker keeps a policy of its own
-// all the same, with the routing document in force, for two things: to
-// count its own requests (Follow), which its metrics report, and to decide
-// alone while no picker answers (Fallback).
+// A replica that is not the elected picker keeps a policy of its own to
+// count its own requests (Follow) and to decide alone while no picker
+// answers (Fallback).
 
-// Follow charges a decision made elsewhere to this policy's counts: the
-// request goes to order[0], then along the rest of order after connection
-// failures, as a Choice from Pick would. prompt and prefill are the tokens
-// the decider charged (prefill: the prompt less its expected cache hit);
-// prefilled says the first token has already come (an adopted request, see
-// the picker's ledger). IDs this policy does not know are left out; none
-// known is ErrNoInstance.
+// Follow charges a decision made elsewhere to this policy's counts, as a
+// Choice from Pick would: prompt and prefill are the tokens the decider
+// charged, prefilled says the first token has already come (an adopted
+// request). IDs this policy does not know are left out; none known is
+// ErrNoInstance.
 func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
 	t := p.table.Load()
 	if t == nil {
@@ -34,15 +31,12 @@ func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d
 // SpillFallback marks a decision made by Fallback.
 const SpillFallback = "fallback"
 
-// Fallback decides alone, for the while no elected picker answers (it
-// died, or a new one is being elected): rendezvous hashing of the window's
-// hash over the instances allowed, the first in that order that is
-// available and under the concurrency threshold by this policy's own
-// counts, else the least loaded. It is deterministic, so every replica
-// places a key alike and the key's cache stays where it was put in the
-// meantime, and it learns nothing. Each replica counts only its own
-// requests here: while it lasts, an instance may hold up to the threshold
-// from each replica.
+// Fallback decides alone while no elected picker answers: rendezvous
+// hashing of the window's hash, the first instance in that order available
+// and under the threshold by this replica's own counts, else the least
+// loaded. Deterministic, so every replica places a key alike meanwhile; it
+// learns nothing. An instance may hold up to the threshold from each
+// replica while it lasts.
 func (p *Policy) Fallback(key Key) (*Choice, error) {
 	p.pick.Lock()
 	defer p.pick.Unlock()

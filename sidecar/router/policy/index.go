@@ -16,16 +16,12 @@ type prefixIndex struct {
 	capacity int
 }
 
-// indexEntry is where a block lives: a last-writer-wins register over the
-// placements of every router replica. A placement carries a version: the
-// version of the entry it followed, or one more when it put the key
-// somewhere new (a first placement, a move off a busy instance). The higher
-// version wins, whatever order placements reach a replica in, so replicas
-// that merge the same placements hold the same entry; a key that moved
-// stays where it moved to. Two placements of equal version on different
-// instances were made concurrently by replicas that had not heard of each
-// other: the entry keeps both, tied, and the key's own HRW order settles
-// it (see sticky), again the same on every replica.
+// indexEntry is where a block lives: a last-writer-wins register. A
+// placement carries the version of the entry it followed, or one more when
+// it put the key somewhere new (a first placement, a move); the higher
+// version wins whatever order placements are merged in, and two of equal
+// version on different instances are kept both, tied, for the key's own
+// HRW order to settle (see sticky).
 type indexEntry struct {
 	tok [2]uint32 // instance tokens, current holder first; 0 = none
 	ver uint32
@@ -34,9 +30,8 @@ type indexEntry struct {
 
 func newPrefixIndex(capacity int) *prefixIndex {
 	capacity = max(capacity, 2)
-	// Not presized: every replica keeps a policy for its fallback that
-	// fills only while no picker answers, and a presized generation would
-	// hold ~5 MiB of empty buckets in each.
+	// Not presized: a replica's fallback policy fills only while no picker
+	// answers.
 	return &prefixIndex{young: map[uint64]indexEntry{}, old: map[uint64]indexEntry{}, capacity: capacity}
 }
 
@@ -60,20 +55,6 @@ func (x *prefixIndex) deepest(hashes []uint64, from int) (int, indexEntry) {
 		}
 	}
 	return -1, indexEntry{}
-}
-
-// add records that token was placed the given hashes at version ver.
-func (x *prefixIndex) add(hashes []uint64, token, ver uint32) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, h := range hashes {
-		x.addLocked(h, token, ver)
-	}
-}
-
-func (x *prefixIndex) addLocked(h uint64, token, ver uint32) {
-	e, _ := x.lookupLocked(h)
-	x.putLocked(h, e.merge(token, ver))
 }
 
 // putLocked stores an entry in the young generation, ageing the
@@ -124,12 +105,12 @@ func (e indexEntry) has(token uint32) bool {
 // addDepths records token, at version ver, for the hashes at the given
 // depths.
 func (x *prefixIndex) addDepths(hashes []uint64, depths []int, token, ver uint32) {
-	var buf [16]uint64
-	sel := buf[:0]
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for _, d := range depths {
-		sel = append(sel, hashes[d])
+		e, _ := x.lookupLocked(hashes[d])
+		x.putLocked(hashes[d], e.merge(token, ver))
 	}
-	x.add(sel, token, ver)
 }
 
 // entries looks up the hashes at the given depths in one pass, setting out

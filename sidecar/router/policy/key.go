@@ -3,19 +3,14 @@ package policy
 import "cmp"
 
 // Key is what a decision needs of a request, and all a router replica
-// sends the elected picker (sidecar/router/picker): block hashes, sizes and
-// the model, never the prompt text. Hashes are keyed (Config.HashSeed) and
-// scoped to the model and tenant (see scopeSeed), so identical text of two
-// tenants never shares a hash and a hash says nothing of the text to
-// anyone without the key.
+// sends the elected picker: block hashes (keyed by Config.HashSeed, scoped
+// to model and tenant), sizes and the model, never the prompt text.
 //
-// A Key made by Policy.Key holds the routing text instead of its hashes,
-// and is valid only while the Request's Text is: a decision in this
-// process hashes the window into a buffer it reuses, and the lookahead
-// (up to LookaheadBytes, eight times the window's blocks) only when it
-// reads past the window, which few requests do. Hashing every block up
-// front cost more than the rest of the decision. BlockHashes gives the
-// whole chain, for sending the Key elsewhere.
+// A Key made by Policy.Key holds the routing text instead, valid while the
+// Request's Text is: a decision in this process hashes the window, and the
+// lookahead only when it reads past the window, which few requests do
+// (hashing every block up front cost more than the rest of the decision).
+// BlockHashes gives the whole chain, for sending the Key elsewhere.
 type Key struct {
 	// Model is the "model" the client asked for; "" means the served model.
 	Model string

@@ -47,10 +47,9 @@ type Policy struct {
 	// shareEpoch counts share decays: how long ago an instance joined (see
 	// joining).
 	shareEpoch atomic.Int64
-	// pick makes a decision and its charge one step: without it, requests
-	// decided at the same moment all read an instance's count as under the
-	// threshold and all charge it (TestConcurrentPicksKeepTheThreshold:
-	// T + 1 on one instance of a fleet filled exactly to T).
+	// pick makes a decision and its charge one step, so that concurrent
+	// decisions cannot all read an instance as under the threshold
+	// (TestConcurrentPicksKeepTheThreshold).
 	pick sync.Mutex
 	// chain, parent and depths are buffers of the decision in progress
 	// (block hashes, the anchor's parent set, the depths it records),
@@ -214,10 +213,6 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			if onlyAvailable && !p.available(t, m) {
 				continue
 			}
-			// Live counts (own now, peers as reported): every decision
-			// made since the last report counts, so that a burst of
-			// overflow does not pile onto the one instance that looked
-			// least loaded when the report was made.
 			if best < 0 || inFlight(t.members[m].stat) < inFlight(t.members[order[best]].stat) {
 				best = i
 			}

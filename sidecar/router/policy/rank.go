@@ -9,12 +9,10 @@ import (
 )
 
 // A key's preference order is its rendezvous (HRW) order: instances by
-// descending score, ties by position in the table, so that the order is a
-// total one and any algorithm that sorts by it returns the same list. One
-// picker decides for a whole endpoint, so ranking is per decision and per
-// instance: it must cost about the fleet's size, not its square (an
-// insertion sort did, 85 % of a 1,024-instance decision), and no deeper
-// than the caller reads.
+// descending score, ties by position in the table (a total order, so any
+// sort gives the same list). One picker decides for a whole endpoint, so
+// ranking must cost about the fleet's size, not its square, and go no
+// deeper than the caller reads.
 
 // scored is a member with its score for the key being ranked.
 type scored struct {
@@ -28,9 +26,8 @@ func (a scored) before(b scored) bool {
 }
 
 // rankScratch is scratch for scoring sets larger than a stack buffer,
-// and the radix sort's second buffer. Decisions run one at a time per
-// policy, but rank is a function of a table, and a router holds more than
-// one policy (the picker's, its own proxy's): a pool rather than a field.
+// and the radix sort's second buffer; pooled, as a router holds more than
+// one policy.
 type rankScratch struct{ all, tmp []scored }
 
 var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
@@ -40,11 +37,9 @@ func rank(t *table, set []int, key uint64, out []int) []int {
 	return rankTop(t, set, key, len(set), out)
 }
 
-// rankTop returns the first k of rank(t, set, key, out): the replica-set
-// walk keeps only the r best of a set, and a full sort of a 1,024-instance
-// fleet to keep six is most of the work. It scores every member once and
-// keeps the k best in a heap, O(n + k log k log n) on random scores; a
-// whole order of a large set is radix-sorted, O(n).
+// rankTop returns the first k of rank(t, set, key, out): the k best kept
+// in a heap, O(n + k log k log n); a whole order of a large set is
+// radix-sorted, O(n).
 func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 	var stack [32]scored
 	if len(set) <= len(stack) {
@@ -97,15 +92,11 @@ func sortScored(all []scored) {
 }
 
 // radixSort sorts all into the key's order, using tmp (as long) as the
-// second buffer, and returns whichever holds the result. Scores are
-// positive floats, whose bits order like the numbers, so the complement of
-// the bits sorts descending as an unsigned key: a stable least significant
-// digit first radix sort, one byte a pass, of the top 32 bits (sign,
-// exponent and 20 bits of mantissa: members of a 1,024-instance fleet
-// rarely share them), skipping bytes every score shares. An insertion sort
-// then orders what the top bits left equal by the whole score and, for
-// equal scores, by position, as before requires: it only swaps neighbours
-// out of order, a handful.
+// second buffer, and returns whichever holds the result. Positive floats'
+// bits order like the numbers, so their complement sorts descending: an
+// LSD radix sort of the top 32 bits, a byte a pass (skipping bytes every
+// score shares), then an insertion sort for what those bits left equal,
+// a handful of neighbours.
 func radixSort(all, tmp []scored) []scored {
 	for shift := 32; shift < 64; shift += 8 {
 		var count [256]int

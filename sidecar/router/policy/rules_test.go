@@ -112,3 +112,22 @@ func TestCostRules(t *testing.T) {
 		}
 	}
 }
+
+// TestOverloadedRule pins overloaded: a token load may spill, and takes
+// no spill, only over tokenFloor and twice the candidates' average.
+func TestOverloadedRule(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		load int64
+		avg  float64
+		want bool
+	}{
+		{"over twice the average and tokenFloor", 20_001, 10_000, true},
+		{"twice the average is not over it", 20_000, 10_000, false},
+		{"over twice the average but under tokenFloor", tokenFloor, 100, false},
+	} {
+		if got := overloaded(tc.load, tc.avg); got != tc.want {
+			t.Errorf("%s: overloaded(%d, %v) = %v, want %v", tc.rule, tc.load, tc.avg, got, tc.want)
+		}
+	}
+}

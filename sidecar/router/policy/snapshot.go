@@ -7,11 +7,9 @@ import (
 	"slices"
 )
 
-// A snapshot carries what the elected picker has learnt — the popularity
-// sketch, the prefix index and the shares — so that a leader that steps
-// down gracefully hands it to its successor (sidecar/router/picker), which
-// then decides from its first request as the old leader would have instead
-// of relearning for thousands of requests. Format, all
+// A snapshot carries what the elected picker has learnt (the popularity
+// sketch, the prefix index, the shares) to its successor, which then
+// decides from its first request as the old leader would have. Format,
 // integers unsigned varints unless said otherwise:
 //
 //	"WRPS" version(=3, 1 byte)
@@ -77,17 +75,15 @@ func (p *Policy) Snapshot() []byte {
 			b = binary.AppendUvarint(b, uint64(e.ver)<<1|tie)
 		}
 	}
-	// Where the decay cycles stand: a restored replica halves when its
-	// peer would have, not a whole cycle later, so that its counts (and
-	// with them its replica sets and placements) stay in step.
+	// Where the decay cycles stand, so that the successor halves when its
+	// predecessor would have.
 	b = binary.AppendUvarint(b, uint64(max(p.pop.since.Load(), 0)))
 	return binary.AppendUvarint(b, uint64(max(p.shareSince.Load(), 0)))
 }
 
 // Restore replaces the popularity sketch, the prefix index and the shares
-// with a snapshot's. It refuses
-// anything that is not a well-formed snapshot of a sketch of the same width,
-// changing nothing.
+// with a snapshot's. It refuses anything that is not a well-formed snapshot
+// of a sketch of the same width, changing nothing.
 func (p *Policy) Restore(data []byte) error {
 	s, err := decodeSnapshot(data, p.pop.width)
 	if err != nil {
@@ -101,8 +97,6 @@ func (p *Policy) Restore(data []byte) error {
 		st.share.Store(int64(s.shares[i]))
 	}
 	if t := p.table.Load(); t != nil {
-		// Instances the old leader did not know yet: seeded as Update
-		// seeds instances that join.
 		var joined []*stat
 		for _, m := range t.members {
 			if !slices.Contains(stats, m.stat) {
@@ -130,8 +124,7 @@ func (p *Policy) Restore(data []byte) error {
 		return stats[n-1].token
 	}
 	for _, e := range s.entries {
-		// Oldest first, so that what the index keeps when the snapshot is
-		// larger than this policy's capacity is the most recent.
+		// Oldest first: a smaller index keeps the most recent.
 		if e.a == 0 {
 			continue
 		}
