@@ -130,7 +130,7 @@ func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) 
 	if p.tuning.ShareSlack >= 0 {
 		bound = p.newKeyShareBound(t, set)
 	}
-	best, c := p.cheapest(t, set, x, chosen, func(m int) bool {
+	best, c := p.cheapest(t, set, x, func(m int) bool {
 		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.members[m].stat.share.Load()) <= bound
 	})
 	if best < 0 || c >= p.cost(t.members[chosen].stat, x) {

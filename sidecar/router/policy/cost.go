@@ -12,9 +12,9 @@ import "sort"
 // (its prompt less what the prefix index says the instance holds). An
 // instance prefilling one 60k-token prompt is far busier than one
 // decoding ten short chats, though it has fewer requests. Placement of a
-// long new prompt, the token spill and the all-busy overflow all choose by
-// it (cheapest); leaving the instance that holds a prefix must save
-// clearly (clearlyMore), and the cache left behind is charged (lost).
+// long new prompt and the all-busy overflow take the cheapest; leaving the
+// instance that holds a prefix must save clearly (clearlyMore), and a
+// token spill is charged the cache it leaves behind (lost).
 
 // tokenLoad is an instance's token load.
 func (p *Policy) tokenLoad(s *stat) int64 {
@@ -41,21 +41,15 @@ func clearlyMore(a, b int64) bool {
 func lost(own, home int64) int64 { return max(own-home, 0) }
 
 // cheapest returns the member of set that ok admits where the request
-// costs least, counting the cache it would lose by leaving home (lost),
-// and that cost; the earlier in set on ties; -1 if ok admits none.
-func (p *Policy) cheapest(t *table, set []int, x *expectation, home int, ok func(int) bool) (int, int64) {
-	own := x.own(t.members[home].stat.token)
+// costs least, and that cost; the earlier in set on ties; -1 if ok admits
+// none.
+func (p *Policy) cheapest(t *table, set []int, x *expectation, ok func(int) bool) (int, int64) {
 	best, least := -1, int64(0)
 	for _, m := range set {
 		if !ok(m) {
 			continue
 		}
-		s := t.members[m].stat
-		c := p.cost(s, x)
-		if m != home {
-			c += lost(x.own(s.token), own)
-		}
-		if best < 0 || c < least {
+		if c := p.cost(t.members[m].stat, x); best < 0 || c < least {
 			best, least = m, c
 		}
 	}

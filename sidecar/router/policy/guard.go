@@ -10,9 +10,10 @@ import "math"
 //   - ejected or at the threshold: the request must leave, along its order
 //     (spillByRequests);
 //   - otherwise, tokens: when home is overloaded, the request leaves for
-//     the cheapest instance under the threshold and not overloaded if its
-//     cost at home is clearly more (clearlyMore), the cache it loses
-//     charged (lost).
+//     the first instance along its order, under the threshold and not
+//     overloaded, where its cost, with the cache it loses charged (lost),
+//     is clearly less (clearlyMore). Along the order, like the threshold
+//     spill: the parent set first, warm for the shared part.
 func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	home := order[0]
 	switch {
@@ -25,15 +26,16 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 	if !overloaded(p.tokenLoad(t.members[home].stat), avg) {
 		return order, SpillNone
 	}
-	stay := p.cost(t.members[home].stat, x)
-	// An instance whose token load alone is over stay ÷ tokenBalance can
-	// never be clearly cheaper: not costed.
-	best, c := p.cheapest(t, order[1:], x, home, func(m int) bool {
-		l := p.tokenLoad(t.members[m].stat)
-		return p.available(t, m) && !p.overThreshold(t, m) && !overloaded(l, avg) && tokenBalance*float64(l) < float64(stay)
-	})
-	if best >= 0 && clearlyMore(stay, c) {
-		return moveToFront(order, indexOf(order, best)), SpillTokens
+	s := t.members[home].stat
+	stay, own := p.cost(s, x), x.own(s.token)
+	for i, m := range order[1:] {
+		o := t.members[m].stat
+		if !p.available(t, m) || p.overThreshold(t, m) || overloaded(p.tokenLoad(o), avg) {
+			continue
+		}
+		if mine := x.own(o.token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
+			return moveToFront(order, i+1), SpillTokens
+		}
 	}
 	return order, SpillNone
 }
@@ -42,8 +44,6 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // average over the request's candidates (avg), and so may send requests
 // away on tokens and takes none: a load within twice the average is one
 // the next few requests even out, not worth the cold prefill of a spill
-// (without this rule the token spill sent a third more requests off their
-// home on the Mooncake trace, and its p90 rose beyond its spread).
 func overloaded(load int64, avg float64) bool {
 	return load > tokenFloor && float64(load) > tokenBalance*avg
 }
@@ -124,7 +124,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 		return p.leastLoaded(t, order)
 	}
 	home := order[0]
-	best, c := p.cheapest(t, order, x, home, func(m int) bool {
+	best, c := p.cheapest(t, order, x, func(m int) bool {
 		return p.available(t, m) && inFlight(t.members[m].stat) <= least+overflowSlack
 	})
 	if p.available(t, home) && staysHome(inFlight(t.members[home].stat)-least, p.cost(t.members[home].stat, x), c) {
