@@ -219,7 +219,7 @@ func FuzzRestore(f *testing.F) {
 
 // TestTokenGuardChargesTheCacheASpillLoses: a token spill of a prompt its
 // home instance holds is charged the prefill it would lose twice (see
-// spillCost), so it leaves only a home much further behind than a prompt
+// lost), so it leaves only a home much further behind than a prompt
 // cold everywhere does.
 func TestTokenGuardChargesTheCacheASpillLoses(t *testing.T) {
 	p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1})
