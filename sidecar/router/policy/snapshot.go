@@ -18,12 +18,9 @@ import (
 //	width, total, 2×width counts              popularity sketch
 //	m, then m × (hash: 8 bytes LE, a, b, v)   index entries, oldest first;
 //	                                          a, b = instance number + 1, 0 = none;
-//	                                          v = version×2 + tied (absent in
-//	                                          version 1, read as 0)
+//	                                          v = version×2 + tied
 //	popSince, shareSince                      decisions since the sketch's
 //	                                          and the shares' last halving
-//	                                          (absent before version 3,
-//	                                          read as 0)
 //
 // Its size is bounded by the configuration: 2×width counts (≤ 5 bytes
 // each) and IndexEntries entries (≤ 8+2×3 bytes each) — about 4.5 MB with
@@ -187,12 +184,9 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, errors.New("not a policy snapshot")
 	}
-	// Earlier versions (1: before placement versions, 2: before decay
-	// phases) are still read, so that a replica restores from a peer not
-	// yet upgraded.
-	version := data[len(snapshotMagic)]
-	if version < 1 || version > snapshotVersion {
-		return nil, fmt.Errorf("snapshot version %d, want 1 to %d", version, snapshotVersion)
+	// Only version 3: pickers, the only senders, have always written it.
+	if version := data[len(snapshotMagic)]; version != snapshotVersion {
+		return nil, fmt.Errorf("snapshot version %d, want %d", version, snapshotVersion)
 	}
 	r := &snapshotReader{b: data[len(snapshotMagic)+1:]}
 	s := &decodedSnapshot{}
@@ -235,18 +229,14 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 		}
 		e.a = r.uvarint("index instance", n)
 		e.b = r.uvarint("index instance", n)
-		if version >= 2 {
-			e.v = r.uvarint("index version", 1<<33-1)
-		}
+		e.v = r.uvarint("index version", 1<<33-1)
 		if r.err != nil {
 			return nil, r.err
 		}
 		s.entries = append(s.entries, e)
 	}
-	if version >= 3 {
-		s.popSince = r.uvarint("sketch decay phase", 1<<40)
-		s.shareSince = r.uvarint("share decay phase", 1<<40)
-	}
+	s.popSince = r.uvarint("sketch decay phase", 1<<40)
+	s.shareSince = r.uvarint("share decay phase", 1<<40)
 	if r.err != nil {
 		return nil, r.err
 	}
