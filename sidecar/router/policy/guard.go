@@ -4,7 +4,8 @@ import "math"
 
 // The guard moves a request off the instance affinity chose (order[0];
 // the rest of order is the fallback, the parent set first). The
-// concurrency threshold is a limit; everything else is the cost model.
+// concurrency threshold is a limit; the token spill and the all-busy
+// overflow compare costs (cost.go).
 
 // guard applies, in order:
 //   - ejected or at the threshold: the request must leave, along its order
@@ -43,7 +44,9 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // overloaded reports whether a token load is clearly more than the
 // average over the request's candidates (avg), and so may send requests
 // away on tokens and takes none: a load within twice the average is one
-// the next few requests even out, not worth the cold prefill of a spill
+// the next few requests even out, not worth the cold prefill of a spill.
+// (The cost comparison alone, without this gate, spilled a third more
+// often on the Mooncake trace and raised its TTFT p90.)
 func overloaded(load int64, avg float64) bool {
 	return load > tokenFloor && float64(load) > tokenBalance*avg
 }
