@@ -45,8 +45,8 @@ func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
 // average over the request's candidates (avg), and so may send requests
 // away on tokens and takes none: a load within twice the average is one
 // the next few requests even out, not worth the cold prefill of a spill.
-// (The cost comparison alone, without this gate, spilled a third more
-// often on the Mooncake trace and raised its TTFT p90.)
+// (The cost comparison alone, without this gate, spilled more
+// often on long-prompt traffic and raised its TTFT p90.)
 func overloaded(load int64, avg float64) bool {
 	return load > tokenFloor && float64(load) > tokenBalance*avg
 }
