@@ -2,16 +2,13 @@ package policy
 
 import "sort"
 
-// The cost model. The policy counts, per instance, the requests it decided
-// that are in flight and the prompt tokens it expects them still to
-// prefill there (charged at the decision, released at the first token).
-// One picker decides for every router replica, so these are the fleet's.
-// What a request would cost an instance is the work ahead of its first
-// token there: the instance's token load (unprefilled prompt tokens plus
-// decodeTokens per request in flight) plus the request's own prefill there
-// (its prompt less what the prefix index says the instance holds). An
-// instance prefilling one 60k-token prompt is far busier than one
-// decoding ten short chats, though it has fewer requests. Placement of a
+// The cost model. What a request would cost an instance is the work ahead
+// of its first token there: the instance's token load (prompt tokens its
+// requests in flight have yet to prefill, plus decodeTokens per request)
+// plus the request's own prefill there (its prompt less what the prefix
+// index says the instance holds). One picker decides for every router
+// replica, so the loads are the fleet's. An instance prefilling one
+// 60k-token prompt is far busier than one decoding ten short chats. Placement of a
 // long new prompt and the all-busy overflow take the cheapest; leaving the
 // instance that holds a prefix must save clearly (clearlyMore), and a
 // token spill is charged the cache it leaves behind (lost).

@@ -8,15 +8,10 @@ import (
 // placement balances new keys by and moves known keys off (see sticky).
 
 // seedShares starts instances that joined a running fleet at the average
-// share of the others, as if they had always been there, and marks them
-// joining. Shares are counts of past decisions: a newcomer at zero would sit
-// far below the average for as long as the counts remember (DecayEvery),
-// so every key with it among its first choices would be moved to it or
-// placed on it (up to twice its fair part of the keys), and the instances
-// it relieves would look over-share next to it. Seeded, it takes the new
-// keys whose first choice it is and, while joining, the known keys whose
-// first choice it is (see sticky): the keys plain rendezvous hashing would
-// move, and no others.
+// share of the others and marks them joining. At zero, a newcomer would sit
+// far below the average for as long as the counts remember, and take up to
+// twice its fair part of the keys; seeded, it takes the keys whose first
+// choice it is (see sticky): those plain rendezvous hashing would move.
 func (p *Policy) seedShares(t *table, joined []*stat) {
 	if len(joined) == 0 || len(joined) == len(t.members) {
 		return
