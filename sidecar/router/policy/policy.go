@@ -31,6 +31,9 @@ type table struct {
 	all       []int
 	index     map[string]int // member position by ID
 	blockSize int
+	// uniform: every member has the same weight, so a key's order is
+	// its rendezvous hashes' order and ranking needs no logarithm.
+	uniform bool
 }
 
 // Policy routes requests under the current configuration. It is safe for
@@ -88,6 +91,7 @@ func (p *Policy) Update(cfg Config) error {
 		t.all = append(t.all, i)
 		pos[in.ID] = i
 	}
+	t.uniform = !slices.ContainsFunc(t.members, func(m member) bool { return m.weight != t.members[0].weight })
 	p.seedShares(t, joined)
 	for name, ids := range cfg.Adapters {
 		set := make([]int, 0, len(ids))

@@ -62,8 +62,17 @@ const radixFrom = 128
 // sets of radixFrom members or more, for the radix sort (tmp, as long).
 func rankScored(t *table, set []int, key uint64, k int, all, tmp []scored, out []int) []int {
 	k = min(k, len(set))
-	for _, m := range set {
-		all = append(all, scored{hrw.Score(key, t.members[m].idHash, t.members[m].weight), m})
+	if t.uniform {
+		// hrw.Score rises with the hash's top 53 bits when the weights
+		// are equal: the same order (and the same ties) without its
+		// logarithm and division.
+		for _, m := range set {
+			all = append(all, scored{float64(hrw.Mix64(key^t.members[m].idHash) >> 11), m})
+		}
+	} else {
+		for _, m := range set {
+			all = append(all, scored{hrw.Score(key, t.members[m].idHash, t.members[m].weight), m})
+		}
 	}
 	switch {
 	case k < len(all)/4:

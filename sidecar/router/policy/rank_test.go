@@ -48,13 +48,18 @@ func referenceFallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 	return order
 }
 
-// randomTable is a table of n members with random weights, where about one
-// member in eight shares another's name hash and weight, so that scores tie
-// exactly and the order falls back on position.
+// randomTable is a table of n members, half the time all of weight 1
+// (ranked without the logarithm, see table.uniform) and otherwise with
+// random weights, where about one member in eight shares another's name
+// hash and weight, so that scores tie exactly and the order falls back on
+// position.
 func randomTable(r *rand.Rand, n int) *table {
-	t := &table{}
+	t := &table{uniform: r.IntN(2) == 0}
 	for i := range n {
-		m := member{idHash: r.Uint64(), weight: float64(1 + r.IntN(3))}
+		m := member{idHash: r.Uint64(), weight: 1}
+		if !t.uniform {
+			m.weight = float64(1 + r.IntN(3))
+		}
 		if i > 0 && r.IntN(8) == 0 {
 			m = t.members[r.IntN(i)]
 		}
