@@ -66,7 +66,7 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 		return answer{}, err
 	}
 	prompt, prefill, _ := c.Charge()
-	a := answer{Epoch: l.epoch, Order: firstOf(c.Order(), l.tries), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
+	a := answer{Epoch: l.epoch, Order: c.Order(l.tries), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seen[replica] = now
@@ -83,14 +83,6 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 	}
 	l.tickets[k] = c
 	return a, nil
-}
-
-// firstOf is the first n of order (all of it when n ≤ 0).
-func firstOf(order []string, n int) []string {
-	if n > 0 && len(order) > n {
-		return order[:n]
-	}
-	return order
 }
 
 // apply applies a replica's events in order.

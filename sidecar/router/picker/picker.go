@@ -299,7 +299,7 @@ func (p *Picker) observe(l *link, epoch uint64) {
 			continue
 		}
 		prompt, prefill, prefilled := t.own.Charge()
-		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: firstOf(t.own.Order(), p.opts.Tries), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
+		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: t.own.Order(p.opts.Tries), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
 		t.held = epoch
 	}
 	p.adopt = false

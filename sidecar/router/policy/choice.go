@@ -28,9 +28,10 @@ const (
 // is counted in flight until Done, and its estimated prefill in its token
 // load until Prefilled (or Done).
 type Choice struct {
-	t     *table
-	order []int
-	pos   int
+	t        *table
+	order    []int
+	unranked unranked
+	pos      int
 	// prefill is the token load charged to the current instance.
 	prefill int64
 	// prompt is the request's whole prompt in tokens: what a fallback
@@ -72,6 +73,9 @@ func (c *Choice) stat() *stat { return c.t.members[c.order[c.pos]].stat }
 func (c *Choice) Next() bool {
 	if c.done.Load() || c.pos+1 >= len(c.order) {
 		return false
+	}
+	if c.pos+1 >= len(c.order)-c.unranked.n {
+		c.unranked.rank(c.t, c.order)
 	}
 	c.release()
 	c.pos++

@@ -64,10 +64,18 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 }
 
 // Order is the instances of the choice in the order they are tried, the
-// current one first: what the picker answers a replica.
-func (c *Choice) Order() []string {
-	out := make([]string, 0, len(c.order)-c.pos)
-	for _, m := range c.order[c.pos:] {
+// current one first, at most limit of them (all when limit ≤ 0): what the
+// picker answers a replica.
+func (c *Choice) Order(limit int) []string {
+	order := c.order[c.pos:]
+	if limit > 0 && len(order) > limit {
+		order = order[:limit]
+	}
+	if c.pos+len(order) > len(c.order)-c.unranked.n {
+		c.unranked.rank(c.t, c.order)
+	}
+	out := make([]string, 0, len(order))
+	for _, m := range order {
 		out = append(out, c.t.members[m].ID)
 	}
 	return out

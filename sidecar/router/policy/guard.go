@@ -15,18 +15,21 @@ import "math"
 //     overloaded, where its cost, with the cache it loses charged (lost),
 //     is clearly less (clearlyMore). Along the order, like the threshold
 //     spill: the parent set first, warm for the shared part.
-func (p *Policy) guard(t *table, order []int, x *expectation) ([]int, string) {
+func (p *Policy) guard(t *table, order []int, u *unranked, x *expectation) ([]int, string) {
 	home := order[0]
 	switch {
 	case !p.available(t, home):
+		u.rank(t, order)
 		return p.spillByRequests(t, order, x, SpillUnhealthy)
 	case p.overThreshold(t, home):
+		u.rank(t, order)
 		return p.spillByRequests(t, order, x, SpillConcurrency)
 	}
 	avg := float64(sumOver(t, order, p.tokenLoad)) / float64(len(order))
 	if !overloaded(p.tokenLoad(t.members[home].stat), avg) {
 		return order, SpillNone
 	}
+	u.rank(t, order)
 	s := t.members[home].stat
 	stay, own := p.cost(s, x), x.own(s.token)
 	for i, m := range order[1:] {

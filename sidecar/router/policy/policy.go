@@ -186,7 +186,7 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 // shares on its instance, and the policy learns the popularity of its
 // blocks and where its key now lives.
 func (p *Policy) record(t *table, key Key, d *decision) *Choice {
-	c := &Choice{t: t, order: d.order, prompt: p.tokensOf(key.PromptBytes), Decision: d.Decision}
+	c := &Choice{t: t, order: d.order, unranked: d.unranked, prompt: p.tokensOf(key.PromptBytes), Decision: d.Decision}
 	// The prefill expected on the chosen instance: what of the prompt it is
 	// not expected to hold. Strategies that do not match prefixes know
 	// nothing of the cache and charge the whole prompt.

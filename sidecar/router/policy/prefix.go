@@ -42,7 +42,7 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision 
 
 // decideWalk places the anchor after the walk w and guards the placement,
 // with the fallback order given by order.
-func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) []int) decision {
+func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unranked)) decision {
 	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
 	x := p.expect(key, t.blockSize, w, depths)
@@ -50,7 +50,8 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	chosen := p.coldPlacement(t, w.parent, placed, &x)
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
-	d.order, d.Spill = p.guard(t, order(t, allowed, w, chosen), &x)
+	d.order, d.unranked = order(t, allowed, w, chosen)
+	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
 
 	m := t.members[d.order[0]]
 	d.MatchChars = x.hitBytes(m.stat.token, d.Spill == SpillNone)
@@ -151,8 +152,8 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 
 // fallbackOrder is the order to try instances in: chosen, the rest of the
 // parent set (warm for the shared part) in the anchor's order, then
-// everyone else in the same key's order.
-func fallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
+// everyone else in the same key's order, left unranked until read.
+func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked) {
 	order := make([]int, 0, len(allowed))
 	order = append(order, chosen)
 	for _, m := range w.parent {
@@ -177,9 +178,9 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 				rest = append(rest, m)
 			}
 		}
-		order = append(order, rank(t, rest, w.hashes[w.leaf], rest)...)
+		return append(order, rest...), unranked{n: len(rest), key: w.hashes[w.leaf]}
 	}
-	return order
+	return order, unranked{}
 }
 
 // recordDepths appends to out the depths the index remembers for a

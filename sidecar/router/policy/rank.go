@@ -53,6 +53,25 @@ func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 	return rankScored(t, set, key, k, sc.all, sc.tmp, out)
 }
 
+// unranked says that the last n members of an order are not yet in the
+// key's order: they are the fleet outside the placement's parent set, which
+// only a spill or a retry past the ranked part reads, and ranking them on
+// every decision cost more than the rest of a decision at hundreds of
+// instances.
+type unranked struct {
+	n   int
+	key uint64
+}
+
+// rank puts the last u.n members of order in the key's order, in place.
+func (u *unranked) rank(t *table, order []int) {
+	if u.n > 0 {
+		rest := order[len(order)-u.n:]
+		rank(t, rest, u.key, rest)
+		u.n = 0
+	}
+}
+
 // radixFrom is the smallest set whose whole order is radix-sorted rather
 // than compared: below it a comparison sort's n log n compares cost less
 // than eight passes over the set.

@@ -20,8 +20,10 @@ type strategy interface {
 
 // decision is what a strategy decided.
 type decision struct {
-	// order is the instance to use first, then the fallback order.
-	order []int
+	// order is the instance to use first, then the fallback order, whose
+	// last unranked.n members are not yet ranked.
+	order    []int
+	unranked unranked
 	// placed is the member the strategy chose before the overload guard
 	// (-1: order[0], for strategies without a guard).
 	placed int
