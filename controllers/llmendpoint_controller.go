@@ -30,6 +30,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,11 +39,13 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	crsource "sigs.k8s.io/controller-runtime/pkg/source"
@@ -176,6 +179,9 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "default images", r.recordDefaultImages(ctx, ep))
 	errs = appendErr(errs, "model cache", r.reconcileModelCache(ctx, ep))
+	// Before the vLLM Deployment, which then takes the new replicas.
+	idleRecheck, err := r.reconcileScaleToZero(ctx, ep, time.Now())
+	errs = appendErr(errs, "scale to zero", err)
 	if loraEnabled(ep) {
 		obs.loraAgentConfined, err = r.loraAgentConfinement(ctx)
 		errs = appendErr(errs, "LoRA agent admission policy", err)
@@ -211,6 +217,10 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if len(errs) == 0 && recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
 		log.V(1).Info("requeue to look for the InferencePool API again", "after", recheck)
 		result.RequeueAfter = recheck
+	}
+	if len(errs) == 0 && idleRecheck > 0 && (result.RequeueAfter == 0 || idleRecheck < result.RequeueAfter) {
+		log.V(1).Info("requeue for the idle period's end", "after", idleRecheck)
+		result.RequeueAfter = idleRecheck
 	}
 	return result, nil
 }
@@ -250,6 +260,9 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 	for _, k := range ownedKinds {
 		b = b.Owns(k.object())
 	}
+	// The routers' Lease: its stamps drive scale to and from zero
+	// (llmendpoint_scaletozero.go); its renewals, every second, do not.
+	b = b.Owns(&coordinationv1.Lease{}, builder.WithPredicates(predicate.AnnotationChangedPredicate{}))
 	c, err := b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToEndpoint)).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicy{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
 		Watches(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(r.loraEndpoints)).
@@ -286,7 +299,7 @@ func CacheOptions() cache.Options {
 		panic(err) // a constant requirement
 	}
 	byLabel := cache.ByObject{Label: labels.NewSelector().Add(*managed)}
-	byObject := map[client.Object]cache.ByObject{&corev1.Pod{}: byLabel}
+	byObject := map[client.Object]cache.ByObject{&corev1.Pod{}: byLabel, &coordinationv1.Lease{}: byLabel}
 	for _, k := range ownedKinds {
 		byObject[k.object()] = byLabel
 	}

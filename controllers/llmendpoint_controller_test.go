@@ -276,6 +276,12 @@ var _ = Describe("LLMEndpoint validation", func() {
 		Entry("a name too long for the derived names", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Name = strings.Repeat("a", 56)
 		}, "metadata.name must be at most 55 characters"),
+		Entry("scaleToZeroAfter below 30s", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Scaling.ScaleToZeroAfter = &metav1.Duration{Duration: 10 * time.Second}
+		}, "spec.scaling.scaleToZeroAfter", "from 30s to 720h"),
+		Entry("scaleToZeroAfter above 720h", func(ep *v1alpha1.LLMEndpoint) {
+			ep.Spec.Scaling.ScaleToZeroAfter = &metav1.Duration{Duration: 800 * time.Hour}
+		}, "spec.scaling.scaleToZeroAfter", "from 30s to 720h"),
 		Entry("a rollout that can replace nothing", func(ep *v1alpha1.LLMEndpoint) {
 			ep.Spec.Rollout.MaxUnavailable = ptr.To(intstr.FromInt32(0))
 		}, "spec.rollout", "must not both be 0", "maxSurge defaults to 0"),

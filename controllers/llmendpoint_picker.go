@@ -45,8 +45,9 @@ const (
 )
 
 // The operator creates the Lease and grants the routers get and update on
-// it; granting needs holding (RBAC escalation check). It never watches
-// Leases: the routers renew theirs every second.
+// it; granting needs holding (RBAC escalation check). It watches the
+// Lease's annotations only (llmendpoint_scaletozero.go): the routers renew
+// it every second.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create;get;update
 
 // routerLeaseName is the endpoint's Lease for the picker election.

@@ -124,6 +124,9 @@ func conditions(ep *v1alpha1.LLMEndpoint, obs observed, ready int32) []metav1.Co
 	case want == 0:
 		available.Status, available.Reason = metav1.ConditionFalse, v1alpha1.ReasonScaledToZero
 		available.Message = "spec.replicas is 0"
+		if after := v1alpha1.ScaleToZeroAfter(ep); after > 0 {
+			available.Message += fmt.Sprintf("; the next request scales it to 1 (spec.scaling.scaleToZeroAfter is %s)", after)
+		}
 	case ready == 0:
 		available.Status, available.Reason = metav1.ConditionFalse, v1alpha1.ReasonNoReadyInstances
 		available.Message = fmt.Sprintf("0 of %d vLLM instances are ready", want)
@@ -140,6 +143,12 @@ func conditions(ep *v1alpha1.LLMEndpoint, obs observed, ready int32) []metav1.Co
 
 	progressing := metav1.Condition{Type: v1alpha1.ConditionProgressing}
 	switch {
+	// Woken from zero on demand: requests are held until an instance is
+	// ready, which is what matters here, rather than the Deployment's
+	// scale.
+	case ready == 0 && want > 0 && ep.Annotations[v1alpha1.AnnotationWokeAt] != "":
+		progressing.Status, progressing.Reason = metav1.ConditionTrue, v1alpha1.ReasonActivated
+		progressing.Message = fmt.Sprintf("starting from zero since %s: 0 of %d vLLM instances ready", ep.Annotations[v1alpha1.AnnotationWokeAt], want)
 	case !rolledOut(obs.vllm) || !rolledOut(obs.router):
 		progressing.Status, progressing.Reason = metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		progressing.Message = "a Deployment is rolling out"

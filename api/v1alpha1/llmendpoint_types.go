@@ -87,6 +87,11 @@ type LLMEndpointSpec struct {
 	// +optional
 	Rollout RolloutSpec `json:"rollout,omitempty"`
 
+	// scaling is how the endpoint scales by itself: to zero when idle, and
+	// back on demand.
+	// +optional
+	Scaling ScalingSpec `json:"scaling,omitempty"`
+
 	// routing is how the router spreads requests over the instances.
 	// +kubebuilder:default={}
 	// +optional
@@ -519,6 +524,12 @@ const (
 	ReasonNoReadyInstances  = "NoReadyInstances"
 	ReasonRouterUnavailable = "RouterUnavailable"
 	ReasonScaledToZero      = "ScaledToZero"
+	// ReasonIdle: the operator set spec.replicas to 0 after
+	// spec.scaling.scaleToZeroAfter without a request (an event).
+	ReasonIdle = "Idle"
+	// ReasonActivated: a request held at zero instances made the operator
+	// set spec.replicas to 1 (an event; Progressing while it loads).
+	ReasonActivated         = "Activated"
 	ReasonRollingOut        = "RollingOut"
 	ReasonScaling           = "Scaling"
 	ReasonRolloutComplete   = "RolloutComplete"

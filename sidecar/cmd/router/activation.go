@@ -15,6 +15,22 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/config"
 )
 
+// leaseStamp writes the current time into one annotation of the election
+// Lease, in the background and at most once per interval: the router's
+// requests, held (routingv1alpha1.DemandAnnotation, which asks the
+// operator for an instance; see there for why the Lease) and sent
+// (routingv1alpha1.LastRequestAnnotation, its idle clock).
+type leaseStamp struct {
+	client     kubernetes.Interface
+	namespace  string
+	lease      string
+	annotation string
+	interval   time.Duration
+	log        logr.Logger
+	// last is when the last write started (unix ns; 0: retry at once).
+	last atomic.Int64
+}
+
 // activationInterval is the least time between two demand writes from one
 // replica: requests are held for the length of a model load (minutes), so
 // a second's resolution loses nothing, and the Lease, which the picker
@@ -22,30 +38,18 @@ import (
 // replica while requests are held.
 const activationInterval = time.Second
 
-// activation asks the operator for an instance by stamping the election
-// Lease with routingv1alpha1.DemandAnnotation (see there for why the
-// Lease).
-type activation struct {
-	client    kubernetes.Interface
-	namespace string
-	lease     string
-	log       logr.Logger
-	// last is when the last write started (unix ns; 0: retry at once).
-	last atomic.Int64
-}
-
-// request stamps the Lease in the background, at most once per
-// activationInterval; it is the router's OnHold and returns at once.
-func (a *activation) request() {
+// request stamps the Lease in the background, at most once per interval;
+// it is a router hook and returns at once.
+func (a *leaseStamp) request() {
 	now := time.Now()
 	prev := a.last.Load()
-	if now.UnixNano()-prev < int64(activationInterval) || !a.last.CompareAndSwap(prev, now.UnixNano()) {
+	if now.UnixNano()-prev < int64(a.interval) || !a.last.CompareAndSwap(prev, now.UnixNano()) {
 		return
 	}
 	go a.write(now)
 }
 
-func (a *activation) write(at time.Time) {
+func (a *leaseStamp) write(at time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	leases := a.client.CoordinationV1().Leases(a.namespace)
@@ -56,35 +60,43 @@ func (a *activation) write(at time.Time) {
 		if err != nil {
 			return err
 		}
+		// Other replicas stamp too: a time is never moved back.
+		if prev, err := time.Parse(time.RFC3339Nano, l.Annotations[a.annotation]); err == nil && !prev.Before(at) {
+			return nil
+		}
 		if l.Annotations == nil {
 			l.Annotations = map[string]string{}
 		}
-		l.Annotations[routingv1alpha1.DemandAnnotation] = at.UTC().Format(time.RFC3339Nano)
+		l.Annotations[a.annotation] = at.UTC().Format(time.RFC3339Nano)
 		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		a.last.Store(0) // the next held request tries again
-		a.log.Error(err, "could not ask for an instance", "lease", a.namespace+"/"+a.lease)
+		a.last.Store(0) // the next request tries again
+		a.log.Error(err, "could not stamp the Lease", "lease", a.namespace+"/"+a.lease, "annotation", a.annotation)
 		return
 	}
-	a.log.Info("asked for an instance: requests are held", "lease", a.namespace+"/"+a.lease)
+	a.log.V(1).Info("stamped the Lease", "lease", a.namespace+"/"+a.lease, "annotation", a.annotation)
 }
 
-// activationHook is the router's OnHold: with --lease, a demand stamp on
-// that Lease (nil without one: nobody to ask).
-func activationHook(f *flags, log logr.Logger) (func(), error) {
+// leaseHooks are the router's OnHold (a demand stamp) and OnForward (a
+// last-request stamp) with --lease; nil without one: nobody to tell.
+func leaseHooks(f *flags, log logr.Logger) (onHold, onForward func(), err error) {
 	if f.picker.lease == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ns, name, err := config.ParseConfigMapRef(f.picker.lease)
 	if err != nil {
-		return nil, fmt.Errorf("--lease: %w", err)
+		return nil, nil, fmt.Errorf("--lease: %w", err)
 	}
 	client, err := kubeClient(f.kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a := &activation{client: client, namespace: ns, lease: name, log: log.WithName("activation")}
-	return a.request, nil
+	log = log.WithName("activation")
+	demand := &leaseStamp{client: client, namespace: ns, lease: name, log: log,
+		annotation: routingv1alpha1.DemandAnnotation, interval: activationInterval}
+	served := &leaseStamp{client: client, namespace: ns, lease: name, log: log,
+		annotation: routingv1alpha1.LastRequestAnnotation, interval: routingv1alpha1.LastRequestInterval}
+	return demand.request, served.request, nil
 }

@@ -26,7 +26,8 @@ func TestActivationStampsTheLease(t *testing.T) {
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("router-0@10.0.0.1:9091")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	a := &activation{client: client, namespace: "default", lease: "ep-router", log: logr.Discard()}
+	a := &leaseStamp{client: client, namespace: "default", lease: "ep-router", log: logr.Discard(),
+		annotation: routingv1alpha1.DemandAnnotation, interval: activationInterval}
 	stamp := func() (string, string) {
 		l, err := leases.Get(ctx, "ep-router", metav1.GetOptions{})
 		if err != nil {
@@ -52,5 +53,35 @@ func TestActivationStampsTheLease(t *testing.T) {
 	}
 	if holder != "router-0@10.0.0.1:9091" {
 		t.Fatalf("the election's holder was lost: %q", holder)
+	}
+}
+
+// TestLastRequestNeverMovesBack: a replica whose stamp is older than the
+// one on the Lease (another replica served later) leaves it.
+func TestLastRequestNeverMovesBack(t *testing.T) {
+	client := kubernetes.NewForConfigOrDie(localcluster.APIServer(t))
+	leases := client.CoordinationV1().Leases("default")
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano)
+	if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "ep2-router",
+		Annotations: map[string]string{routingv1alpha1.LastRequestAnnotation: later}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := &leaseStamp{client: client, namespace: "default", lease: "ep2-router", log: logr.Discard(),
+		annotation: routingv1alpha1.LastRequestAnnotation, interval: routingv1alpha1.LastRequestInterval}
+	a.write(time.Now())
+	l, err := leases.Get(ctx, "ep2-router", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Annotations[routingv1alpha1.LastRequestAnnotation]; got != later {
+		t.Fatalf("last-request-at moved back: %q, want %q", got, later)
+	}
+	a.write(time.Now().Add(2 * time.Hour))
+	if l, err = leases.Get(ctx, "ep2-router", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Annotations[routingv1alpha1.LastRequestAnnotation]; got == later {
+		t.Fatalf("a newer stamp was not written: %q", got)
 	}
 }

@@ -150,7 +150,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return err
 	}
 	upstreamKey := upstreamAPIKey(auth, log)
-	onHold, err := activationHook(f, log)
+	onHold, onForward, err := leaseHooks(f, log)
 	if err != nil {
 		return err
 	}
@@ -176,6 +176,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		HoldTimeout:           f.holdTimeout,
 		MaxHeld:               f.maxHeld,
 		OnHold:                onHold,
+		OnForward:             onForward,
 		StrategyOverride:      policy.Strategy(f.strategyOverride),
 		Tuning:                f.tuning,
 		Salts:                 salts,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -137,6 +138,11 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	t, err := r.picker.Pick(ctx, key)
 	x.Release()
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
+	if errors.Is(err, policy.ErrNoInstance) && r.opts.OnHold != nil {
+		// A gateway holds nothing for the picker: the request gets its
+		// 503, and still asks for an instance (scale from zero).
+		r.opts.OnHold()
+	}
 	if err != nil {
 		return nil, refusal(unpickable(err, key.Model))
 	}
@@ -148,6 +154,9 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
 	}
 	r.countChoice(t)
+	if _, ok := inferencePath(method, path); ok && r.opts.OnForward != nil {
+		r.opts.OnForward()
+	}
 	d.Ticket = t
 	return d, nil
 }

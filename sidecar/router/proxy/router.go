@@ -99,6 +99,10 @@ type Options struct {
 	// OnHold is called as requests are held (nil: nothing); it asks for
 	// an instance (scale from zero) and must return at once.
 	OnHold func()
+	// OnForward is called as a request is sent to an instance (nil:
+	// nothing); it records that the endpoint is in use (its idle clock)
+	// and must return at once.
+	OnForward func()
 	// Transport overrides the upstream transport (tests).
 	Transport http.RoundTripper
 	Log       logr.Logger
@@ -523,6 +527,9 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		return
 	}
 	r.countChoice(choice)
+	if r.opts.OnForward != nil {
+		r.opts.OnForward()
+	}
 	rt := &route{router: r, choice: choice, body: pieces, start: start, stream: x.Stream}
 	for _, p := range pieces {
 		rt.bodyLen += int64(len(p))
