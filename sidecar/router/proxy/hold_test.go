@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,4 +223,25 @@ func TestHoldNotForAnAdapterLoadedNowhere(t *testing.T) {
 	g.Expect(a.status).To(Equal(http.StatusServiceUnavailable), a.body)
 	g.Expect(errorCode(t, a.body)).To(Equal("no_instance"))
 	g.Expect(counterValue(r.Metrics().Activations)).To(BeZero())
+}
+
+// TestHooksTellHeldFromForwarded: a held request calls OnHold and not
+// OnForward until it is sent to an instance; each request sent calls
+// OnForward once.
+func TestHooksTellHeldFromForwarded(t *testing.T) {
+	g := NewWithT(t)
+	var holds, forwards atomic.Int64
+	r, url := holdingRouter(t, Options{OnHold: func() { holds.Add(1) }, OnForward: func() { forwards.Add(1) }})
+	ch := send(context.Background(), url, chatBody("m", "at zero", ""))
+	g.Eventually(r.Held).Should(Equal(1))
+	g.Expect(holds.Load()).To(Equal(int64(1)))
+	g.Expect(forwards.Load()).To(BeZero(), "a held request has not been sent")
+	b := newBackend(t, "a")
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
+		t.Fatal(err)
+	}
+	g.Expect((<-ch).status).To(Equal(http.StatusOK))
+	g.Expect((<-send(context.Background(), url, chatBody("m", "warm", ""))).status).To(Equal(http.StatusOK))
+	g.Expect(forwards.Load()).To(Equal(int64(2)))
+	g.Expect(holds.Load()).To(Equal(int64(1)))
 }
