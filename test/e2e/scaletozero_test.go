@@ -23,7 +23,10 @@ import (
 // HorizontalPodAutoscaler (kube-controller-manager runs here): it idles to
 // zero, requests arriving at zero are held by the routers and answered once
 // the operator has woken it, and the HPA then takes it from 1 back to its
-// minReplicas.
+// minReplicas. The simulators load no model: KWOK makes a pod Ready as it
+// runs, with no readiness probe, so a loading simulator would be routed to
+// before it listens (README, "What does not work yet"); the time measured
+// is the activation's own, from the first held request to its answer.
 const (
 	zeroEndpoint = "idle-chat"
 	zeroModel    = "idle-llama"
