@@ -63,7 +63,6 @@ type idleInput struct {
 	lastRequest, demand time.Time
 	// scaledToZero and woke are the operator's record on the endpoint.
 	scaledToZero, woke time.Time
-	created            time.Time
 }
 
 // idleDecision is what to do about it.
@@ -73,8 +72,10 @@ type idleDecision struct {
 	// reason is v1alpha1.ReasonIdle (to 0), v1alpha1.ReasonActivated (to
 	// 1), or empty (no scale).
 	reason string
-	// recordWake: spec.replicas left 0 by another hand; the idle period
-	// runs from now.
+	// recordWake: the idle period runs from now, since spec.replicas left
+	// 0 by another hand, or the operator sees the setting for the first
+	// time (an endpoint that served before its routers stamped requests
+	// must not look idle since its creation).
 	recordWake bool
 	// recheck is when the endpoint goes idle if nothing happens meanwhile
 	// (0: only an event changes the decision).
@@ -96,12 +97,12 @@ func decideIdle(in idleInput) idleDecision {
 			return idleDecision{replicas: 1, reason: v1alpha1.ReasonActivated}
 		}
 		return keep
-	case !in.scaledToZero.IsZero() && !in.scaledToZero.Before(in.woke):
+	case !in.scaledToZero.IsZero() || in.woke.IsZero():
 		keep.recordWake = true
 		keep.recheck = in.after
 		return keep
 	}
-	idle := in.now.Sub(latest(in.lastRequest, in.demand, in.woke, in.created))
+	idle := in.now.Sub(latest(in.lastRequest, in.demand, in.woke))
 	if idle >= in.after {
 		return idleDecision{replicas: 0, reason: v1alpha1.ReasonIdle}
 	}
@@ -126,7 +127,7 @@ func (r *LLMEndpointReconciler) reconcileScaleToZero(ctx context.Context, ep *v1
 	if after <= 0 {
 		return 0, nil
 	}
-	in := idleInput{now: now, after: after, replicas: v1alpha1.Replicas(ep), created: ep.CreationTimestamp.Time,
+	in := idleInput{now: now, after: after, replicas: v1alpha1.Replicas(ep),
 		scaledToZero: stamp(ep.Annotations, v1alpha1.AnnotationScaledToZeroAt),
 		woke:         stamp(ep.Annotations, v1alpha1.AnnotationWokeAt)}
 	lease := &coordinationv1.Lease{}

@@ -43,31 +43,31 @@ func TestDecideIdle(t *testing.T) {
 		in   idleInput
 		want idleDecision
 	}{
-		{"no period: never", idleInput{replicas: 2, created: ago(time.Hour)},
+		{"no period: never", idleInput{replicas: 2},
 			idleDecision{replicas: 2}},
 		{"no period at zero: demand does not wake", idleInput{replicas: 0, demand: ago(time.Second)},
 			idleDecision{replicas: 0}},
-		{"a request within the period keeps it up", idleInput{after: period, replicas: 2, created: ago(time.Hour), lastRequest: ago(4 * time.Minute)},
+		{"a request within the period keeps it up", idleInput{after: period, replicas: 2, woke: ago(2 * time.Hour), lastRequest: ago(4 * time.Minute)},
 			idleDecision{replicas: 2, recheck: 6 * time.Minute}},
-		{"no request for the period: to zero", idleInput{after: period, replicas: 2, created: ago(time.Hour), lastRequest: ago(period)},
+		{"no request for the period: to zero", idleInput{after: period, replicas: 2, woke: ago(2 * time.Hour), lastRequest: ago(period)},
 			idleDecision{replicas: 0, reason: v1alpha1.ReasonIdle}},
-		{"never used since created a period ago: to zero", idleInput{after: period, replicas: 3, created: ago(period + time.Second)},
+		{"unused a period after the wake: to zero", idleInput{after: period, replicas: 3, woke: ago(period + time.Second)},
 			idleDecision{replicas: 0, reason: v1alpha1.ReasonIdle}},
-		{"new and unused: waits the period from creation", idleInput{after: period, replicas: 2, created: ago(time.Minute)},
-			idleDecision{replicas: 2, recheck: 9 * time.Minute}},
-		{"held demand counts as use", idleInput{after: period, replicas: 1, created: ago(time.Hour), lastRequest: ago(time.Hour), demand: ago(time.Minute)},
+		{"first seen with the setting: the period starts now", idleInput{after: period, replicas: 2, lastRequest: ago(time.Hour)},
+			idleDecision{replicas: 2, recordWake: true, recheck: period}},
+		{"held demand counts as use", idleInput{after: period, replicas: 1, woke: ago(2 * time.Hour), lastRequest: ago(time.Hour), demand: ago(time.Minute)},
 			idleDecision{replicas: 1, recheck: 9 * time.Minute}},
-		{"woken: the period runs from the wake", idleInput{after: period, replicas: 1, created: ago(time.Hour), woke: ago(2 * time.Minute)},
+		{"woken: the period runs from the wake", idleInput{after: period, replicas: 1, woke: ago(2 * time.Minute)},
 			idleDecision{replicas: 1, recheck: 8 * time.Minute}},
-		{"demand at zero wakes it", idleInput{after: period, replicas: 0, created: ago(time.Hour), lastRequest: ago(time.Hour), scaledToZero: ago(50 * time.Minute), demand: ago(time.Second)},
+		{"demand at zero wakes it", idleInput{after: period, replicas: 0, woke: ago(2 * time.Hour), lastRequest: ago(time.Hour), scaledToZero: ago(50 * time.Minute), demand: ago(time.Second)},
 			idleDecision{replicas: 1, reason: v1alpha1.ReasonActivated}},
-		{"demand older than the scale-down does not", idleInput{after: period, replicas: 0, created: ago(time.Hour), scaledToZero: ago(time.Minute), demand: ago(20 * time.Minute)},
+		{"demand older than the scale-down does not", idleInput{after: period, replicas: 0, woke: ago(2 * time.Hour), scaledToZero: ago(time.Minute), demand: ago(20 * time.Minute)},
 			idleDecision{replicas: 0}},
-		{"demand already served does not (a user's own scale to 0)", idleInput{after: period, replicas: 0, created: ago(time.Hour), lastRequest: ago(time.Minute), demand: ago(2 * time.Minute)},
+		{"demand already served does not (a user's own scale to 0)", idleInput{after: period, replicas: 0, woke: ago(2 * time.Hour), lastRequest: ago(time.Minute), demand: ago(2 * time.Minute)},
 			idleDecision{replicas: 0}},
-		{"no stamps at zero: stays", idleInput{after: period, replicas: 0, created: ago(time.Hour)},
+		{"no stamps at zero: stays", idleInput{after: period, replicas: 0},
 			idleDecision{replicas: 0}},
-		{"scaled up by another hand: the wake is recorded", idleInput{after: period, replicas: 2, created: ago(time.Hour), scaledToZero: ago(30 * time.Minute)},
+		{"scaled up by another hand: the wake is recorded", idleInput{after: period, replicas: 2, scaledToZero: ago(30 * time.Minute)},
 			idleDecision{replicas: 2, recordWake: true, recheck: period}},
 	}
 	for _, tt := range tests {
@@ -98,6 +98,7 @@ var _ = Describe("Scale to zero", func() {
 		asleep := stamp(ep.Annotations, v1alpha1.AnnotationScaledToZeroAt)
 		Expect(asleep.Sub(ep.CreationTimestamp.Time)).To(BeNumerically(">=", 29*time.Second),
 			"scaled to zero before the idle period had passed") // creationTimestamp has whole seconds
+		Expect(ep.Annotations).NotTo(HaveKey(v1alpha1.AnnotationWokeAt))
 		Eventually(func(g Gomega) {
 			g.Expect(getDeployment(g, ns, vllmName(ep)).Spec.Replicas).To(HaveValue(BeEquivalentTo(0)))
 			g.Expect(eventReasons(g, ns, ep.Name)).To(ContainElement(v1alpha1.ReasonIdle))
