@@ -86,33 +86,14 @@ var _ = Describe("A HorizontalPodAutoscaler on the embedded custom metrics API",
 	})
 
 	It("scales the endpoint from 2 to 4 instances under load and back to 2, without a failed request", func() {
-		hpa := &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{Name: hpaEndpoint, Namespace: namespace},
-			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
-					APIVersion: servingv1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: hpaEndpoint,
-				},
-				MinReplicas: ptr.To(int32(2)),
-				MaxReplicas: 4,
-				Metrics: []autoscalingv2.MetricSpec{{
-					Type: autoscalingv2.ObjectMetricSourceType,
-					Object: &autoscalingv2.ObjectMetricSource{
-						DescribedObject: autoscalingv2.CrossVersionObjectReference{
-							APIVersion: servingv1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: hpaEndpoint,
-						},
-						Metric: autoscalingv2.MetricIdentifier{Name: custommetrics.MetricInFlightPerInstance},
-						Target: autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: resource.NewQuantity(hpaTarget, resource.DecimalSI)},
-					},
-				}},
-				// Short windows for the test; config/samples has those
-				// for GPU instances that take minutes to start.
-				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{
-					ScaleUp: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(0))},
-					ScaleDown: &autoscalingv2.HPAScalingRules{
-						StabilizationWindowSeconds: ptr.To(int32(10)),
-						Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 2, PeriodSeconds: 10}},
-					},
-				},
+		hpa := inFlightHPA(hpaEndpoint, 2, 4, hpaTarget)
+		// Short windows for the test; config/samples has those for GPU
+		// instances that take minutes to start.
+		hpa.Spec.Behavior = &autoscalingv2.HorizontalPodAutoscalerBehavior{
+			ScaleUp: &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(0))},
+			ScaleDown: &autoscalingv2.HPAScalingRules{
+				StabilizationWindowSeconds: ptr.To(int32(10)),
+				Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 2, PeriodSeconds: 10}},
 			},
 		}
 		Expect(env.Client.Create(ctx, hpa)).To(Succeed())
@@ -195,5 +176,27 @@ func hpaCondition(ctx context.Context, typ autoscalingv2.HorizontalPodAutoscaler
 			}
 		}
 		return "absent"
+	}
+}
+
+// inFlightHPA is an HPA of the endpoint on the operator's in-flight
+// requests per instance, aiming at target.
+func inFlightHPA(endpoint string, minReplicas, maxReplicas int32, target int64) *autoscalingv2.HorizontalPodAutoscaler {
+	ref := autoscalingv2.CrossVersionObjectReference{APIVersion: servingv1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: endpoint}
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Name: endpoint, Namespace: namespace},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: ref,
+			MinReplicas:    ptr.To(minReplicas),
+			MaxReplicas:    maxReplicas,
+			Metrics: []autoscalingv2.MetricSpec{{
+				Type: autoscalingv2.ObjectMetricSourceType,
+				Object: &autoscalingv2.ObjectMetricSource{
+					DescribedObject: ref,
+					Metric:          autoscalingv2.MetricIdentifier{Name: custommetrics.MetricInFlightPerInstance},
+					Target:          autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: resource.NewQuantity(target, resource.DecimalSI)},
+				},
+			}},
+		},
 	}
 }

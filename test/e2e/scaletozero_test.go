@@ -10,13 +10,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	servingv1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
-	"github.com/warmroute/warmroute/internal/custommetrics"
 )
 
 // An endpoint with spec.scaling.scaleToZeroAfter and a real
@@ -43,26 +40,7 @@ var _ = Describe("Scale to zero", Ordered, func() {
 		service := pods.Client()
 		waitRoutable(ctx, zeroEndpoint, 2)
 
-		hpa := &autoscalingv2.HorizontalPodAutoscaler{
-			ObjectMeta: metav1.ObjectMeta{Name: zeroEndpoint, Namespace: namespace},
-			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{
-					APIVersion: servingv1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: zeroEndpoint,
-				},
-				MinReplicas: ptr.To(int32(2)),
-				MaxReplicas: 3,
-				Metrics: []autoscalingv2.MetricSpec{{
-					Type: autoscalingv2.ObjectMetricSourceType,
-					Object: &autoscalingv2.ObjectMetricSource{
-						DescribedObject: autoscalingv2.CrossVersionObjectReference{
-							APIVersion: servingv1alpha1.GroupVersion.String(), Kind: "LLMEndpoint", Name: zeroEndpoint,
-						},
-						Metric: autoscalingv2.MetricIdentifier{Name: custommetrics.MetricInFlightPerInstance},
-						Target: autoscalingv2.MetricTarget{Type: autoscalingv2.ValueMetricType, Value: resource.NewQuantity(8, resource.DecimalSI)},
-					},
-				}},
-			},
-		}
+		hpa := inFlightHPA(zeroEndpoint, 2, 3, 8)
 		Expect(env.Client.Create(ctx, hpa)).To(Succeed())
 		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), hpa) })
 
