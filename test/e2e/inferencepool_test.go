@@ -138,6 +138,17 @@ var _ = Describe("An endpoint in InferencePool mode", Ordered, func() {
 		DeferCleanup(cc.Close)
 		processor := extprocv3.NewExternalProcessorClient(cc)
 
+		// Until one router leads and both know it, a replica decides by its
+		// fallback, whose placements the elected picker never saw: a
+		// repeat could then land elsewhere for a reason this spec is not
+		// about.
+		Eventually(func(g Gomega) {
+			g.Expect(leaderOf(routers)).To(BeNumerically(">=", 0), "no router leads, or several do")
+			for _, r := range routers {
+				g.Expect(harness.Metric(r, "warmroute_router_picker_known", nil)).To(BeNumerically("==", 1), "router %s does not know the picker yet", r.MetricsURL)
+			}
+		}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
 		By("sending requests through ext_proc and forwarding each to the simulator the picker chose")
 		prompt := func(i int) []byte {
 			return []byte(fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"system","content":"You are the support bot of a bicycle shop; answer briefly and politely. %s"},{"role":"user","content":"question %d"}]}`,
