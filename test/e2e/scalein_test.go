@@ -41,11 +41,16 @@ var _ = Describe("Scale-in", Ordered, func() {
 		Expect(target).NotTo(BeEmpty())
 		system := longText("scale-in", 6000)
 		hits := map[string]int{} // cached prompt tokens each instance served
-		for n := range 30 {
-			r := chat(ctx, "http://"+addr, scaleInModel, system, fmt.Sprintf("Question %d. ", n), "", 4)
-			Expect(r.ok()).To(BeTrue(), "request %d: %v %d %s", n, r.err, r.status, r.body)
-			hits[r.instance] += r.cached
+		n := 0
+		send := func(g Gomega, count int) {
+			for range count {
+				r := chat(ctx, "http://"+addr, scaleInModel, system, fmt.Sprintf("Question %d. ", n), "", 4)
+				g.Expect(r.ok()).To(BeTrue(), "request %d: %v %d %s", n, r.err, r.status, r.body)
+				hits[r.instance] += r.cached
+				n++
+			}
 		}
+		send(Default, 30)
 
 		costs := func(g Gomega) map[string]int {
 			var list corev1.PodList
@@ -80,7 +85,12 @@ var _ = Describe("Scale-in", Ordered, func() {
 		Expect(pairs).To(BeNumerically(">", 0), "the traffic left no instance far colder than another: hits %v", hits)
 
 		By("deletion costs follow the hits each instance served")
+		// The operator counts the hits a pod served since its first scrape
+		// (which sets the counters' baseline): the conversation goes on
+		// while the test waits, so that hits fall after that scrape even
+		// when the first 30 came before it.
 		Eventually(func(g Gomega) {
+			send(g, 3)
 			c := costs(g)
 			g.Expect(c).To(HaveLen(3))
 			for a := range c {
