@@ -29,12 +29,19 @@ import (
 // port. Whatever reaches that port skips the picker, and with it tenant
 // authentication and the cache salt.
 
+// vllmOpenToEveryPod is whether the endpoint is in mode InferencePool with
+// its NetworkPolicies on and routerFrom empty: the vLLM NetworkPolicy then
+// admits every pod of the cluster to vLLM's port.
+func vllmOpenToEveryPod(e *servingv1alpha1.LLMEndpoint) bool {
+	return servingv1alpha1.RouterModeOf(e) == servingv1alpha1.RouterModeInferencePool &&
+		servingv1alpha1.NetworkPolicyEnabled(e) && len(e.Spec.NetworkPolicy.RouterFrom) == 0
+}
+
 // validateInferencePoolAuth refuses spec.router.auth in mode
 // InferencePool with an empty routerFrom while the NetworkPolicies are on:
 // every pod of the cluster could then call vLLM directly, unauthenticated.
 func validateInferencePoolAuth(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
-	if servingv1alpha1.RouterModeOf(e) != servingv1alpha1.RouterModeInferencePool || e.Spec.Router.Auth == nil ||
-		!servingv1alpha1.NetworkPolicyEnabled(e) || len(e.Spec.NetworkPolicy.RouterFrom) > 0 {
+	if !vllmOpenToEveryPod(e) || e.Spec.Router.Auth == nil {
 		return nil
 	}
 	return field.ErrorList{field.Required(field.NewPath("spec", "networkPolicy", "routerFrom"),
@@ -45,8 +52,7 @@ func validateInferencePoolAuth(e *servingv1alpha1.LLMEndpoint) field.ErrorList {
 // an empty routerFrom opens vLLM's port (its runtime API included) to every
 // pod.
 func inferencePoolWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
-	if servingv1alpha1.RouterModeOf(e) != servingv1alpha1.RouterModeInferencePool || e.Spec.Router.Auth != nil ||
-		!servingv1alpha1.NetworkPolicyEnabled(e) || len(e.Spec.NetworkPolicy.RouterFrom) > 0 {
+	if !vllmOpenToEveryPod(e) || e.Spec.Router.Auth != nil {
 		return nil
 	}
 	return admission.Warnings{"spec.networkPolicy.routerFrom: empty with spec.router.mode InferencePool: the Gateway's proxies reach the vLLM pods directly, and so does every other pod of the cluster; list the Gateway's namespace and pods (for Envoy Gateway: namespace envoy-gateway-system, label gateway.envoyproxy.io/owning-gateway-name)"}
