@@ -192,35 +192,32 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	errs = appendErr(errs, "pod deletion costs", err)
 	errs = appendErr(errs, "vLLM", r.reconcileVLLM(ctx, ep))
 	errs = appendErr(errs, "router", r.reconcileRouter(ctx, ep))
-	// Asked in every mode: pruning a pool left by mode InferencePool needs
-	// to know whether the API exists. Cheap once the CRD is installed (the
-	// RESTMapper keeps it); one discovery request while it is missing.
-	var recheck time.Duration
-	poolServed, err := r.inferencePoolServed()
-	if err == nil {
-		obs.inferencePool, recheck, err = r.reconcileInferencePool(ctx, ep, poolServed)
-	} else if inferencePoolMode(ep) {
-		obs.inferencePool = metav1.Condition{Type: v1alpha1.ConditionInferencePoolReady, Status: metav1.ConditionUnknown,
-			Reason: v1alpha1.ReasonInferencePoolFailed, Message: truncate(err.Error(), 1024)}
-	}
+	var pool inferencePoolResult
+	pool, err = r.reconcileInferencePool(ctx, ep)
+	obs.inferencePool = pool.condition
 	errs = appendErr(errs, "InferencePool", err)
 	errs = appendErr(errs, "PodDisruptionBudgets", r.reconcileDisruptionBudgets(ctx, ep))
 	errs = appendErr(errs, "NetworkPolicies", r.reconcileNetworkPolicies(ctx, ep))
 	if len(errs) == 0 {
-		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted, prunableKinds(poolServed)))
+		errs = appendErr(errs, "pruning", r.prune(ctx, ep, wanted, prunableKinds(pool.served)))
 	}
 
-	if len(errs) == 0 && next > 0 {
-		log.V(1).Info("requeue for the next deletion-cost step", "after", next)
-		result.RequeueAfter = next
+	if len(errs) > 0 {
+		return result, nil // the deferred status write returns errs
 	}
-	if len(errs) == 0 && recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
-		log.V(1).Info("requeue to look for the InferencePool API again", "after", recheck)
-		result.RequeueAfter = recheck
-	}
-	if len(errs) == 0 && idleRecheck > 0 && (result.RequeueAfter == 0 || idleRecheck < result.RequeueAfter) {
-		log.V(1).Info("requeue for the idle period's end", "after", idleRecheck)
-		result.RequeueAfter = idleRecheck
+	// The soonest of the phases' timed looks again.
+	for _, at := range []struct {
+		after  time.Duration
+		reason string
+	}{
+		{next, "the next deletion-cost step"},
+		{pool.recheck, "the InferencePool API"},
+		{idleRecheck, "the idle period's end"},
+	} {
+		if at.after > 0 && (result.RequeueAfter == 0 || at.after < result.RequeueAfter) {
+			log.V(1).Info("requeue", "for", at.reason, "after", at.after)
+			result.RequeueAfter = at.after
+		}
 	}
 	return result, nil
 }

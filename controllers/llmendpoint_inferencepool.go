@@ -124,30 +124,54 @@ func (r *LLMEndpointReconciler) inferencePoolServed() (bool, error) {
 	return true, nil
 }
 
+// inferencePoolResult is what reconcileInferencePool found and did.
+type inferencePoolResult struct {
+	// served: the API server serves InferencePools (prune looks through
+	// them only then).
+	served bool
+	// condition is InferencePoolReady; its Type is empty in mode
+	// Standalone.
+	condition metav1.Condition
+	// recheck is, while the API is missing in mode InferencePool, when to
+	// look for it again.
+	recheck time.Duration
+}
+
 // reconcileInferencePool applies the endpoint's InferencePool in mode
-// InferencePool. It returns the InferencePoolReady condition (Type empty
-// in mode Standalone) and, while the API is missing, when to look again.
-func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *v1alpha1.LLMEndpoint, served bool) (metav1.Condition, time.Duration, error) {
+// InferencePool. It asks whether the API is served in every mode: pruning
+// a pool left by mode InferencePool needs to know. That is cheap once the
+// CRD is installed (the RESTMapper keeps it); one discovery request while
+// it is missing.
+func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *v1alpha1.LLMEndpoint) (inferencePoolResult, error) {
+	var res inferencePoolResult
+	served, err := r.inferencePoolServed()
 	if !inferencePoolMode(ep) {
-		return metav1.Condition{}, 0, nil
+		res.served = served
+		return res, err
 	}
-	cond := metav1.Condition{Type: v1alpha1.ConditionInferencePoolReady, Status: metav1.ConditionFalse}
-	if !served {
-		cond.Reason = v1alpha1.ReasonInferencePoolCRDMissing
-		cond.Message = "spec.router.mode is InferencePool but the API server does not serve inference.networking.k8s.io/v1 InferencePools: install the Gateway API Inference Extension's CRDs (v1.0 or later), and a Gateway that implements them"
-		return cond, r.poolRecheck(), nil
+	res.condition = metav1.Condition{Type: v1alpha1.ConditionInferencePoolReady, Status: metav1.ConditionFalse}
+	switch {
+	case err != nil:
+		res.condition.Status, res.condition.Reason, res.condition.Message = metav1.ConditionUnknown, v1alpha1.ReasonInferencePoolFailed, truncate(err.Error(), 1024)
+		return res, err
+	case !served:
+		res.condition.Reason = v1alpha1.ReasonInferencePoolCRDMissing
+		res.condition.Message = "spec.router.mode is InferencePool but the API server does not serve inference.networking.k8s.io/v1 InferencePools: install the Gateway API Inference Extension's CRDs (v1.0 or later), and a Gateway that implements them"
+		res.recheck = r.poolRecheck()
+		return res, nil
 	}
+	res.served = true
 	if err := r.watchInferencePools(); err != nil {
-		return cond, 0, err
+		return res, err
 	}
 	if err := r.applyInOrder(ctx, ep, buildInferencePool(ep)); err != nil {
-		cond.Reason, cond.Message = v1alpha1.ReasonInferencePoolFailed, truncate(err.Error(), 1024)
-		return cond, 0, err
+		res.condition.Reason, res.condition.Message = v1alpha1.ReasonInferencePoolFailed, truncate(err.Error(), 1024)
+		return res, err
 	}
-	cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonInferencePoolApplied
-	cond.Message = fmt.Sprintf("InferencePool %s selects the vLLM pods on port %d; its endpoint picker is Service %s port %d (%s)",
+	res.condition.Status, res.condition.Reason = metav1.ConditionTrue, v1alpha1.ReasonInferencePoolApplied
+	res.condition.Message = fmt.Sprintf("InferencePool %s selects the vLLM pods on port %d; its endpoint picker is Service %s port %d (%s)",
 		inferencePoolName(ep), vllmPort, pickerServiceName(ep), routerEPPPort, v1alpha1.PickerFailureMode(ep))
-	return cond, 0, nil
+	return res, nil
 }
 
 func (r *LLMEndpointReconciler) poolRecheck() time.Duration {
