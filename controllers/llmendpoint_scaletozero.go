@@ -142,17 +142,12 @@ func (r *LLMEndpointReconciler) reconcileScaleToZero(ctx context.Context, ep *v1
 	d := decideIdle(in)
 	switch {
 	case d.recordWake:
-		return d.recheck, r.recordCrossing(ctx, ep, v1alpha1.AnnotationWokeAt, v1alpha1.AnnotationScaledToZeroAt, now)
-	case d.reason == v1alpha1.ReasonIdle:
-		if err := r.recordCrossing(ctx, ep, v1alpha1.AnnotationScaledToZeroAt, v1alpha1.AnnotationWokeAt, now); err != nil {
-			return 0, err
-		}
-	case d.reason == v1alpha1.ReasonActivated:
-		if err := r.recordCrossing(ctx, ep, v1alpha1.AnnotationWokeAt, v1alpha1.AnnotationScaledToZeroAt, now); err != nil {
-			return 0, err
-		}
-	default:
+		return d.recheck, r.recordCrossing(ctx, ep, false, now)
+	case d.reason == "":
 		return d.recheck, nil
+	}
+	if err := r.recordCrossing(ctx, ep, d.reason == v1alpha1.ReasonIdle, now); err != nil {
+		return 0, err
 	}
 	// The patch above gave ep the resourceVersion the scale is made
 	// against: a scale by another hand since then is a conflict.
@@ -172,9 +167,14 @@ func (r *LLMEndpointReconciler) reconcileScaleToZero(ctx context.Context, ep *v1
 	return 0, nil
 }
 
-// recordCrossing sets one crossing annotation to now and drops the other,
-// in a merge patch of the annotations.
-func (r *LLMEndpointReconciler) recordCrossing(ctx context.Context, ep *v1alpha1.LLMEndpoint, set, drop string, now time.Time) error {
+// recordCrossing records on the endpoint that it crossed zero now: down
+// (toZero, AnnotationScaledToZeroAt) or up (AnnotationWokeAt). It sets that
+// annotation and drops the other, in a merge patch of the annotations.
+func (r *LLMEndpointReconciler) recordCrossing(ctx context.Context, ep *v1alpha1.LLMEndpoint, toZero bool, now time.Time) error {
+	set, drop := v1alpha1.AnnotationWokeAt, v1alpha1.AnnotationScaledToZeroAt
+	if toZero {
+		set, drop = drop, set
+	}
 	before := ep.DeepCopy()
 	if ep.Annotations == nil {
 		ep.Annotations = map[string]string{}
