@@ -223,10 +223,8 @@ func routerFrontDoor(ep *v1alpha1.LLMEndpoint) ([]string, corev1.ContainerPort) 
 
 // routerFrontPort is the port routerFrontDoor serves clients on.
 func routerFrontPort(ep *v1alpha1.LLMEndpoint) int {
-	if inferencePoolMode(ep) {
-		return routerEPPPort
-	}
-	return routerHTTPPort
+	_, port := routerFrontDoor(ep)
+	return int(port.ContainerPort)
 }
 
 // buildRouterService is the client-facing Service; its URL is
