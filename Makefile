@@ -49,8 +49,8 @@ manifests: controller-gen ## Generate the CRD, RBAC and webhook manifests from t
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="./api/...;./controllers/...;./webhooks/..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
-generate: controller-gen ## Generate DeepCopy methods for the API types.
-	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+generate: controller-gen ## Generate DeepCopy methods for the API types and the InferencePool types the operator writes.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/...;./internal/inferencepool/..."
 
 .PHONY: fmt
 fmt: ## Run go fmt.
@@ -66,9 +66,9 @@ chart: manifests kustomize ## Regenerate the Helm chart (dist/chart) from `kusto
 
 .PHONY: verify-generated
 verify-generated: manifests generate bundle chart ## Fail when generated files (CRD, RBAC, webhooks, DeepCopy, OLM bundle, Helm chart) are not committed and current.
-	@if [ -n "$$(git status --porcelain -- api config bundle dist)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api internal/inferencepool config bundle dist)" ]; then \
 	  echo "generated files are stale; run 'make manifests generate bundle chart' and commit:"; \
-	  git status --porcelain -- api config bundle dist; git --no-pager diff --stat -- api config bundle dist; exit 1; fi
+	  git status --porcelain -- api internal/inferencepool config bundle dist; git --no-pager diff --stat -- api internal/inferencepool config bundle dist; exit 1; fi
 
 .PHONY: controlplane
 controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.

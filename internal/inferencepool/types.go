@@ -21,6 +21,8 @@ limitations under the License.
 // here against its published CRD: field names, requiredness and defaults
 // as there. Status is left out: the Gateway writes it, the operator never
 // reads it, and server-side apply leaves fields it does not send alone.
+// controller-gen writes their DeepCopy methods (make generate).
+// +kubebuilder:object:generate=true
 package inferencepool
 
 import (
@@ -51,6 +53,7 @@ func AddToScheme(s *runtime.Scheme) error {
 
 // InferencePool is a group of model server pods a Gateway routes to,
 // asking an endpoint picker which one serves each request.
+// +kubebuilder:object:root=true
 type InferencePool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -58,6 +61,7 @@ type InferencePool struct {
 }
 
 // InferencePoolList is a list of InferencePools.
+// +kubebuilder:object:root=true
 type InferencePoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
@@ -94,62 +98,4 @@ type EndpointPickerRef struct {
 	Name        string  `json:"name"`
 	Port        *Port   `json:"port,omitempty"`
 	FailureMode string  `json:"failureMode,omitempty"`
-}
-
-// DeepCopyInto copies p into out.
-func (p *InferencePool) DeepCopyInto(out *InferencePool) {
-	*out = *p
-	out.TypeMeta = p.TypeMeta
-	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	p.Spec.deepCopyInto(&out.Spec)
-}
-
-// DeepCopy copies p.
-func (p *InferencePool) DeepCopy() *InferencePool {
-	if p == nil {
-		return nil
-	}
-	out := new(InferencePool)
-	p.DeepCopyInto(out)
-	return out
-}
-
-// DeepCopyObject copies p as a runtime.Object.
-func (p *InferencePool) DeepCopyObject() runtime.Object { return p.DeepCopy() }
-
-// DeepCopyObject copies l as a runtime.Object.
-func (l *InferencePoolList) DeepCopyObject() runtime.Object {
-	if l == nil {
-		return nil
-	}
-	out := &InferencePoolList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
-	if l.Items != nil {
-		out.Items = make([]InferencePool, len(l.Items))
-		for i := range l.Items {
-			l.Items[i].DeepCopyInto(&out.Items[i])
-		}
-	}
-	return out
-}
-
-func (s *Spec) deepCopyInto(out *Spec) {
-	*out = *s
-	if s.Selector.MatchLabels != nil {
-		out.Selector.MatchLabels = make(map[string]string, len(s.Selector.MatchLabels))
-		for k, v := range s.Selector.MatchLabels {
-			out.Selector.MatchLabels[k] = v
-		}
-	}
-	if s.TargetPorts != nil {
-		out.TargetPorts = append([]Port(nil), s.TargetPorts...)
-	}
-	if g := s.EndpointPickerRef.Group; g != nil {
-		v := *g
-		out.EndpointPickerRef.Group = &v
-	}
-	if p := s.EndpointPickerRef.Port; p != nil {
-		v := *p
-		out.EndpointPickerRef.Port = &v
-	}
 }
