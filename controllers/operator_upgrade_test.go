@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/test/localcluster"
@@ -42,24 +41,7 @@ import (
 // they run while the new operator demonstrably reconciles the endpoint.
 // Only removing the record moves them to the new default.
 func TestOperatorUpgradeKeepsTheRunningVLLMImage(t *testing.T) {
-	binDir, err := localcluster.BinDir()
-	if err != nil {
-		t.Fatalf("the control plane binaries (hack/build-controlplane.sh): %v", err)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: binDir,
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cfg := localcluster.APIServer(t, filepath.Join("..", "config", "crd", "bases"))
 	c, err := client.New(cfg, client.Options{Scheme: testScheme})
 	if err != nil {
 		t.Fatal(err)

@@ -55,15 +55,16 @@ func repoRoot() (string, error) {
 	}
 }
 
-// APIServer starts a bare API server (with etcd) from BinDir's binaries
-// for one test, stopped when it ends, and returns its client config.
-func APIServer(t testing.TB) *rest.Config {
+// APIServer starts an API server (with etcd) from BinDir's binaries for
+// one test, with the CRDs in crdDirs installed (each must exist), stopped
+// when it ends, and returns its client config.
+func APIServer(t testing.TB, crdDirs ...string) *rest.Config {
 	t.Helper()
 	binDir, err := BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: binDir}
+	env := &envtest.Environment{BinaryAssetsDirectory: binDir, CRDDirectoryPaths: crdDirs, ErrorIfCRDPathMissing: len(crdDirs) > 0}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start the API server: %v", err)
