@@ -166,6 +166,9 @@ func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *
 	}
 	res.served = true
 	if err := r.watchInferencePools(); err != nil {
+		// The condition's reason may not be empty: the status write
+		// would be refused, and the error lost with it.
+		res.condition.Reason, res.condition.Message = v1alpha1.ReasonInferencePoolFailed, truncate("watching InferencePools: "+err.Error(), 1024)
 		return res, err
 	}
 	if err := r.applyInOrder(ctx, ep, buildInferencePool(ep)); err != nil {
