@@ -58,11 +58,11 @@ const routerEPPPort = inferencepool.DefaultPickerPort
 
 // inferencePoolRecheck is how often an endpoint in mode InferencePool
 // looks again for the InferencePool API while it is missing: installing
-// the CRD then takes effect within it, without restarting the operator.
-// Each look is a discovery request (the RESTMapper caches only what it
-// finds), so 30 s bounds the cost at 2 requests a minute per such endpoint
-// (a hundred of them: about 3 a second), against a wait of at most 30 s
-// after the CRD's one-time install.
+// the CRD then takes effect within two of it (a miss is remembered for
+// one, see inferencePoolServed), without restarting the operator. Each
+// look is a discovery request (the RESTMapper caches only what it finds),
+// so 30 s bounds the cost at 2 requests a minute for the operator,
+// against a wait of at most a minute after the CRD's one-time install.
 const inferencePoolRecheck = 30 * time.Second
 
 // pickerServiceName is the routers' Service in mode InferencePool, the
@@ -117,10 +117,24 @@ func buildPickerService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
 // inferencePoolServed is whether the API server serves InferencePools.
 // The manager's RESTMapper asks discovery again for a group it does not
 // know, so a CRD installed after the operator started is found.
+//
+// A missing API is remembered for the recheck period: the RESTMapper
+// asks discovery on every miss, so without it each reconcile of every
+// endpoint would cost a discovery request on a cluster without the CRD,
+// the usual case in mode Standalone.
 func (r *LLMEndpointReconciler) inferencePoolServed() (bool, error) {
+	r.pools.mu.Lock()
+	absent := time.Now().Before(r.pools.absentUntil)
+	r.pools.mu.Unlock()
+	if absent {
+		return false, nil
+	}
 	_, err := r.RESTMapper().RESTMapping(inferencepool.GroupKind, inferencepool.GroupVersion.Version)
 	switch {
 	case apimeta.IsNoMatchError(err):
+		r.pools.mu.Lock()
+		r.pools.absentUntil = time.Now().Add(r.poolRecheck())
+		r.pools.mu.Unlock()
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("look up the InferencePool API: %w", err)
@@ -144,8 +158,8 @@ type inferencePoolResult struct {
 // reconcileInferencePool applies the endpoint's InferencePool in mode
 // InferencePool. It asks whether the API is served in every mode: pruning
 // a pool left by mode InferencePool needs to know. That is cheap once the
-// CRD is installed (the RESTMapper keeps it); one discovery request while
-// it is missing.
+// CRD is installed (the RESTMapper keeps it); while it is missing, one
+// discovery request per recheck period for the whole operator.
 func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *v1alpha1.LLMEndpoint) (inferencePoolResult, error) {
 	var res inferencePoolResult
 	served, err := r.inferencePoolServed()
@@ -168,7 +182,7 @@ func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *
 	if err := r.watchInferencePools(); err != nil {
 		// The condition's reason may not be empty: the status write
 		// would be refused, and the error lost with it.
-		res.condition.Reason, res.condition.Message = v1alpha1.ReasonInferencePoolFailed, truncate("watching InferencePools: "+err.Error(), 1024)
+		res.condition.Reason, res.condition.Message = v1alpha1.ReasonInferencePoolFailed, truncate(err.Error(), 1024)
 		return res, err
 	}
 	if err := r.applyInOrder(ctx, ep, buildInferencePool(ep)); err != nil {
@@ -196,6 +210,9 @@ type poolWatch struct {
 	started bool
 	// start starts the watch; nil before setup.
 	start func() error
+	// absentUntil: the API was missing at the last look, which holds
+	// until then (see inferencePoolServed).
+	absentUntil time.Time
 }
 
 // watchInferencePools starts watching InferencePools, as owned objects,
