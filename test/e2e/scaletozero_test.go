@@ -27,7 +27,10 @@ import (
 const (
 	zeroEndpoint = "idle-chat"
 	zeroModel    = "idle-llama"
-	// zeroRequests arrive while the endpoint wakes.
+	// zeroRequests arrive while the endpoint wakes, 20 ms apart: clients
+	// arriving over the first second of an activation that takes a few
+	// hundred milliseconds here, so that most are held and some arrive
+	// as the instance becomes ready.
 	zeroRequests = 50
 )
 
