@@ -104,7 +104,10 @@ func spillRoom(threshold int64) int64 {
 }
 
 // overflowSlack is how many more requests in flight than the least loaded
-// an instance may have and still take an all-busy overflow.
+// an instance may have and still take an all-busy overflow. Counts are
+// whole requests, so 1 is the least slack that lets the cost model choose
+// among near-equals (a warm instance one request busier beats a cold one),
+// while the one chosen ends at most two requests above the least loaded.
 const overflowSlack = 1
 
 // overflowStay is how many more requests in flight than the least loaded

@@ -91,7 +91,11 @@ func (p *Policy) learn(l *learning) {
 
 // popularityPrior is added to the request count when turning sketch counts
 // into fractions, so that a router that has seen only a handful of requests
-// does not take every prefix for a dominant one and scatter its first keys.
+// does not take every prefix for a dominant one and scatter its first keys:
+// with 32, a prefix that every request carries counts as half the traffic
+// only after 32 requests, a few per instance of a fleet of ten, and the
+// prior weighs under 1 % once the decayed count (about 8k, see
+// defaultDecayEvery) is reached.
 const popularityPrior = 32
 
 // replicaSets walks the block chain. A block carried by a fraction f of
