@@ -38,8 +38,8 @@ const maxSkew = 30 * time.Second
 const minSecretBytes = 16
 
 // Keys are derived from the endpoint's secret, one per use, so that the
-// block-hash seed (which the routing document no longer carries) and the
-// signing key never coincide.
+// block-hash seed (kept out of the routing document, which anyone who can
+// read ConfigMaps can read) and the signing key never coincide.
 type Keys struct {
 	sign []byte
 	// HashSeed keys the block hashes (policy.Config.HashSeed): without

@@ -48,8 +48,9 @@ func (p *Policy) guard(t *table, order []int, u *unranked, x *expectation) ([]in
 // average over the request's candidates (avg), and so may send requests
 // away on tokens and takes none: a load within twice the average is one
 // the next few requests even out, not worth the cold prefill of a spill.
-// (The cost comparison alone, without this gate, spilled more
-// often on long-prompt traffic and raised its TTFT p90.)
+// The cost comparison alone would spill whenever a long prompt makes one
+// queue briefly heavier, trading a cold prefill for a wait that was about
+// to end.
 func overloaded(load int64, avg float64) bool {
 	return load > tokenFloor && float64(load) > tokenBalance*avg
 }
