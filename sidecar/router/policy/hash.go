@@ -34,10 +34,10 @@ func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
 // Chaining makes a block's hash stand for the whole beginning up to it, so
 // two requests share h[i] only if they share their first i+1 blocks.
 func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
-	var d xxhash.Digest
+	var buf [8 + maxBlockSize]byte
 	h := seed
 	for off := 0; off < len(text); off += blockSize {
-		h = chainLink(&d, h, text[off:min(off+blockSize, len(text))])
+		h = chainLink(&buf, h, text[off:min(off+blockSize, len(text))])
 		dst = append(dst, h)
 	}
 	return dst
@@ -46,20 +46,31 @@ func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 
 // chainEnd is the last hash of blockChain(nil, seed, text, blockSize), or
 // seed when text is empty.
 func chainEnd(seed uint64, text []byte, blockSize int) uint64 {
-	var d xxhash.Digest
+	var buf [8 + maxBlockSize]byte
 	h := seed
 	for off := 0; off < len(text); off += blockSize {
-		h = chainLink(&d, h, text[off:min(off+blockSize, len(text))])
+		h = chainLink(&buf, h, text[off:min(off+blockSize, len(text))])
 	}
 	return h
 }
 
-// chainLink is xxh(parent ‖ block).
-func chainLink(d *xxhash.Digest, parent uint64, block []byte) uint64 {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], parent)
-	d.Reset()
-	_, _ = d.Write(b[:])
-	_, _ = d.Write(block)
-	return d.Sum64()
+// maxBlockSize is the largest block: prefixLength / 32 at the API's
+// largest prefixLength, 65,536.
+const maxBlockSize = 65536 / 32
+
+// chainLink is xxh(parent ‖ block), hashed in one call over parent and
+// block laid side by side in buf: the streaming digest would buffer the
+// 8-byte parent and copy the block's head behind it, and hashing is most
+// of a decision's per-request cost at 256 instances and more. A block
+// larger than buf (a blockSize the API does not allow) is streamed.
+func chainLink(buf *[8 + maxBlockSize]byte, parent uint64, block []byte) uint64 {
+	binary.LittleEndian.PutUint64(buf[:8], parent)
+	if len(block) > maxBlockSize {
+		d := xxhash.New()
+		_, _ = d.Write(buf[:8])
+		_, _ = d.Write(block)
+		return d.Sum64()
+	}
+	n := copy(buf[8:], block)
+	return xxhash.Sum64(buf[:8+n])
 }
