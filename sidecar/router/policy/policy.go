@@ -64,12 +64,7 @@ type Policy struct {
 // New returns a policy with no instances; call Update before Pick.
 func New(t Tuning) *Policy {
 	t = t.withDefaults()
-	p := &Policy{
-		tuning: t,
-		pop:    newPopularity(t.SketchWidth, t.DecayEvery),
-		index:  newPrefixIndex(t.IndexEntries),
-	}
-	return p
+	return &Policy{tuning: t, pop: newPopularity(t.SketchWidth, t.DecayEvery), index: newPrefixIndex(t.IndexEntries)}
 }
 
 // Update installs a new configuration. Live counters follow instances by ID.
@@ -78,8 +73,8 @@ func (p *Policy) Update(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("strategy: %w", err)
 	}
-	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters))}
 	pos := make(map[string]int, len(cfg.Instances))
+	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters)), index: pos}
 	var joined []*stat
 	for i, in := range cfg.Instances {
 		w := float64(max(in.Weight, 1))
@@ -103,7 +98,6 @@ func (p *Policy) Update(cfg Config) error {
 		slices.Sort(set)
 		t.adapters[name] = slices.Compact(set)
 	}
-	t.index = pos
 	// About 32 blocks a window, at least 64 bytes each.
 	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
