@@ -98,7 +98,11 @@ func (p *Policy) Update(cfg Config) error {
 		slices.Sort(set)
 		t.adapters[name] = slices.Compact(set)
 	}
-	// About 32 blocks a window, at least 64 bytes each.
+	// About 32 blocks a window: fine enough that two prompts sharing most
+	// of a window share most of its blocks (a block is at most 3 % of
+	// it), few enough to hash and look up in a few microseconds. At least
+	// 64 bytes, about 16 tokens, so that a short window is not cut finer
+	// than the text that tells prompts apart.
 	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
 	p.stats.prune(pos)
