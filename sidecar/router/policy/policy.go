@@ -101,8 +101,8 @@ func (p *Policy) Update(cfg Config) error {
 	// About 32 blocks a window: fine enough that two prompts sharing most
 	// of a window share most of its blocks (a block is at most 3 % of
 	// it), few enough to hash and look up in a few microseconds. At least
-	// 64 bytes, about 16 tokens, so that a short window is not cut finer
-	// than the text that tells prompts apart.
+	// 64 bytes, about 16 tokens: vLLM's KV block, the least it caches, so
+	// a finer block would tell apart prefixes its cache does not.
 	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
 	p.stats.prune(pos)
