@@ -37,28 +37,25 @@ func newPopularity(width int, decayEvery int64) *popularity {
 	return &popularity{counts: make([]atomic.Uint32, sketchRows*w), width: w, decayEvery: decayEvery}
 }
 
-func (p *popularity) slot(row int, h uint64) *atomic.Uint32 {
-	x := h
-	if row == 1 {
-		x = hrw.Mix64(h ^ 0x9e3779b97f4a7c15)
-	}
-	return &p.counts[uint64(row)*p.width+(x&(p.width-1))]
+// slots are h's counters, one a row: row 0 reads h's low bits (block
+// hashes are xxhash output, already uniform), row 1 those of h remixed.
+func (p *popularity) slots(h uint64) (*atomic.Uint32, *atomic.Uint32) {
+	mask := p.width - 1
+	return &p.counts[h&mask], &p.counts[p.width+hrw.Mix64(h^0x9e3779b97f4a7c15)&mask]
 }
 
 // estimate returns the count of h (an over-estimate by construction).
 func (p *popularity) estimate(h uint64) uint32 {
-	a := p.slot(0, h).Load()
-	if b := p.slot(1, h).Load(); b < a {
-		return b
-	}
-	return a
+	a, b := p.slots(h)
+	return min(a.Load(), b.Load())
 }
 
 // record counts one request carrying the given hashes.
 func (p *popularity) record(hashes []uint64) {
 	for _, h := range hashes {
-		p.slot(0, h).Add(1)
-		p.slot(1, h).Add(1)
+		a, b := p.slots(h)
+		a.Add(1)
+		b.Add(1)
 	}
 	p.counted(1)
 }
