@@ -158,33 +158,32 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 // parent set (warm for the shared part) in the anchor's order, then
 // everyone else in the same key's order, left unranked until read.
 func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked) {
-	order := make([]int, 0, len(allowed))
-	order = append(order, chosen)
+	order := append(make([]int, 0, len(allowed)), chosen)
 	for _, m := range w.parent {
 		if m != chosen {
 			order = append(order, m)
 		}
 	}
-	if len(w.parent) < len(allowed) {
-		// Ranking a subset keeps its members' relative order; the parent
-		// set's members are found with a bitmap.
-		var bits [16]uint64 // 1,024 members without allocating
-		in := bits[:]
-		if words := (len(t.members) + 63) / 64; words > len(bits) {
-			in = make([]uint64, words)
-		}
-		for _, m := range w.parent {
-			in[m/64] |= 1 << (m % 64)
-		}
-		rest := order[len(order):len(order):cap(order)]
-		for _, m := range allowed {
-			if in[m/64]&(1<<(m%64)) == 0 {
-				rest = append(rest, m)
-			}
-		}
-		return append(order, rest...), unranked{n: len(rest), key: w.hashes[w.leaf]}
+	if len(w.parent) == len(allowed) {
+		return order, unranked{}
 	}
-	return order, unranked{}
+	// Ranking a subset keeps its members' relative order; the parent set's
+	// members are found with a bitmap.
+	var bits [16]uint64 // 1,024 members without allocating
+	in := bits[:]
+	if words := (len(t.members) + 63) / 64; words > len(bits) {
+		in = make([]uint64, words)
+	}
+	for _, m := range w.parent {
+		in[m/64] |= 1 << (m % 64)
+	}
+	ranked := len(order)
+	for _, m := range allowed {
+		if in[m/64]&(1<<(m%64)) == 0 {
+			order = append(order, m)
+		}
+	}
+	return order, unranked{n: len(order) - ranked, key: w.hashes[w.leaf]}
 }
 
 // recordDepths appends to out the depths the index remembers for a
