@@ -184,7 +184,7 @@ func decodeSnapshot(data []byte, width uint64) (*decodedSnapshot, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, errors.New("not a policy snapshot")
 	}
-	// Only version 3: pickers, the only senders, have always written it.
+	// Pickers are the only senders and all write snapshotVersion.
 	if version := data[len(snapshotMagic)]; version != snapshotVersion {
 		return nil, fmt.Errorf("snapshot version %d, want %d", version, snapshotVersion)
 	}
