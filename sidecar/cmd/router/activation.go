@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/sidecar/router/config"
 )
 
 // leaseStamp writes the current time into one annotation of the election
@@ -85,15 +83,12 @@ func leaseHooks(f *flags, log logr.Logger) (onHold, onForward func(), err error)
 	if f.picker.lease == "" {
 		return nil, nil, nil
 	}
-	ns, name, err := config.ParseConfigMapRef(f.picker.lease)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--lease: %w", err)
-	}
 	client, err := kubeClient(f.kubeconfig)
 	if err != nil {
 		return nil, nil, err
 	}
 	log = log.WithName("activation")
+	ns, name := f.picker.leaseNamespace, f.picker.leaseName
 	demand := &leaseStamp{client: client, namespace: ns, lease: name, log: log,
 		annotation: routingv1alpha1.DemandAnnotation, interval: activationInterval}
 	served := &leaseStamp{client: client, namespace: ns, lease: name, log: log,

@@ -22,8 +22,10 @@ import (
 // pickerFlags say who decides for this replica (sidecar/router/picker).
 type pickerFlags struct {
 	picker, lease, podName, podIP, listen, keyFile string
-	timeout                                        time.Duration
-	leaseDuration, renewDeadline, retryPeriod      time.Duration
+	// leaseNamespace and leaseName are --lease, split by validate.
+	leaseNamespace, leaseName                 string
+	timeout                                   time.Duration
+	leaseDuration, renewDeadline, retryPeriod time.Duration
 }
 
 func (p *pickerFlags) register(fs *flag.FlagSet) {
@@ -44,7 +46,8 @@ func (p *pickerFlags) validate() error {
 		if p.picker != proxy.PickerSelf {
 			return errors.New("--lease and a --picker address are exclusive")
 		}
-		if _, _, err := config.ParseConfigMapRef(p.lease); err != nil {
+		var err error
+		if p.leaseNamespace, p.leaseName, err = config.ParseConfigMapRef(p.lease); err != nil {
 			return fmt.Errorf("--lease: %w", err)
 		}
 		if p.podName == "" || p.podIP == "" {
@@ -102,10 +105,6 @@ func startElection(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.R
 	if f.picker.lease == "" {
 		return nil
 	}
-	ns, name, err := config.ParseConfigMapRef(f.picker.lease)
-	if err != nil {
-		return err
-	}
 	client, err := kubeClient(f.kubeconfig)
 	if err != nil {
 		return err
@@ -114,7 +113,7 @@ func startElection(ctx context.Context, wg *sync.WaitGroup, f *flags, r *proxy.R
 	if err != nil {
 		return fmt.Errorf("--pick-listen: %w", err)
 	}
-	e := picker.Election{Client: client, Namespace: ns, Lease: name, Name: f.picker.podName,
+	e := picker.Election{Client: client, Namespace: f.picker.leaseNamespace, Lease: f.picker.leaseName, Name: f.picker.podName,
 		Address:       net.JoinHostPort(f.picker.podIP, port),
 		LeaseDuration: f.picker.leaseDuration, RenewDeadline: f.picker.renewDeadline, RetryPeriod: f.picker.retryPeriod}
 	wg.Go(func() {
