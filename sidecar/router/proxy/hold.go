@@ -99,11 +99,9 @@ func (r *Router) hold(ctx context.Context, key policy.Key, bodyBytes int64) (*pi
 		// The first held request of a run asks for an instance; the rest
 		// wait for the same one.
 		r.opts.Metrics.Activations.Inc()
-		if r.opts.OnHold != nil {
-			r.opts.OnHold()
-		}
-	} else if r.opts.OnHold != nil {
-		r.opts.OnHold() // rate-limited by the callee
+	}
+	if r.opts.OnHold != nil {
+		r.opts.OnHold() // every held request: the callee rate-limits
 	}
 	start := time.Now()
 	timer := time.NewTimer(r.opts.HoldTimeout)
