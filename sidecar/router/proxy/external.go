@@ -121,7 +121,8 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	}
 	var key policy.Key
 	var x extract.Request
-	if ep, ok := inferencePath(method, path); ok {
+	ep, inference := inferencePath(method, path)
+	if inference {
 		x, bad = r.extractRouting(st, ep, body, id)
 		if bad == nil {
 			d.Body, bad = r.saltedBody(body, x)
@@ -146,7 +147,7 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	if err != nil {
 		return nil, refusal(unpickable(err, key.Model))
 	}
-	if !r.policy.Healthy(t.Instance().ID) {
+	if !r.servable(t) {
 		// Every candidate is ejected (the policy fails open). The proxy
 		// tries one anyway and moves on when the connection fails; a
 		// gateway has no such fallback, and the protocol asks for 503.
@@ -154,7 +155,7 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
 	}
 	r.countChoice(t)
-	if _, ok := inferencePath(method, path); ok && r.opts.OnForward != nil {
+	if inference && r.opts.OnForward != nil {
 		r.opts.OnForward()
 	}
 	d.Ticket = t
