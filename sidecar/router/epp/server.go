@@ -145,20 +145,9 @@ func (x *exchange) finish(outcome string) {
 // the response, which the protocol does not say who cut.
 func (x *exchange) cut() string {
 	if x.status == 0 {
-		return "canceled"
+		return proxy.OutcomeCanceled
 	}
-	return "client_disconnect"
-}
-
-// outcome is a finished response's outcome, by its status class.
-func (x *exchange) outcome() string {
-	switch {
-	case x.status < 300:
-		return "2xx"
-	case x.status < 500:
-		return "4xx"
-	}
-	return "5xx"
+	return proxy.OutcomeClientDisconnect
 }
 
 // handle answers one message; done once an immediate response has ended
@@ -187,7 +176,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		x.status = responseStatus(m.ResponseHeaders.GetHeaders())
 		x.served(req.GetMetadataContext())
 		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
-			x.finish(x.outcome())
+			x.finish(proxy.StatusOutcome(x.status))
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
@@ -198,12 +187,12 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			x.decided.Prefilled()
 		}
 		if b.GetEndOfStream() {
-			x.finish(x.outcome())
+			x.finish(proxy.StatusOutcome(x.status))
 		}
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		x.finish(x.outcome())
+		x.finish(proxy.StatusOutcome(x.status))
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
@@ -412,7 +401,7 @@ func (x *exchange) immediate(r *proxy.Refusal) error {
 		x.decided = nil
 	}
 	x.status = r.Status
-	x.finish("rejected")
+	x.finish(proxy.OutcomeRejected)
 	mut := &extprocv3.HeaderMutation{}
 	for k, vs := range r.Header {
 		for _, v := range vs {

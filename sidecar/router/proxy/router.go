@@ -564,7 +564,7 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 	resp := rt.resp
 	switch {
 	case sw.status == 0 && client.Err() != nil:
-		return "canceled"
+		return OutcomeCanceled
 	case sw.status == 0:
 		return "error"
 	case errors.Is(context.Cause(rt.upstream), errStreamIdle):
@@ -576,7 +576,7 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 		r.failed(id, "passive", true)
 		return "upstream_timeout"
 	case client.Err() != nil || sw.writeErr != nil:
-		return "client_disconnect"
+		return OutcomeClientDisconnect
 	case resp != nil && resp.readErr != nil:
 		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "reset").Inc()
 		return "upstream_reset"
@@ -584,17 +584,34 @@ func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) str
 	if resp != nil && resp.eof {
 		r.succeeded(id, false)
 	}
+	return StatusOutcome(sw.status)
+}
+
+// Outcomes of warmroute_router_requests_total that the Endpoint Picker
+// Protocol's requests share with the proxy's.
+const (
+	// OutcomeRejected: answered by the router, placed nowhere.
+	OutcomeRejected = "rejected"
+	// OutcomeCanceled: the client left before the response began.
+	OutcomeCanceled = "canceled"
+	// OutcomeClientDisconnect: the client left during the response.
+	OutcomeClientDisconnect = "client_disconnect"
+)
+
+// StatusOutcome is the outcome of a response that ran to its end: its
+// status class, 2xx, 4xx or 5xx.
+func StatusOutcome(status int) string {
 	switch {
-	case sw.status < 300:
+	case status < 300:
 		return "2xx"
-	case sw.status < 500:
+	case status < 500:
 		return "4xx"
 	}
 	return "5xx"
 }
 
 func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *badRequest) {
-	r.countRequest("", string(strategy), "rejected")
+	r.countRequest("", string(strategy), OutcomeRejected)
 	bad.write(w)
 }
 
