@@ -128,8 +128,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 // finish ends the request's accounting, gives back its body budget and
 // counts it under outcome; calling it again is harmless.
 func (x *exchange) finish(outcome string) {
-	x.s.router.Release(x.held)
-	x.held = 0
+	x.releaseBody()
 	switch {
 	case x.decided != nil:
 		x.decided.Finish(outcome)
@@ -204,11 +203,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 func responseStatus(hm *corev3.HeaderMap) int {
 	for _, h := range hm.GetHeaders() {
 		if h.GetKey() == ":status" {
-			v := h.GetValue()
-			if len(h.GetRawValue()) > 0 {
-				v = string(h.GetRawValue())
-			}
-			if n, err := strconv.Atoi(v); err == nil {
+			if n, err := strconv.Atoi(headerValue(h)); err == nil {
 				return n
 			}
 		}
@@ -216,12 +211,18 @@ func responseStatus(hm *corev3.HeaderMap) int {
 	return http.StatusOK
 }
 
+// headerValue is h's value: raw_value when set, else value (a HeaderValue
+// may carry either).
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
 func (x *exchange) readHeaders(hm *corev3.HeaderMap) {
 	for _, h := range hm.GetHeaders() {
-		v := h.GetValue()
-		if len(h.GetRawValue()) > 0 {
-			v = string(h.GetRawValue())
-		}
+		v := headerValue(h)
 		switch k := strings.ToLower(h.GetKey()); k {
 		case ":method":
 			x.method = v
@@ -310,9 +311,15 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	// The body is the gateway's now: its budget is free for other
 	// requests while this one's response runs.
 	x.body, d.Body = nil, nil
+	x.releaseBody()
+	return false, nil
+}
+
+// releaseBody gives the body's bytes back to the buffer budget; calling
+// it again is harmless.
+func (x *exchange) releaseBody() {
 	x.s.router.Release(x.held)
 	x.held = 0
-	return false, nil
 }
 
 // maxChunk bounds each body piece sent back. The protocol recommends at
@@ -400,7 +407,6 @@ func (x *exchange) immediate(r *proxy.Refusal) error {
 		x.decided.Done()
 		x.decided = nil
 	}
-	x.status = r.Status
 	x.finish(proxy.OutcomeRejected)
 	mut := &extprocv3.HeaderMutation{}
 	for k, vs := range r.Header {
