@@ -47,8 +47,15 @@ func (a *leaseStamp) request() {
 	go a.write(now)
 }
 
+// stampTimeout bounds one stamp's Lease write, retries included. A write
+// takes milliseconds; with an API server that stalls, request starts one
+// write per interval regardless, so at most stampTimeout/interval writes
+// of one stamp are pending: 5 of the demand stamp, 1 of the last-request
+// stamp (routingv1alpha1.LastRequestInterval, also 5 s).
+const stampTimeout = 5 * time.Second
+
 func (a *leaseStamp) write(at time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), stampTimeout)
 	defer cancel()
 	leases := a.client.CoordinationV1().Leases(a.namespace)
 	// The elected leader renews the same Lease: a conflict is its renewal,

@@ -75,7 +75,7 @@ func New(g Gauges) *Metrics {
 		ColdPlacements: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cold_placements_total",
 			Help: "PREFIX_AWARE: new keys with a long prompt placed where their prefill would finish first rather than on their first choice."}),
 		KeyMoves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "key_moves_total",
-			Help: "PREFIX_AWARE: known prefix keys placed off the instance the prefix index held them on, each at the cost of a cold prefill, by reason (share: that instance's request share was over move-slack × the average; joining: the key's first choice joined the fleet; holder_left: that instance left, back to the one before)."}, []string{"reason"}),
+			Help: "PREFIX_AWARE: known prefix keys placed off the instance the prefix index held them on, each at the cost of a cold prefill, by reason (share: that instance's request share was over 1.08 × the average; joining: the key's first choice joined the fleet; holder_left: that instance left, back to the one before)."}, []string{"reason"}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time to extract the routing key and pick an instance.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)}),
@@ -105,6 +105,10 @@ func New(g Gauges) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(64, 2, 11)}),
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
+		// 50 ms (a wait that ends at the next routing document or
+		// readmission) doubling to 410 s: a model load of 3 to 8 minutes
+		// lands in the top buckets, and a wait to --hold-timeout's 10
+		// minutes in +Inf.
 		HoldWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "hold_wait_seconds",
 			Help:    "Time requests were held while no instance could serve them, dispatched or not (--hold-timeout).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),

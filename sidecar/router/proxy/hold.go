@@ -28,7 +28,12 @@ import (
 // Defaults of the hold options (the router's flags show the same).
 const (
 	// DefaultMaxHeld bounds the requests held at once; past it a request
-	// gets 503 with Retry-After.
+	// gets 503 with Retry-After. Held bodies have their own bound (half
+	// the buffer budget); this one bounds what every held request keeps
+	// besides its body, its client connection (4 KiB read and 4 KiB write
+	// buffers) and handler goroutine: 1024 is twenty times the scale-
+	// from-zero target's 50 requests arriving during one model load, for
+	// about 8 MiB of connection buffers.
 	DefaultMaxHeld = 1024
 	// DefaultHoldTimeout fits a model load of minutes (a 70B model's
 	// weights pulled and loaded onto GPUs take 3 to 8 minutes).
