@@ -30,10 +30,10 @@ func testConfig(keys Keys, n, threshold int) policy.Config {
 	return cfg
 }
 
-// newReplica is one router replica's picker under cfg.
 // testTries is Options.Tries in tests: the proxy's default --max-attempts.
 const testTries = 3
 
+// newReplica is one router replica's picker under cfg.
 func newReplica(t testing.TB, name string, keys Keys, cfg policy.Config) *Picker {
 	t.Helper()
 	p := New(Options{Replica: name, Keys: keys, Own: policy.New(policy.Tuning{}), Tuning: policy.Tuning{}, Tries: testTries})

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,19 +22,12 @@ import (
 func holdingRouter(t *testing.T, opts Options) (*Router, string) {
 	t.Helper()
 	opts.AllowLoopbackBackends = true
-	opts.HoldTimeout = cmpOr(opts.HoldTimeout, time.Minute)
+	opts.HoldTimeout = cmp.Or(opts.HoldTimeout, time.Minute)
 	r := New(opts)
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
 		t.Fatal(err)
 	}
 	return r, newServer(t, r)
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 type answer struct {
