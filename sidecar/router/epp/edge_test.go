@@ -128,6 +128,16 @@ func statusHeader(code int) *corev3.HeaderMap {
 	return &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(fmt.Sprint(code))}}}
 }
 
+// responseHeaders plays the gateway sending the response's headers with
+// status code (and, with end, no body), and reads the picker's answer.
+func responseHeaders(t testing.TB, stream extprocv3.ExternalProcessor_ProcessClient, code int, end bool) {
+	t.Helper()
+	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: statusHeader(code), EndOfStream: end}}}))
+	_, err := stream.Recv()
+	must(t, err)
+}
+
 // TestHealthWhileDraining: liveness stays SERVING while the router
 // drains; readiness and the ext_proc service do not; an unknown service
 // is NOT_FOUND, as gRPC health defines.
@@ -202,19 +212,13 @@ func TestRequestMetrics(t *testing.T) {
 	_, err = stream.Recv()
 	must(t, err)
 	bodySentBack(t, stream)
-	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: statusHeader(200)}}}))
-	_, err = stream.Recv()
-	must(t, err)
+	responseHeaders(t, stream, http.StatusOK, false)
 	cancel()
 	_, stream = f.partial(ctx, t, chat("a backend error"), true)
 	_, err = stream.Recv()
 	must(t, err)
 	bodySentBack(t, stream)
-	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: statusHeader(503), EndOfStream: true}}}))
-	_, err = stream.Recv()
-	must(t, err)
+	responseHeaders(t, stream, http.StatusServiceUnavailable, true)
 
 	want := map[string]float64{"2xx": 3, "rejected": 2, "canceled": 2, "client_disconnect": 1, "5xx": 1}
 	waitFor(t, fmt.Sprintf("outcomes %v", want), func() bool {

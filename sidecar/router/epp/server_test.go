@@ -179,11 +179,7 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	must(t, err)
 	defer hr.Body.Close()
 	res.status = hr.StatusCode
-	must(t, stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":status", RawValue: []byte(fmt.Sprint(hr.StatusCode))}}}}}}))
-	_, err = stream.Recv()
-	must(t, err)
+	responseHeaders(t, stream, hr.StatusCode, false)
 	out, err := io.ReadAll(hr.Body)
 	must(t, err)
 	for i, c := range chunks(out, 2) {
