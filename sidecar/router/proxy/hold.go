@@ -155,8 +155,8 @@ func (r *Router) removeAt(i int) {
 	}
 }
 
-// Held is how many requests are held now.
-func (r *Router) Held() int {
+// heldCount is how many requests are held at the moment.
+func (r *Router) heldCount() int {
 	r.holder.mu.Lock()
 	defer r.holder.mu.Unlock()
 	return len(r.holder.waiters)

@@ -77,7 +77,7 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 	var answers []<-chan answer
 	for i := range n {
 		answers = append(answers, send(context.Background(), url, chatBody("m", fmt.Sprintf("request %d", i), "")))
-		g.Eventually(r.Held).Should(Equal(i+1), "request %d held", i)
+		g.Eventually(r.heldCount).Should(Equal(i+1), "request %d held", i)
 	}
 	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(1.0), "one activation for the run")
 	b := newBackend(t, "a")
@@ -94,7 +94,7 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 		}
 	}
 	t.Logf("all %d held requests answered %s after the instance arrived", n, time.Since(ready))
-	g.Expect(r.Held()).To(Equal(0))
+	g.Expect(r.heldCount()).To(Equal(0))
 	g.Expect(b.count()).To(Equal(n))
 	mu.Lock()
 	want := make([]uint64, n)
@@ -110,7 +110,7 @@ func TestHoldDispatchesInArrivalOrderOnReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := send(context.Background(), url, chatBody("m", "later", ""))
-	g.Eventually(r.Held).Should(Equal(1))
+	g.Eventually(r.heldCount).Should(Equal(1))
 	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(2.0))
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
 		t.Fatal(err)
@@ -125,11 +125,11 @@ func TestHoldClientDisconnectLeaves(t *testing.T) {
 	r, url := holdingRouter(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := send(ctx, url, chatBody("m", "impatient", ""))
-	g.Eventually(r.Held).Should(Equal(1))
+	g.Eventually(r.heldCount).Should(Equal(1))
 	g.Expect(r.budget.used.Load()).To(BeNumerically(">", 0))
 	cancel()
 	g.Expect((<-ch).err).To(HaveOccurred())
-	g.Eventually(r.Held).Should(Equal(0))
+	g.Eventually(r.heldCount).Should(Equal(0))
 	g.Eventually(r.budget.used.Load).Should(BeZero())
 	b := newBackend(t, "a")
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()})); err != nil {
@@ -159,13 +159,13 @@ func TestHoldQueueBounded(t *testing.T) {
 			t.Cleanup(cancel) // before the server closes
 			for i := range 2 {
 				send(ctx, url, tc.body)
-				g.Eventually(r.Held).Should(Equal(i + 1))
+				g.Eventually(r.heldCount).Should(Equal(i + 1))
 			}
 			a := <-send(context.Background(), url, tc.body)
 			g.Expect(a.status).To(Equal(http.StatusServiceUnavailable), a.body)
 			g.Expect(a.header.Get("Retry-After")).NotTo(BeEmpty())
 			g.Expect(errorCode(t, a.body)).To(Equal("router_overloaded"))
-			g.Expect(r.Held()).To(Equal(2))
+			g.Expect(r.heldCount()).To(Equal(2))
 		})
 	}
 }
@@ -179,7 +179,7 @@ func TestHoldWaitLimit(t *testing.T) {
 	g.Expect(a.status).To(Equal(http.StatusGatewayTimeout))
 	g.Expect(a.header.Get("Retry-After")).NotTo(BeEmpty())
 	g.Expect(errorCode(t, a.body)).To(Equal("no_instance_in_time"))
-	g.Expect(r.Held()).To(Equal(0))
+	g.Expect(r.heldCount()).To(Equal(0))
 }
 
 // TestHoldThroughEjection: an instance ejected after failing is retried
@@ -196,7 +196,7 @@ func TestHoldThroughEjection(t *testing.T) {
 	first := <-send(context.Background(), url, chatBody("m", "probe", ""))
 	g.Expect(first.status).To(Equal(http.StatusServiceUnavailable), "the connection fails: the instance is ejected")
 	ch := send(context.Background(), url, chatBody("m", "held", ""))
-	g.Eventually(r.Held).Should(Equal(1), "held while the only instance is ejected")
+	g.Eventually(r.heldCount).Should(Equal(1), "held while the only instance is ejected")
 	b2 := newBackendOn(t, "a", addr)
 	a := <-ch
 	g.Expect(a.status).To(Equal(http.StatusOK), a.body)
@@ -227,7 +227,7 @@ func TestHooksTellHeldFromForwarded(t *testing.T) {
 	var holds, forwards atomic.Int64
 	r, url := holdingRouter(t, Options{OnHold: func() { holds.Add(1) }, OnForward: func() { forwards.Add(1) }})
 	ch := send(context.Background(), url, chatBody("m", "at zero", ""))
-	g.Eventually(r.Held).Should(Equal(1))
+	g.Eventually(r.heldCount).Should(Equal(1))
 	g.Expect(holds.Load()).To(Equal(int64(1)))
 	g.Expect(forwards.Load()).To(BeZero(), "a held request has not been sent")
 	b := newBackend(t, "a")

@@ -261,7 +261,7 @@ func (r *Router) Gauges() metrics.Gauges {
 		IndexEntries:  func() float64 { return float64(r.policy.IndexEntries()) },
 		IndexBytes:    func() float64 { return float64(r.policy.MemoryBytes()) },
 		Buffered:      func() float64 { return float64(r.budget.used.Load()) },
-		Held:          func() float64 { return float64(r.Held()) },
+		Held:          func() float64 { return float64(r.heldCount()) },
 		InFlight:      r.perInstance(r.policy.InFlight),
 		PrefillTokens: r.perInstance(r.policy.PrefillTokens),
 	}
