@@ -30,7 +30,7 @@ func (p *Policy) place(t *table, w walk) (int, uint32, string) {
 		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
 			ver = e.ver
 			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
-				if moved != MoveNone {
+				if moved != MoveNone && moved != moveWarm {
 					ver++
 				}
 				return m, ver, moved
@@ -66,7 +66,7 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, string) {
 	}
 	avg := p.averageShare(t, set)
 	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.share.Load()) <= p.tuning.ShareSlack*avg {
-		return set[0], MoveJoining
+		return p.joinMove(t, set[0], home)
 	}
 	if float64(t.members[home].stat.share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
 		return home, moved

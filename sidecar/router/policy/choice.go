@@ -39,6 +39,8 @@ type Choice struct {
 	prompt    int64
 	prefilled atomic.Bool
 	done      atomic.Bool
+	// warm is the warm copy to send a joiner (nil: none; see warm.go).
+	warm *warm
 
 	Decision
 }

@@ -52,6 +52,10 @@ type Tuning struct {
 	SketchWidth int     // see defaultSketchWidth
 	DecayEvery  int64   // see defaultDecayEvery
 
+	// NoWarm turns off warming joiners (warm.go; the router's
+	// --warm-joining=false): the joining rule then moves keys cold.
+	NoWarm bool
+
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,
 	// in builds with the benchstrategies tag), for the router's
 	// --strategy-override (in the same builds).

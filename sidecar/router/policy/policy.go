@@ -192,6 +192,7 @@ func (p *Policy) record(t *table, key Key, d *decision) *Choice {
 	c.charge()
 	p.countShare(t, c.order[0])
 	p.learn(&d.learning)
+	p.recordWarm(t, c, d.warm-1, d.learning, d.warmVer)
 	return c
 }
 

@@ -62,7 +62,8 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	_, coldAtHome := p.longAndCold(&x, t.members[chosen].stat)
 	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
 		remember: d.Spill == SpillNone || coldAtHome}
-	if d.remember {
+	d.warm, d.warmVer = warmTarget(w, moved, d.Spill)+1, ver
+	if d.remember && moved != moveWarm {
 		d.Moved = moved
 	}
 	return d

@@ -62,10 +62,14 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		{"over moveSlack, its other choice over ShareSlack too: stays", [4]int64{120, 125, 80, 75}, -1, false, held, MoveNone},
 		{"over moveSlack but under the average + stickySlack: stays", [4]int64{3, 12, 3, 2}, -1, false, held, MoveNone},
 		{"its first choice is joining the fleet: goes there", [4]int64{100, 100, 100, 100}, 0, false, 0, MoveJoining},
+		{"its first choice is joining, warming on: stays to warm it", [4]int64{100, 100, 100, 100}, 0, false, held, moveWarm},
 		{"its first choice is joining but over ShareSlack: stays", [4]int64{115, 100, 95, 90}, 0, false, held, MoveNone},
 		{"its holder left the set: back to the former holder", [4]int64{100, 100, 100, 100}, -1, true, 2, MoveHolderLeft},
 	} {
 		p, tb, set := rulesPolicy(t, tc.shares, tc.joining)
+		// Warming (warm.go) only in the row about it; the others pin the
+		// rules without it.
+		p.tuning.NoWarm = tc.moved != moveWarm
 		e := indexEntry{tok: [2]uint32{tb.members[held].stat.token, tb.members[2].stat.token}, ver: 3}
 		if tc.gone {
 			set = []int{0, 2, 3}

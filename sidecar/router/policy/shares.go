@@ -27,6 +27,7 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 	for _, s := range joined {
 		s.share.Store(share / n)
 		s.joined.Store(epoch + 1)
+		s.warmTokens.Store(0)
 	}
 }
 

@@ -21,6 +21,10 @@ type stat struct {
 	// joined is 1 + the share epoch in which the instance joined a running
 	// fleet (0: it was there from the start); see joining.
 	joined atomic.Int64
+	// warmInFlight and warmTokens are the warm copies in flight to the
+	// instance and the prompt tokens sent it in them since it joined (see
+	// warm.go).
+	warmInFlight, warmTokens atomic.Int64
 	// ejectedUntil is a unix-nano deadline set by passive or active health.
 	ejectedUntil atomic.Int64
 }
