@@ -34,6 +34,9 @@ type ledger struct {
 	// silent for longer than ticketTTL are released (it died, or lost the
 	// picker: it will adopt them again into whichever picker it finds).
 	seen map[string]time.Time
+	// warms are the decisions whose warm copy a replica has yet to report
+	// (eventWarmed): a copy may outlive its request.
+	warms map[ticketKey]*policy.Choice
 }
 
 type ticketKey struct {
@@ -48,7 +51,7 @@ const ticketTTL = 10 * heartbeatEvery
 
 func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) {
 	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), tries: tries, started: time.Now(),
-		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}}
+		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}, warms: map[ticketKey]*policy.Choice{}}
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
 			return nil, err
@@ -75,8 +78,13 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 		// The replica gave up waiting and already said so: the request
 		// went elsewhere, and is adopted there.
 		c.Done()
+		c.Warmed(false)
 		delete(l.dropped, k)
 		return a, nil
+	}
+	if in, tokens, ok := c.WarmTarget(); ok {
+		a.Warm, a.WarmTokens = in.ID, tokens
+		l.warms[k] = c
 	}
 	if old, ok := l.tickets[k]; ok {
 		old.Done() // a replica never reuses a number; a restarted one might
@@ -118,6 +126,11 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 		case eventNext:
 			if ok && c.Instance().ID != e.Instance {
 				c.Next()
+			}
+		case eventWarmed:
+			if w, ok := l.warms[k]; ok {
+				w.Warmed(e.OK)
+				delete(l.warms, k)
 			}
 		}
 	}
@@ -163,6 +176,12 @@ func (l *ledger) expire(now time.Time) {
 			if k.replica == r {
 				c.Done()
 				delete(l.tickets, k)
+			}
+		}
+		for k, c := range l.warms {
+			if k.replica == r {
+				c.Warmed(false)
+				delete(l.warms, k)
 			}
 		}
 	}

@@ -172,7 +172,29 @@ type Ticket struct {
 	// held is the epoch of the picker that counts the request (0: none
 	// yet, decided by the fallback).
 	held uint64
+	// warm is the warm copy the picker asked for (see WarmTarget).
+	warm       *policy.Instance
+	warmTokens int64
 	policy.Decision
+}
+
+// WarmTarget is the joining instance to send a one-token copy of the
+// request to, and its prompt tokens; false when none (policy/warm.go).
+func (t *Ticket) WarmTarget() (policy.Instance, int64, bool) {
+	if t.warm != nil {
+		return *t.warm, t.warmTokens, true
+	}
+	return t.own.WarmTarget()
+}
+
+// Warmed says the warm copy ended, answered (ok) or not: where it was
+// decided, the joiner is recorded as holding the key when ok.
+func (t *Ticket) Warmed(ok bool) {
+	if t.warm == nil {
+		t.own.Warmed(ok)
+		return
+	}
+	t.p.tell(t, event{Kind: eventWarmed, Seq: t.seq, OK: ok}, false)
 }
 
 // Instance is where the request goes now.
@@ -273,6 +295,15 @@ func (p *Picker) follow(l *link, seq uint64, a answer) (*Ticket, error) {
 		return nil, err
 	}
 	t := &Ticket{p: p, seq: seq, own: c, held: a.Epoch, Decision: a.Decision}
+	if a.Warm != "" {
+		// An instance this replica does not know yet goes unwarmed (the
+		// picker hears the copy failed).
+		if in, ok := p.instance(a.Warm); ok {
+			t.warm, t.warmTokens = &in, a.WarmTokens
+		} else {
+			p.enqueue(l, event{Kind: eventWarmed, Seq: seq})
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.open[seq] = t
@@ -503,3 +534,13 @@ func (p *Picker) expireLoop(ctx context.Context) {
 
 // Metrics are the picker's metrics.
 func (p *Picker) Metrics() *Metrics { return p.opts.Metrics }
+
+// instance is the instance of this replica's configuration with the ID.
+func (p *Picker) instance(id string) (policy.Instance, bool) {
+	for _, in := range p.opts.Own.Instances() {
+		if in.ID == id {
+			return in, true
+		}
+	}
+	return policy.Instance{}, false
+}

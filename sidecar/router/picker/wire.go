@@ -49,6 +49,11 @@ type answer struct {
 	Order           []string
 	Prompt, Prefill int64
 	Decision        policy.Decision
+	// Warm is the joining instance to send a one-token copy ("": none)
+	// and WarmTokens the prompt tokens it was charged (see
+	// policy/warm.go); the replica says how it went (eventWarmed).
+	Warm       string
+	WarmTokens int64
 }
 
 // Event kinds a replica tells the picker of its requests.
@@ -57,6 +62,7 @@ const (
 	eventPrefilled byte = 2 // its first token came
 	eventNext      byte = 3 // it moved to the next instance of its order
 	eventAdopt     byte = 4 // count a request this picker did not decide
+	eventWarmed    byte = 5 // its warm copy ended (OK: answered)
 )
 
 // event is one thing a replica tells the picker about one of its requests.
@@ -71,6 +77,7 @@ type event struct {
 	Order           []string
 	Prompt, Prefill int64
 	Prefilled       bool
+	OK              bool
 }
 
 type writer []byte
@@ -225,6 +232,8 @@ func (a *answer) append(b []byte) []byte {
 	w.bool(d.ColdPlaced)
 	w.str(d.Moved)
 	w.uint(uint64(d.MatchChars))
+	w.str(a.Warm)
+	w.int(a.WarmTokens)
 	return w
 }
 
@@ -241,6 +250,8 @@ func decodeAnswer(b []byte) (answer, error) {
 	a.Decision.ColdPlaced = r.bool("cold placed")
 	a.Decision.Moved = r.str("moved")
 	a.Decision.MatchChars = int(r.uint("match chars", 1<<40))
+	a.Warm = r.str("warm")
+	a.WarmTokens = r.int("warm tokens")
 	return a, r.end()
 }
 
@@ -258,6 +269,9 @@ func appendEvents(b []byte, evs []event) []byte {
 			w.int(e.Prompt)
 			w.int(e.Prefill)
 			w.bool(e.Prefilled)
+		}
+		if e.Kind == eventWarmed {
+			w.bool(e.OK)
 		}
 	}
 	return w
@@ -284,6 +298,8 @@ func decodeEvents(b []byte) ([]event, error) {
 			e.Prompt = r.int("prompt")
 			e.Prefill = r.int("prefill")
 			e.Prefilled = r.bool("prefilled")
+		case eventWarmed:
+			e.OK = r.bool("ok")
 		default:
 			r.fail("event kind")
 		}
