@@ -16,10 +16,14 @@ const ns = "warmroute_router"
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Requests         *prometheus.CounterVec   // backend, strategy, outcome
-	Spills           *prometheus.CounterVec   // reason
-	ColdPlacements   prometheus.Counter       // PREFIX_AWARE: see policy.coldPlacement
-	KeyMoves         *prometheus.CounterVec   // PREFIX_AWARE: see policy.Choice.Moved
+	Requests       *prometheus.CounterVec // backend, strategy, outcome
+	Spills         *prometheus.CounterVec // reason
+	ColdPlacements prometheus.Counter     // PREFIX_AWARE: see policy.coldPlacement
+	KeyMoves       *prometheus.CounterVec // PREFIX_AWARE: see policy.Choice.Moved
+	// WarmRequests and WarmPromptTokens count the one-token copies sent
+	// to joining instances (policy/warm.go), apart from Requests.
+	WarmRequests     *prometheus.CounterVec
+	WarmPromptTokens prometheus.Counter
 	DecisionDuration prometheus.Histogram     // seconds
 	TimeToFirstByte  *prometheus.HistogramVec // stream
 	// TimeToFirstToken is observed at a stream's first event carrying
@@ -76,6 +80,10 @@ func New(g Gauges) *Metrics {
 			Help: "PREFIX_AWARE: new keys with a long prompt placed where their prefill would finish first rather than on their first choice."}),
 		KeyMoves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "key_moves_total",
 			Help: "PREFIX_AWARE: known prefix keys placed off the instance the prefix index held them on, each at the cost of a cold prefill, by reason (share: that instance's request share was over 1.08 × the average; joining: the key's first choice joined the fleet; holder_left: that instance left, back to the one before)."}, []string{"reason"}),
+		WarmRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "warm_requests_total",
+			Help: "PREFIX_AWARE: one-token copies of requests sent to a joining instance to warm its cache before its keys move to it, by result (ok: answered 2xx; error: anything else). Not counted in requests_total."}, []string{"result"}),
+		WarmPromptTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "warm_prompt_tokens_total",
+			Help: "PREFIX_AWARE: estimated prompt tokens sent to joining instances in warm copies (the cost of warming)."}),
 		DecisionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "decision_duration_seconds",
 			Help:    "Time to extract the routing key and pick an instance.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 16)}),
@@ -115,7 +123,7 @@ func New(g Gauges) *Metrics {
 		Activations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "activations_requested_total",
 			Help: "Times a request was held while none was: each asks for an instance (scale from zero)."}),
 	}
-	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
+	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.WarmRequests, m.WarmPromptTokens, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
 		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.HoldWait, m.Activations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),

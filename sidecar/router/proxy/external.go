@@ -155,8 +155,14 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
 	}
 	r.countChoice(t)
-	if inference && r.opts.OnForward != nil {
-		r.opts.OnForward()
+	if inference {
+		// The picker has the body: it sends the warm copy itself.
+		r.warm(t, path, d.Body, h)
+		if r.opts.OnForward != nil {
+			r.opts.OnForward()
+		}
+	} else {
+		t.Warmed(false)
 	}
 	d.Ticket = t
 	return d, nil

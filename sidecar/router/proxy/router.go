@@ -527,6 +527,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		return
 	}
 	r.countChoice(choice)
+	r.warm(choice, req.URL.Path, pieces, req.Header)
 	if r.opts.OnForward != nil {
 		r.opts.OnForward()
 	}
