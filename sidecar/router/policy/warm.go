@@ -69,6 +69,12 @@ func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uin
 		return
 	}
 	s := t.members[target].stat
+	// The request's share counts where its key is going: served at home
+	// only until the joiner is warm, it would otherwise raise home's
+	// share past the move bound and send home's other keys off cold
+	// (MoveShare), the very cost warming saves.
+	c.stat().share.Add(-1)
+	s.share.Add(1)
 	s.warmInFlight.Add(1)
 	s.warmTokens.Add(c.prompt)
 	l.hashes, l.depths = append([]uint64(nil), l.hashes...), append([]int(nil), l.depths...)

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -34,4 +36,25 @@ func familyCount(r *prometheus.Registry, name string) int {
 		}
 	}
 	return 0
+}
+
+// usage is an OpenAI response's token usage.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	Details          struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// usageOf reads the usage of a response body.
+func usageOf(t *testing.T, out string) usage {
+	t.Helper()
+	var v struct {
+		Usage usage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return v.Usage
 }

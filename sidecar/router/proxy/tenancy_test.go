@@ -311,18 +311,11 @@ func TestTenantsShareNoCache(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, out)
 		}
-		var v struct {
-			Usage struct {
-				PromptTokens int `json:"prompt_tokens"`
-				Details      struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal([]byte(out), &v); err != nil || v.Usage.PromptTokens == 0 {
+		u := usageOf(t, out)
+		if u.PromptTokens == 0 {
 			t.Fatalf("no usage in %s", out)
 		}
-		return v.Usage.Details.CachedTokens
+		return u.Details.CachedTokens
 	}
 	if n := cached(keyA); n != 0 {
 		t.Fatalf("first request hit %d tokens", n)
