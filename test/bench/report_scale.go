@@ -14,16 +14,24 @@ func (r *Report) scaleEventsMarkdown(b *strings.Builder) {
 	p("\n## Scale events\n\n")
 	p("The %s workload through one router (PREFIX_AWARE) while the fleet changes as the operator would change the routing document: %d instances, %d from %.0f s, %d again from %.0f s. "+
 		"The scale-in's two instances are chosen as the ReplicaSet would by pod-deletion-cost: *by age*, the youngest (the two that joined); *by cache*, the two whose caches served the fewest hit tokens (the operator's rule). "+
-		"Each row is the requests sent in the %.0f simulated seconds from its start (hit rate from the responses' cached-token headers; engine TTFT p90 in simulated seconds). Both runs replay the same traffic, so their first two rows differ only by timing noise: that spread is the measure of the others.\n\n",
+		"Each row is the requests sent in the %.0f simulated seconds from its start (hit rate from the responses' cached-token headers; engine TTFT p90 in simulated seconds). All runs replay the same traffic, so the warmed runs' first two rows differ only by timing noise: that spread is the measure of the others. "+
+		"The run with warming off (--warm-joining=false) moves the joiners' keys cold; with warming on the router first sends each joiner one-token copies of them, then moves them (sidecar/README.md, \"Warming joiners\"): compare their rows after the scale-out.\n\n",
 		NameScaleEvents, scaleFrom, scaleTo, scaleOutAt, scaleFrom, scaleInAt, scaleWindow)
-	p("| scale-in | window | from | requests | hit rate | TTFT p90 |\n|---|---|---:|---:|---:|---:|\n")
+	p("| scale-in | warming | window | from | requests | hit rate | TTFT p90 |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, run := range r.ScaleEvents {
 		for _, w := range run.Windows {
-			p("| by %s | %s | %.0f s | %d | %.1f %% | %s |\n", run.Removal, w.Name, w.From, w.Requests, 100*w.HitRate, secs(w.TTFTP90))
+			p("| by %s | %s | %s | %.0f s | %d | %.1f %% | %s |\n", run.Removal, onOff(run.Warm), w.Name, w.From, w.Requests, 100*w.HitRate, secs(w.TTFTP90))
 		}
 	}
 	p("\n")
 	for _, run := range r.ScaleEvents {
-		p("By %s the scale-in removed %s; %d requests failed over the run.\n", run.Removal, strings.Join(run.Removed, " and "), run.Failures)
+		p("By %s, warming %s, the scale-in removed %s; %d requests failed over the run.\n", run.Removal, onOff(run.Warm), strings.Join(run.Removed, " and "), run.Failures)
 	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

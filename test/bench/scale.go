@@ -23,7 +23,9 @@ import (
 // two that joined) and once by cache (the two whose caches served the
 // fewest hit tokens, with the operator's rule: hits counted every
 // heatSample seconds, fading by half in heatHalfLife), so that the two
-// runs compare the choices on the same traffic.
+// runs compare the choices on the same traffic. A third run, by age,
+// turns warming off (the router's --warm-joining=false): its window after
+// the scale-out against the others' is what warming joiners buys.
 // NameScaleEvents names the scale-event workload (-workloads).
 const NameScaleEvents = "scale-events"
 
@@ -46,6 +48,8 @@ type ScaleEventRun struct {
 	// Removed the instances it removed.
 	Removal string
 	Removed []string
+	// Warm says the router warmed joiners (--warm-joining, its default).
+	Warm    bool
 	Windows []ScaleWindow
 	// Failures counts failed requests over the whole run.
 	Failures int
@@ -68,23 +72,32 @@ func (c *Config) measureScaleEvents(ctx context.Context, rep *Report) error {
 		return err
 	}
 	c.log("%s: %d requests, %d → %d instances at %.0f s, back at %.0f s", spec.Name, len(w.Requests), scaleFrom, scaleTo, scaleOutAt, scaleInAt)
-	for _, removal := range []string{removalByAge, removalByCache} {
-		r, err := c.runScaleEvent(ctx, *spec, w, removal)
+	for _, run := range []struct {
+		removal string
+		warm    bool
+	}{{removalByAge, true}, {removalByCache, true}, {removalByAge, false}} {
+		removal := run.removal
+		r, err := c.runScaleEvent(ctx, *spec, w, removal, run.warm)
 		if err != nil {
-			return fmt.Errorf("%s, removal by %s: %w", spec.Name, removal, err)
+			return fmt.Errorf("%s, removal by %s, warming %v: %w", spec.Name, removal, run.warm, err)
 		}
 		for _, win := range r.Windows {
-			c.log("  by %-5s %-30s %4d requests  hit %5.1f%%  engine ttft p90 %.3fs", removal, win.Name, win.Requests, 100*win.HitRate, win.TTFTP90)
+			c.log("  by %-5s warm %-5v %-30s %4d requests  hit %5.1f%%  engine ttft p90 %.3fs", removal, run.warm, win.Name, win.Requests, 100*win.HitRate, win.TTFTP90)
 		}
-		c.log("  by %-5s removed %v, failures %d", removal, r.Removed, r.Failures)
+		c.log("  by %-5s warm %-5v removed %v, failures %d", removal, run.warm, r.Removed, r.Failures)
 		rep.ScaleEvents = append(rep.ScaleEvents, r)
 	}
 	return nil
 }
 
 // runScaleEvent replays w through one router while the fleet changes.
-func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workload.Workload, removal string) (ScaleEventRun, error) {
+func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workload.Workload, removal string, warm bool) (ScaleEventRun, error) {
 	dir := filepath.Join(c.WorkDir, spec.Name, "scale-by-"+removal)
+	var extra []string
+	if !warm {
+		dir += "-cold"
+		extra = append(extra, "--warm-joining=false")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ScaleEventRun{}, err
 	}
@@ -93,7 +106,7 @@ func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workloa
 		return ScaleEventRun{}, err
 	}
 	f := &fleet{sims: sims, bin: c.router, members: indexes(scaleFrom)}
-	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
+	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, extra...); err != nil {
 		f.stop()
 		return ScaleEventRun{}, err
 	}
@@ -115,7 +128,7 @@ func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workloa
 		TimeScale: spec.TimeScale, Streaming: true, Model: c.Model, Client: client,
 	})
 	stop()
-	run := ScaleEventRun{Removal: removal, Removed: <-removed}
+	run := ScaleEventRun{Removal: removal, Warm: warm, Removed: <-removed}
 	if evErr := <-errc; evErr != nil && ctx.Err() == nil && events.Err() == nil {
 		return run, evErr
 	}
