@@ -16,6 +16,13 @@ func TestWarmOnTheWire(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, a) {
 		t.Fatalf("answer round trip: %+v, %v; want %+v", got, err, a)
 	}
+	// A picker of a version before warming sends no warm fields (an empty
+	// target and zero tokens are a byte each).
+	a.Warm, a.WarmTokens = "", 0
+	old := a.append(nil)
+	if got, err := decodeAnswer(old[:len(old)-2]); err != nil || !reflect.DeepEqual(got, a) {
+		t.Fatalf("answer of an older picker: %+v, %v; want %+v", got, err, a)
+	}
 	evs := []event{{Kind: eventWarmed, Seq: 5, OK: true}, {Kind: eventWarmed, Seq: 6}, {Kind: eventDone, Seq: 5}}
 	back, err := decodeEvents(appendEvents(nil, evs))
 	if err != nil || !reflect.DeepEqual(back, evs) {

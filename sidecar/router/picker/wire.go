@@ -250,8 +250,11 @@ func decodeAnswer(b []byte) (answer, error) {
 	a.Decision.ColdPlaced = r.bool("cold placed")
 	a.Decision.Moved = r.str("moved")
 	a.Decision.MatchChars = int(r.uint("match chars", 1<<40))
-	a.Warm = r.str("warm")
-	a.WarmTokens = r.int("warm tokens")
+	if r.err == nil && len(r.b) > 0 {
+		// Absent from a picker of a version before warming: none.
+		a.Warm = r.str("warm")
+		a.WarmTokens = r.int("warm tokens")
+	}
 	return a, r.end()
 }
 
