@@ -16,12 +16,17 @@ func TestWarmOnTheWire(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, a) {
 		t.Fatalf("answer round trip: %+v, %v; want %+v", got, err, a)
 	}
-	// A picker of a version before warming sends no warm fields (an empty
-	// target and zero tokens are a byte each).
+	// An answer without a warm target carries no warm fields, so that it
+	// is byte for byte what a picker of the version before warming sends,
+	// which both versions read.
+	warm := a.append(nil)
 	a.Warm, a.WarmTokens = "", 0
-	old := a.append(nil)
-	if got, err := decodeAnswer(old[:len(old)-2]); err != nil || !reflect.DeepEqual(got, a) {
-		t.Fatalf("answer of an older picker: %+v, %v; want %+v", got, err, a)
+	plain := a.append(nil)
+	if len(warm)-len(plain) != 1+len("vllm-2")+2 {
+		t.Fatalf("an answer without a warm target is %d bytes, with one %d: the warm fields are not left out", len(plain), len(warm))
+	}
+	if got, err := decodeAnswer(plain); err != nil || !reflect.DeepEqual(got, a) {
+		t.Fatalf("answer without a warm target: %+v, %v; want %+v", got, err, a)
 	}
 	evs := []event{{Kind: eventWarmed, Seq: 5, OK: true}, {Kind: eventWarmed, Seq: 6}, {Kind: eventDone, Seq: 5}}
 	back, err := decodeEvents(appendEvents(nil, evs))

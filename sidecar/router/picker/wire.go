@@ -232,8 +232,13 @@ func (a *answer) append(b []byte) []byte {
 	w.bool(d.ColdPlaced)
 	w.str(d.Moved)
 	w.uint(uint64(d.MatchChars))
-	w.str(a.Warm)
-	w.int(a.WarmTokens)
+	// Only an answer that warms carries the warm fields: a replica of the
+	// version before warming refuses trailing bytes, and so falls back for
+	// those answers alone while a rolling update runs, not for every one.
+	if a.Warm != "" {
+		w.str(a.Warm)
+		w.int(a.WarmTokens)
+	}
 	return w
 }
 
