@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -99,19 +98,14 @@ func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	if err != nil {
 		return EPPRun{}, err
 	}
-	sims, err := c.startSims(c.Instances, spec.TimeScale)
+	f, err := c.startFleet(ctx, dir, policy.PrefixAware, spec.TimeScale, c.router, "--epp-listen", addr[0])
 	if err != nil {
 		return EPPRun{}, err
 	}
-	f := &fleet{sims: sims, bin: c.router}
 	defer f.stop()
-	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, "--epp-listen", addr[0]); err != nil {
-		return EPPRun{}, err
-	}
 	// The protocol's listener is announced after the proxy's and the
 	// metrics'.
-	name := "router-" + strings.ToLower(string(policy.PrefixAware))
-	if _, err := waitListening(ctx, filepath.Join(dir, name+".log"), f.router, 3); err != nil {
+	if _, err := waitListening(ctx, f.logPath, f.router, 3); err != nil {
 		return EPPRun{}, err
 	}
 	g, err := dialGateways(addr[0], n)
@@ -134,11 +128,7 @@ func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	added := g.addedTimes()
 	r := EPPRun{RunResult: res, Gateways: n, Placed: len(added),
 		AddedP50: quantile(added, 0.5), AddedP90: quantile(added, 0.9), AddedP99: quantile(added, 0.99)}
-	for i, s := range f.sims {
-		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
-			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
-		}
-	}
+	r.MaxInFlight, r.MaxInstance = maxInFlight(f.sims)
 	if r.RouterCPU, err = routerCPU(f.router.Pid()); err != nil {
 		return EPPRun{}, err
 	}

@@ -50,6 +50,8 @@ type fleet struct {
 	router     *process.Process
 	routerURL  string
 	metricsURL string
+	// logPath is the router's JSON log, where it announces its listeners.
+	logPath string
 }
 
 // simConfig is the configuration of instance i.
@@ -115,14 +117,14 @@ func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen in
 
 // startFleet starts cold simulators and the router binary with strategy
 // (passed as --strategy-override, which is how the hidden baseline is
-// reached through the real binary).
-func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Strategy, timeScale float64, bin routerBinary) (*fleet, error) {
+// reached through the real binary) and the extra flags.
+func (c *Config) startFleet(ctx context.Context, dir string, strategy policy.Strategy, timeScale float64, bin routerBinary, extra ...string) (*fleet, error) {
 	sims, err := c.startSims(c.Instances, timeScale)
 	if err != nil {
 		return nil, err
 	}
 	f := &fleet{sims: sims, bin: bin}
-	if err := f.startRouter(ctx, c, dir, strategy); err != nil {
+	if err := f.startRouter(ctx, c, dir, strategy, extra...); err != nil {
 		f.stop()
 		return nil, err
 	}
@@ -142,6 +144,7 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 		return fmt.Errorf("write routing document: %w", err)
 	}
 	name := "router-" + strings.ToLower(string(strategy))
+	f.logPath = filepath.Join(dir, name+".log")
 	args := append([]string{
 		"--config-file", docPath,
 		"--listen", "127.0.0.1:0",
@@ -153,7 +156,7 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 	if err != nil {
 		return err
 	}
-	addrs, err := waitListening(ctx, filepath.Join(dir, name+".log"), f.router, 2)
+	addrs, err := waitListening(ctx, f.logPath, f.router, 2)
 	if err != nil {
 		return err
 	}

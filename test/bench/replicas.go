@@ -245,12 +245,20 @@ func (c *Config) runReplicas(ctx context.Context, spec WorkloadSpec, w workload.
 		return ReplicaRun{}, err
 	}
 	r := ReplicaRun{RunResult: res, Replicas: n}
-	for i, s := range f.sims {
-		if m := s.Stats().MaxInFlight; m > r.MaxInFlight {
-			r.MaxInFlight, r.MaxInstance = m, instanceID(i)
+	r.MaxInFlight, r.MaxInstance = maxInFlight(f.sims)
+	return r, nil
+}
+
+// maxInFlight is the simulators' highest high-water mark of requests
+// running or waiting, and the instance that had it.
+func maxInFlight(sims []*vllmsim.Server) (int, string) {
+	most, on := 0, ""
+	for i, s := range sims {
+		if m := s.Stats().MaxInFlight; m > most {
+			most, on = m, instanceID(i)
 		}
 	}
-	return r, nil
+	return most, on
 }
 
 // runRestart replays w through RestartReplicas replicas and restarts the
