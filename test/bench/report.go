@@ -42,21 +42,6 @@ type Target struct {
 	Gap string
 }
 
-// oneRouterHits are the hit rates of every run of workload w through one
-// PREFIX_AWARE router: the strategy table's run and the replica section's
-// one-replica runs, the same configuration. The oracle target is judged by
-// their median, as the replica targets are. On Mooncake one run's hit rate
-// depends on which long prompts happen to be evicted between two uses of
-// their key: a reuse hits when fewer than ~200k tokens were written to the
-// instance since the key's last use and misses past ~250k (1,765 reuses
-// in one run), and a handful of keys with 10–24 long requests each decide
-// most of the difference between runs. Eleven runs of the same decisions
-// spread 19.9–21.7 % (mean 21.1 %, oracle 21.9 %), so one run says little.
-func (r *Report) oneRouterHits(w string, run RunResult) []float64 {
-	ref, _ := r.reference(w)
-	return append([]float64{run.HitRate}, ref.hits...)
-}
-
 // Targets evaluates the targets the report is judged by. TTFT targets use
 // the engine-side TTFT: exact in simulated time, whereas the client-side
 // one carries the host's scheduling delays multiplied by 1/time scale.
@@ -70,7 +55,8 @@ func (r *Report) Targets() []Target {
 		if !ok || !hasOracle || o.HitRate == 0 || req == 0 {
 			continue
 		}
-		hits := r.oneRouterHits(w, run)
+		ref, _ := r.standalone(w)
+		hits := ref.hits
 		hit := median(hits)
 		frac := hit / o.HitRate
 		measured := fmt.Sprintf("%.1f %% of %.1f %% = %.1f %%", 100*hit, 100*o.HitRate, 100*frac)

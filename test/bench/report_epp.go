@@ -4,36 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
-
-// standalone sums up the runs of workload w through one standalone
-// PREFIX_AWARE router: the strategy table's run and the replica section's
-// one-replica runs, the same configuration, compared by their medians.
-func (r *Report) standalone(w string) (reference, bool) {
-	var ref reference
-	var p90s, client, cpu []float64
-	add := func(x RunResult) {
-		ref.hits = append(ref.hits, x.HitRate)
-		p90s = append(p90s, x.Summary.EngineTTFT.P90)
-		client = append(client, x.Summary.TTFT.P90)
-		cpu = append(cpu, x.CPUPerRequest().Seconds())
-	}
-	if x, ok := r.run(w, policy.PrefixAware); ok {
-		add(x)
-	}
-	for _, x := range r.Replicas {
-		if x.Workload == w && x.Replicas == 1 {
-			add(x.RunResult)
-		}
-	}
-	ref, ok := ref.summed(p90s)
-	if ok {
-		ref.clientP90, ref.cpu = median(client), median(cpu)
-	}
-	return ref, ok
-}
 
 // eppTargets check each run through the protocol against the standalone
 // router (issue 38): hit rate within 1 point, TTFT p90 within 5 %.
@@ -69,15 +40,13 @@ func (r *Report) eppRun(w string, n, round int) (EPPRun, bool) {
 
 // eppRuns sums up the runs of workload w through n gateways.
 func (r *Report) eppRuns(w string, n int) (reference, bool) {
-	var ref reference
-	var p90s []float64
+	var runs []RunResult
 	for _, x := range r.EPP {
 		if x.Workload == w && x.Gateways == n {
-			ref.hits = append(ref.hits, x.HitRate)
-			p90s = append(p90s, x.Summary.EngineTTFT.P90)
+			runs = append(runs, x.RunResult)
 		}
 	}
-	return ref.summed(p90s)
+	return referenceOf(runs)
 }
 
 // eppMarkdown renders the runs through the protocol.
