@@ -35,9 +35,8 @@ type routerBinary struct {
 var (
 	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
 	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
-	// pickerFlag: the router's replicas ask one elected picker. Routers
-	// from before it coordinated through a peer protocol the benchmark no
-	// longer drives.
+	// pickerFlag: the router serves the pick API its replicas ask the one
+	// elected picker through, which the replica runs need.
 	pickerFlag = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
 )
 

@@ -205,7 +205,8 @@ func (c *Config) workloadRemap(w workload.Workload) ([]Remap, error) {
 type remapKind string
 
 const (
-	// remapCold: nothing, a lone router just started.
+	// remapCold: nothing, a picker that started with no state handed over
+	// (a router alone, or the first leader).
 	remapCold remapKind = "cold"
 	// remapWarm: the same stream routed once before, a running router.
 	remapWarm remapKind = "warm"

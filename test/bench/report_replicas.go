@@ -159,8 +159,9 @@ func (r *Report) loadTargets() []Target {
 
 // coldRemapTargets compare a new picker's remapping with a running one's
 // (warm) on N→N+1, per workload. A new picker restores the state its
-// predecessor hands over (sidecar/router/picker); a lone router that
-// starts has none and starts cold, which the remap table shows beside it.
+// predecessor hands over (sidecar/router/picker); a picker with no
+// predecessor (a router alone) starts cold, which the remap table shows
+// beside it.
 func (r *Report) coldRemapTargets() []Target {
 	var out []Target
 	for _, w := range r.workloadNames() {
@@ -275,7 +276,7 @@ func (r *Report) replicaMarkdown(b *strings.Builder) {
 			x.MaxInFlight, x.Summary.ShareMaxAvg, spills(x.RunResult), x.Summary.Failures)
 	}
 	if h := c.Replicas.HotPrefix; h != nil {
-		p("\n**Threshold across replicas** (`concurrencyThreshold` %d): the %s workload (%s) is bursts faster than the replicas exchange reports; *most in flight* above is the figure to compare with `concurrencyThreshold` + replicas.\n",
+		p("\n**Threshold across replicas** (`concurrencyThreshold` %d): the %s workload (%s) sends each burst through every replica at once, all of them asking the one picker; *most in flight* above is the figure to compare with `concurrencyThreshold` + replicas.\n",
 			c.ConcurrencyThreshold, h.Name, h.Description)
 	}
 	if rs := r.Restart; rs != nil {

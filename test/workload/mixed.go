@@ -85,7 +85,7 @@ func MixedLength(cfg MixedLengthConfig) Workload {
 }
 
 // HotPrefixConfig is bursts of requests that all share one prefix, each
-// burst arriving faster than router replicas exchange their load: what
+// burst arriving within Spread through every router replica at once: what
 // tests that concurrencyThreshold holds per instance across replicas.
 type HotPrefixConfig struct {
 	Seed           uint64
