@@ -79,6 +79,8 @@ func (c *Config) measureFleetScale(ctx context.Context) (*FleetScale, error) {
 		fs.Decisions = append(fs.Decisions, FleetDecision{Instances: n,
 			NsPerOp: median(s["ns/op"]), P50us: median(s["p50-µs"]), P99us: median(s["p99-µs"]), BytesOp: median(s["B/op"])})
 	}
+	// 2 s per offered rate: the lowest, 500 picks/s, then makes 1,000
+	// picks, so every rate's p99 rests on at least its 10 slowest.
 	res, err := goBench(ctx, root, "./sidecar/router/picker", "^BenchmarkPickAPIFleet256$", "2s")
 	if err != nil {
 		return nil, err

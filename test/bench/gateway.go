@@ -23,7 +23,9 @@ import (
 )
 
 // gatewayChunk is the size of the request body chunks a gateway sends
-// the picker: the body as a proxy's connection reads deliver it.
+// the picker: Envoy reads a connection into buffer slices of 16 KiB
+// (Buffer::Slice's default size), and a streamed body reaches its
+// filters in pieces of that size.
 const gatewayChunk = 16 << 10
 
 // gateway plays Gateway API gateways in front of the picker: Envoy's
