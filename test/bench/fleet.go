@@ -220,14 +220,6 @@ func waitReady(ctx context.Context, url string) error {
 	return nil
 }
 
-func (f *fleet) urls() []string {
-	out := make([]string, len(f.sims))
-	for i, s := range f.sims {
-		out[i] = s.URL()
-	}
-	return out
-}
-
 func (f *fleet) stop() {
 	if f.router != nil {
 		_ = f.router.Stop(10 * time.Second)
