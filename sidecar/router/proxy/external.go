@@ -144,15 +144,11 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 		// 503, and still asks for an instance (scale from zero).
 		r.opts.OnHold()
 	}
-	if err != nil {
+	// Every candidate ejected (the policy fails open) is no instance too:
+	// the proxy tries one anyway and moves on when the connection fails; a
+	// gateway has no such fallback, and the protocol asks for 503.
+	if t, err = r.inRotation(t, err); err != nil {
 		return nil, refusal(unpickable(err, key.Model))
-	}
-	if !r.servable(t) {
-		// Every candidate is ejected (the policy fails open). The proxy
-		// tries one anyway and moves on when the connection fails; a
-		// gateway has no such fallback, and the protocol asks for 503.
-		t.Done()
-		return nil, refusal(unpickable(policy.ErrNoInstance, key.Model))
 	}
 	r.countChoice(t)
 	if inference {

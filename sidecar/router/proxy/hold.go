@@ -211,11 +211,7 @@ func (r *Router) pass() {
 			if w.ctx.Err() != nil {
 				continue // leaving by itself
 			}
-			t, err := r.picker.Pick(w.ctx, w.key)
-			if err == nil && !r.servable(t) {
-				t.Done()
-				err = policy.ErrNoInstance
-			}
+			t, err := r.inRotation(r.picker.Pick(w.ctx, w.key))
 			if err != nil {
 				if errors.Is(err, policy.ErrNoInstance) {
 					break round
@@ -241,11 +237,19 @@ func (r *Router) pass() {
 	}
 }
 
-// servable reports whether a pick's instance is in rotation: with every
+// inRotation passes on a pick whose instance is in rotation, and ends one
+// whose instance is ejected, answering policy.ErrNoInstance: with every
 // candidate ejected the policy fails open and names an ejected one, which
 // a router that holds requests waits out instead (the periodic retry finds
-// the instance once its back-off ends or a health check readmits it).
-func (r *Router) servable(t *picker.Ticket) bool { return r.policy.Healthy(t.Instance().ID) }
+// the instance once its back-off ends or a health check readmits it), and
+// a gateway is refused (see Decide).
+func (r *Router) inRotation(t *picker.Ticket, err error) (*picker.Ticket, error) {
+	if err == nil && !r.policy.Healthy(t.Instance().ID) {
+		t.Done()
+		return nil, policy.ErrNoInstance
+	}
+	return t, err
+}
 
 // heldError is the answer to a request that was held and not dispatched.
 func heldError(err error, timeout time.Duration) *badRequest {

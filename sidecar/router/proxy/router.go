@@ -507,9 +507,8 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	choice, err := r.picker.Pick(req.Context(), key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
 	hold := r.holding() && (key.Model == "" || key.Model == st.doc.Model)
-	if err == nil && hold && !r.servable(choice) {
-		choice.Done()
-		err = policy.ErrNoInstance
+	if hold {
+		choice, err = r.inRotation(choice, err)
 	}
 	if errors.Is(err, policy.ErrNoInstance) && hold {
 		choice, err = r.hold(req.Context(), key, held)
