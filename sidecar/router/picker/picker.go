@@ -222,6 +222,15 @@ func (t *Ticket) Done() {
 	t.p.tell(t, event{Kind: eventDone, Seq: t.seq}, true)
 }
 
+// Drop ends a ticket whose request is not sent: nor is its warm copy,
+// which would otherwise keep one of the joiner's slots for copies (and,
+// with the picker elsewhere, its record there) until the replica goes
+// silent.
+func (t *Ticket) Drop() {
+	t.Warmed(false)
+	t.Done()
+}
+
 // Pick decides where a request goes: by the picker, or by the fallback
 // while none answers. Only a request the policy cannot place at all
 // (policy.ErrUnknownModel, policy.ErrNoInstance) fails.

@@ -123,7 +123,7 @@ func (r *Router) hold(ctx context.Context, key policy.Key, bodyBytes int64) (*pi
 	if err != nil && !r.unhold(w) {
 		// A pass dispatched it as we gave up: the ticket is ours to end.
 		if t = <-w.done; t != nil {
-			t.Done()
+			t.Drop()
 		}
 	}
 	r.opts.Metrics.HoldWait.Observe(time.Since(start).Seconds())
@@ -219,7 +219,7 @@ func (r *Router) pass() {
 				continue // the client left: its own wait ends it
 			}
 			if !r.unhold(w) {
-				t.Done() // it gave up meanwhile
+				t.Drop() // it gave up meanwhile
 				continue
 			}
 			if h.dispatched != nil {
@@ -245,7 +245,7 @@ func (r *Router) pass() {
 // a gateway is refused (see Decide).
 func (r *Router) inRotation(t *picker.Ticket, err error) (*picker.Ticket, error) {
 	if err == nil && !r.policy.Healthy(t.Instance().ID) {
-		t.Done()
+		t.Drop()
 		return nil, policy.ErrNoInstance
 	}
 	return t, err
