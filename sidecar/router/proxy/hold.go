@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,24 +136,17 @@ func (r *Router) unhold(w *waiter) bool {
 	h := &r.holder
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for i, x := range h.waiters {
-		if x == w {
-			r.removeAt(i)
-			return true
-		}
+	i := slices.Index(h.waiters, w)
+	if i < 0 {
+		return false
 	}
-	return false
-}
-
-// removeAt drops waiter i; the caller holds h.mu.
-func (r *Router) removeAt(i int) {
-	h := &r.holder
-	h.bytes -= h.waiters[i].bytes
-	h.waiters = append(h.waiters[:i], h.waiters[i+1:]...)
+	h.bytes -= w.bytes
+	h.waiters = slices.Delete(h.waiters, i, i+1)
 	if len(h.waiters) == 0 && h.stop != nil {
 		close(h.stop)
 		h.stop = nil
 	}
+	return true
 }
 
 // heldCount is how many requests are held at the moment.
@@ -252,10 +246,10 @@ func (r *Router) inRotation(t *picker.Ticket, err error) (*picker.Ticket, error)
 }
 
 // heldError is the answer to a request that was held and not dispatched.
-func heldError(err error, timeout time.Duration) *badRequest {
+func (r *Router) heldError(err error) *badRequest {
 	if errors.Is(err, errHoldTimeout) {
 		return &badRequest{status: http.StatusGatewayTimeout, typ: "service_unavailable", code: "no_instance_in_time",
-			msg: "no instance could serve this model within " + timeout.String() + "; retry later", retryAfter: 5}
+			msg: "no instance could serve this model within " + r.opts.HoldTimeout.String() + "; retry later", retryAfter: 5}
 	}
 	return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
 		msg: "no instance can serve this model right now and the router holds as many requests as it may; retry shortly", retryAfter: 1}

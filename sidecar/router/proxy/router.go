@@ -515,7 +515,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 		if err != nil {
 			x.Release()
 			if req.Context().Err() == nil {
-				r.reject(w, st.strategy, heldError(err, r.opts.HoldTimeout))
+				r.reject(w, st.strategy, r.heldError(err))
 			}
 			return
 		}
