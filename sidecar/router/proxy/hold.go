@@ -44,7 +44,9 @@ const (
 // holdRetryInterval is how often held requests are retried besides the
 // wake-ups on a new routing document or a readmitted instance: an ejection
 // running out, or the leader's view changing, says nothing to this
-// replica, and a quarter second is small against a model load.
+// replica. A quarter second adds at most that to a wait of minutes (a
+// model load), and costs four picks a second while requests are held,
+// since a pass stops at the first request that finds no instance.
 const holdRetryInterval = 250 * time.Millisecond
 
 // holder is the queue of held requests.
