@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -38,21 +39,10 @@ func familyCount(r *prometheus.Registry, name string) int {
 	return 0
 }
 
-// usage is an OpenAI response's token usage.
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	Details          struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-// usageOf reads the usage of a response body.
-func usageOf(t *testing.T, out string) usage {
+// usageOf reads the token usage of an OpenAI response body.
+func usageOf(t *testing.T, out string) openai.CompletionUsage {
 	t.Helper()
-	var v struct {
-		Usage usage `json:"usage"`
-	}
+	var v openai.ChatCompletion
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

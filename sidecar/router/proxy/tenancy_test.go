@@ -315,7 +315,7 @@ func TestTenantsShareNoCache(t *testing.T) {
 		if u.PromptTokens == 0 {
 			t.Fatalf("no usage in %s", out)
 		}
-		return u.Details.CachedTokens
+		return int(u.PromptTokensDetails.CachedTokens)
 	}
 	if n := cached(keyA); n != 0 {
 		t.Fatalf("first request hit %d tokens", n)

@@ -70,7 +70,7 @@ func testWarmJoiner(t *testing.T, warm bool) {
 			if u.CompletionTokens != maxTokens {
 				t.Fatalf("a user got %d tokens, want %d: %s", u.CompletionTokens, maxTokens, out)
 			}
-			if u.Details.CachedTokens == 0 {
+			if u.PromptTokensDetails.CachedTokens == 0 {
 				misses++
 			}
 		}
