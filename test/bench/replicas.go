@@ -403,7 +403,7 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 	if err != nil {
 		return nil, err
 	}
-	saltArgs, err := bin.saltKeyArgs(dir)
+	saltArgs, err := saltKeyArgs(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +424,8 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 			// The spreader stops sending to a replica before stopping it,
 			// as endpoints do once a pod is terminating.
 			"--drain-delay", "0s",
-		}, append(bin.loopbackArgs(), saltArgs...)...)
+			"--allow-loopback-backends", // the simulators listen on loopback
+		}, saltArgs...)
 		r.args = append(r.args, pickArgs(r.name)...)
 		if err := f.startReplica(r); err != nil {
 			return nil, err
