@@ -42,9 +42,7 @@ type ReplicaConfig struct {
 	RestartAt       float64
 	// ReferenceRuns is how many times each workload runs through one
 	// replica [1]. The replica rows are compared with the median of these
-	// runs: one run's p90 can be far off (mixed-length's, where the 90th
-	// percentile falls between the short chats and the long documents,
-	// ranged 118–278 ms over runs of the same code).
+	// runs, since one run's p90 can be far off (see RepeatSpread).
 	ReferenceRuns int
 	// RepeatSpread is how far apart (highest ÷ lowest − 1) the reference
 	// runs' p90s may be before every other count of the workload runs
@@ -335,7 +333,9 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 
 // minRestartTail is the fewest requests the restarted replica must take
 // after it is ready, below which the restart run sends the replay's tail
-// again.
+// again: it takes one request in RestartReplicas (3) at random, so 5 is
+// some 15 requests of traffic through the fleet after its restart, not
+// one that slipped in at the replay's end.
 const minRestartTail = 5
 
 // rebased returns the requests due at or after from, due that much
@@ -469,7 +469,12 @@ func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
 }
 
 // spreaderDrain is how long a replica taken out of the spreader keeps
-// running before it is stopped.
+// running before it is stopped: long enough for a request the spreader
+// picked it for just before to connect, which on loopback takes
+// microseconds and on the shared 2 cores at most the tens of milliseconds
+// a goroutine waits to be scheduled, with ten times that to spare; short
+// beside the router's own --drain-delay (5 s), so the restart stays
+// quick.
 const spreaderDrain = 500 * time.Millisecond
 
 // restart takes replica i out of the spreader, stops it, and starts it
@@ -478,11 +483,10 @@ func (f *replicaFleet) restart(ctx context.Context, i int) error {
 	r := f.replicas[i]
 	r.live.Store(false)
 	// A request the spreader routed to r just before may not have
-	// connected yet. In a cluster
-	// the router's --drain-delay keeps a terminating pod's listener open
-	// while endpoints catch up; the replicas here run with --drain-delay
-	// 0s, so the spreader gives those requests the same time before the
-	// SIGTERM.
+	// connected yet. In a cluster the router's --drain-delay keeps a
+	// terminating pod's listener open while endpoints catch up; the
+	// replicas here run with --drain-delay 0s, so the spreader gives those
+	// requests spreaderDrain before the SIGTERM.
 	time.Sleep(spreaderDrain)
 	if err := r.proc.Stop(10 * time.Second); err != nil {
 		return fmt.Errorf("stop %s: %w", r.name, err)
