@@ -398,8 +398,9 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 		return nil, fmt.Errorf("write routing document: %w", err)
 	}
 	// Every replica must be told the picker's address before any starts,
-	// so the addresses are chosen first.
-	addrs, err := freeport.Loopback(3 * n)
+	// so the addresses are chosen first: each replica's traffic and
+	// metrics addresses, then the pick API's.
+	addrs, err := freeport.Loopback(2*n + 1)
 	if err != nil {
 		return nil, err
 	}
@@ -408,9 +409,9 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 		return nil, err
 	}
 	for i := range n {
-		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[3*i], metricsAddr: addrs[3*i+1]})
+		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
 	}
-	pickArgs, err := pickerArgs(dir, addrs[2])
+	pickArgs, err := pickerArgs(dir, addrs[2*n])
 	if err != nil {
 		return nil, err
 	}
