@@ -16,33 +16,25 @@ import (
 	"github.com/warmroute/warmroute/test/gobuild"
 )
 
-// routerBinary is a router executable and what it accepts: a router that
-// predates a flag refuses it, so the benchmark passes each one only to the
-// binaries that list it in `router -h`.
+// routerBinary is a router executable the benchmark runs: the working
+// tree's, or the baseline's.
 type routerBinary struct {
 	path string
 	// revision is the git revision it was built from ("" for the working
 	// tree); it names the baseline's runs and directories.
 	revision string
-	// loopback: it knows --allow-loopback-backends (the simulators listen
-	// on loopback, which newer routers refuse without it).
-	loopback bool
-	// saltKey: it knows --cache-salt-key-file (without one, each replica
-	// salts tenants with a key of its own and splits their cache hits).
-	saltKey bool
 }
 
-var (
-	loopbackFlag = regexp.MustCompile(`(?m)^\s+-allow-loopback-backends\b`)
-	saltKeyFlag  = regexp.MustCompile(`(?m)^\s+-cache-salt-key-file\b`)
-	// pickerFlag: the router serves the pick API its replicas ask the one
-	// elected picker through, which the replica runs need.
-	pickerFlag = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
-)
+// pickerFlag: the router serves the pick API its replicas ask the one
+// elected picker through, which the replica runs need. Every router that
+// has it also has the other flags the benchmark passes
+// (--allow-loopback-backends and --cache-salt-key-file came before it).
+var pickerFlag = regexp.MustCompile(`(?m)^\s+-pick-listen\b`)
 
-// probeRouter reads what the router at path accepts from its usage.
+// probeRouter checks from its usage that the router at path is one the
+// benchmark can run.
 func probeRouter(ctx context.Context, path, revision string) (routerBinary, error) {
-	// Older routers exit non-zero on -h, with the usage on stderr.
+	// The usage is on stderr; what it lists counts, not the exit status.
 	out, err := exec.CommandContext(ctx, path, "-h").CombinedOutput()
 	if len(out) == 0 && err != nil {
 		return routerBinary{}, fmt.Errorf("%s -h: %w", path, err)
@@ -50,22 +42,14 @@ func probeRouter(ctx context.Context, path, revision string) (routerBinary, erro
 	if !pickerFlag.Match(out) {
 		return routerBinary{}, fmt.Errorf("the router at %s predates the elected picker (no --pick-listen), whose replicas the benchmark runs: choose a later baseline", cmp.Or(revision, "the working tree"))
 	}
-	return routerBinary{path: path, revision: revision, loopback: loopbackFlag.Match(out), saltKey: saltKeyFlag.Match(out)}, nil
-}
-
-func (b routerBinary) loopbackArgs() []string {
-	if b.loopback {
-		return []string{"--allow-loopback-backends"}
-	}
-	return nil
+	return routerBinary{path: path, revision: revision}, nil
 }
 
 // saltKeyArgs writes a cache salt key into dir for every replica of a
-// fleet to share, as the operator's Secret is shared by a Deployment's.
-func (b routerBinary) saltKeyArgs(dir string) ([]string, error) {
-	if !b.saltKey {
-		return nil, nil
-	}
+// fleet to share, as the operator's Secret is shared by a Deployment's
+// (without one, each replica salts tenants with a key of its own and
+// splits their cache hits).
+func saltKeyArgs(dir string) ([]string, error) {
 	path := filepath.Join(dir, "cache-salt-key")
 	if err := os.WriteFile(path, []byte("warmroute benchmark cache salt key, 32+ bytes"), 0o600); err != nil {
 		return nil, fmt.Errorf("write cache salt key: %w", err)

@@ -151,8 +151,9 @@ func (f *fleet) startRouter(ctx context.Context, c *Config, dir string, strategy
 		"--metrics-listen", "127.0.0.1:0",
 		"--strategy-override", string(strategy),
 		"--shutdown-timeout", "5s",
-	}, f.bin.loopbackArgs()...)
-	f.router, err = process.Start(name, f.bin.path, append(args, extra...), dir)
+		"--allow-loopback-backends", // the simulators listen on loopback
+	}, extra...)
+	f.router, err = process.Start(name, f.bin.path, args, dir)
 	if err != nil {
 		return err
 	}

@@ -42,9 +42,7 @@ type ReplicaConfig struct {
 	RestartAt       float64
 	// ReferenceRuns is how many times each workload runs through one
 	// replica [1]. The replica rows are compared with the median of these
-	// runs: one run's p90 can be far off (mixed-length's, where the 90th
-	// percentile falls between the short chats and the long documents,
-	// ranged 118–278 ms over runs of the same code).
+	// runs, since one run's p90 can be far off (see RepeatSpread).
 	ReferenceRuns int
 	// RepeatSpread is how far apart (highest ÷ lowest − 1) the reference
 	// runs' p90s may be before every other count of the workload runs
@@ -335,7 +333,9 @@ func (c *Config) runRestart(ctx context.Context, spec WorkloadSpec, w workload.W
 
 // minRestartTail is the fewest requests the restarted replica must take
 // after it is ready, below which the restart run sends the replay's tail
-// again.
+// again: it takes one request in RestartReplicas (3) at random, so 5 is
+// some 15 requests of traffic through the fleet after its restart, not
+// one that slipped in at the replay's end.
 const minRestartTail = 5
 
 // rebased returns the requests due at or after from, due that much
@@ -398,19 +398,20 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 		return nil, fmt.Errorf("write routing document: %w", err)
 	}
 	// Every replica must be told the picker's address before any starts,
-	// so the addresses are chosen first.
-	addrs, err := freeport.Loopback(3 * n)
+	// so the addresses are chosen first: each replica's traffic and
+	// metrics addresses, then the pick API's.
+	addrs, err := freeport.Loopback(2*n + 1)
 	if err != nil {
 		return nil, err
 	}
-	saltArgs, err := bin.saltKeyArgs(dir)
+	saltArgs, err := saltKeyArgs(dir)
 	if err != nil {
 		return nil, err
 	}
 	for i := range n {
-		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[3*i], metricsAddr: addrs[3*i+1]})
+		f.replicas = append(f.replicas, &replica{name: fmt.Sprintf("router-%d", i), addr: addrs[2*i], metricsAddr: addrs[2*i+1]})
 	}
-	pickArgs, err := pickerArgs(dir, addrs[2])
+	pickArgs, err := pickerArgs(dir, addrs[2*n])
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +425,8 @@ func (c *Config) startReplicaFleet(ctx context.Context, dir string, n int, timeS
 			// The spreader stops sending to a replica before stopping it,
 			// as endpoints do once a pod is terminating.
 			"--drain-delay", "0s",
-		}, append(bin.loopbackArgs(), saltArgs...)...)
+			"--allow-loopback-backends", // the simulators listen on loopback
+		}, saltArgs...)
 		r.args = append(r.args, pickArgs(r.name)...)
 		if err := f.startReplica(r); err != nil {
 			return nil, err
@@ -468,7 +470,12 @@ func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
 }
 
 // spreaderDrain is how long a replica taken out of the spreader keeps
-// running before it is stopped.
+// running before it is stopped: long enough for a request the spreader
+// picked it for just before to connect, which on loopback takes
+// microseconds and on the shared 2 cores at most the tens of milliseconds
+// a goroutine waits to be scheduled, with ten times that to spare; short
+// beside the router's own --drain-delay (5 s), so the restart stays
+// quick.
 const spreaderDrain = 500 * time.Millisecond
 
 // restart takes replica i out of the spreader, stops it, and starts it
@@ -477,11 +484,10 @@ func (f *replicaFleet) restart(ctx context.Context, i int) error {
 	r := f.replicas[i]
 	r.live.Store(false)
 	// A request the spreader routed to r just before may not have
-	// connected yet. In a cluster
-	// the router's --drain-delay keeps a terminating pod's listener open
-	// while endpoints catch up; the replicas here run with --drain-delay
-	// 0s, so the spreader gives those requests the same time before the
-	// SIGTERM.
+	// connected yet. In a cluster the router's --drain-delay keeps a
+	// terminating pod's listener open while endpoints catch up; the
+	// replicas here run with --drain-delay 0s, so the spreader gives those
+	// requests spreaderDrain before the SIGTERM.
 	time.Sleep(spreaderDrain)
 	if err := r.proc.Stop(10 * time.Second); err != nil {
 		return fmt.Errorf("stop %s: %w", r.name, err)

@@ -50,9 +50,8 @@ func Full(tracePath string, seed uint64) Config {
 			// one router (3 runs), 223 with 2 replicas (11 runs) and 234
 			// with 3 (4 runs), p90 90, 110 and 140 ms; one router beside
 			// a busy loop on one CPU drew 207–224. At 0.3 (3 runs each):
-			// 204, 207 and 209, p90 94, 98 and 97 ms. The row stays the
-			// noisiest: the make bench after the change read +16.7 and
-			// +6.9 % (medians of three runs spreading 84–117 ms).
+			// 204, 207 and 209, p90 94, 98 and 97 ms. Its replica rows stay
+			// the noisiest all the same, which the report says.
 			{Name: workload.NameMixedLength, TimeScale: 0.3,
 				Description: "600 short chats (5 new/s, geometric turns, mean 3, think time 4 s, a 200-token system prompt, ~60-token messages, ~150-token replies) mixed with 360 document requests (Poisson 3/s: one of 150 documents of 3,000–48,000 tokens, median 12,000, Zipf s=0.9, a ~40-token question, 128 output tokens): prompt lengths ≥ 10× apart",
 				Build:       func() (workload.Workload, error) { return workload.MixedLength(ml), nil }},
