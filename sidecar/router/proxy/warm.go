@@ -14,9 +14,9 @@ import (
 // Warm copies (policy/warm.go): when a decision names a joining instance
 // to warm, the router sends it a one-token copy of the request, so that
 // its cache holds the prompt's prefix before the key's next request moves
-// there. The copy is built before the user's request is forwarded (its
-// body buffer goes back to the pool when the request ends) and sent in
-// the background: it never delays the user's request, and is counted
+// there. The body is copied before the user's request is forwarded (its
+// buffer goes back to the pool when the request ends), and the copy is
+// built and sent in the background: it never delays the user's request, and is counted
 // only in warm_requests_total and warm_prompt_tokens_total.
 
 // warmTimeout bounds a warm copy: one prefill of the longest prompt a
@@ -36,16 +36,19 @@ func (r *Router) warm(choice *picker.Ticket, path string, pieces [][]byte, h htt
 	kept := http.Header{"Authorization": h.Values("Authorization")}
 	r.opts.Auth.Strip(kept)
 	auth := kept.Get("Authorization")
-	body, err := warmBody(bytes.Join(pieces, nil))
-	if err != nil {
-		r.warmed(choice, false)
-		return
-	}
 	if r.upstreamAuth != "" {
 		auth = r.upstreamAuth
 	}
-	r.opts.Metrics.WarmPromptTokens.Add(float64(tokens))
+	// The join copies the pieces out of the pooled buffer; parsing and
+	// rewriting the body (as long as the prompt) is left to the goroutine.
+	raw := bytes.Join(pieces, nil)
 	go func() {
+		body, err := warmBody(raw)
+		if err != nil {
+			r.warmed(choice, false)
+			return
+		}
+		r.opts.Metrics.WarmPromptTokens.Add(float64(tokens))
 		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+in.Address+path, bytes.NewReader(body))
