@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,7 +145,7 @@ type fixture struct {
 
 func document(strategy routingv1alpha1.Strategy, instances map[string]string, adapters ...routingv1alpha1.Adapter) *routingv1alpha1.Document {
 	d := &routingv1alpha1.Document{APIVersion: routingv1alpha1.APIVersion, Kind: routingv1alpha1.Kind, Model: "m", Strategy: strategy, HashSeed: 1, Adapters: adapters}
-	for _, id := range sortedKeys(instances) {
+	for _, id := range slices.Sorted(maps.Keys(instances)) {
 		d.Instances = append(d.Instances, routingv1alpha1.Instance{ID: id, Address: instances[id]})
 	}
 	d.Default()
@@ -151,21 +153,6 @@ func document(strategy routingv1alpha1.Strategy, instances map[string]string, ad
 		panic(err)
 	}
 	return d
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
 }
 
 // newBackends starts backends vllm-0 … vllm-(n-1) and returns them and

@@ -139,15 +139,17 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	t, err := r.picker.Pick(ctx, key)
 	x.Release()
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
-	if errors.Is(err, policy.ErrNoInstance) && r.opts.OnHold != nil {
-		// A gateway holds nothing for the picker: the request gets its
-		// 503, and still asks for an instance (scale from zero).
-		r.opts.OnHold()
-	}
 	// Every candidate ejected (the policy fails open) is no instance too:
 	// the proxy tries one anyway and moves on when the connection fails; a
 	// gateway has no such fallback, and the protocol asks for 503.
-	if t, err = r.inRotation(t, err); err != nil {
+	t, err = r.inRotation(t, err)
+	if errors.Is(err, policy.ErrNoInstance) && r.opts.OnHold != nil && waitsForInstance(st, key.Model) {
+		// A gateway holds nothing for the picker: the request gets its
+		// 503, and still asks for an instance (scale from zero), as a
+		// request the proxy would hold does.
+		r.opts.OnHold()
+	}
+	if err != nil {
 		return nil, refusal(unpickable(err, key.Model))
 	}
 	r.countChoice(t)

@@ -12,14 +12,11 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
-// Holding: while no instance can serve a request for the base model (none
-// yet, all starting, all ejected) the router keeps it instead of answering
-// 503, and sends it on once an instance can take it. An adapter with no
-// instance while the base model has some is one whose load failed or runs
-// (its status says which): that keeps its 503, since waiting would not
-// mend a failed load. A model load takes minutes; a client
-// that retries on 503 meanwhile gets nothing better than a request kept in
-// order here.
+// Holding: while no instance can serve a request (none yet, all starting,
+// all ejected) the router keeps it instead of answering 503, and sends it
+// on once an instance can take it (waitsForInstance says which requests).
+// A model load takes minutes; a client that retries on 503 meanwhile gets
+// nothing better than a request kept in order here.
 //
 // Held requests are retried in arrival order, one at a time: each retry is
 // a pick, which counts the request against its instance at once, so the
@@ -78,6 +75,17 @@ var (
 
 // holding reports whether requests are held at all (HoldTimeout > 0).
 func (r *Router) holding() bool { return r.opts.HoldTimeout > 0 }
+
+// waitsForInstance reports whether a request for model that found no
+// instance would be served by one coming up, and so asks for one (OnHold)
+// and is held: a request for the base model, or for any model while the
+// fleet has no instance at all (scaled to zero: adapters load with their
+// instance). An adapter with no instance while the fleet has some is one
+// whose load failed or runs (its status says which): it keeps its 503,
+// since waiting would not mend a failed load.
+func waitsForInstance(st *state, model string) bool {
+	return model == "" || model == st.doc.Model || len(st.doc.Instances) == 0
+}
 
 // hold keeps a request that found no instance until a pick succeeds, the
 // wait limit passes (errHoldTimeout), the client leaves (its context's

@@ -219,6 +219,61 @@ func TestHoldNotForAnAdapterLoadedNowhere(t *testing.T) {
 	g.Expect(counterValue(r.Metrics().Activations)).To(BeZero())
 }
 
+// TestHoldAnAdapterAtZero: with no instance at all (scaled to zero), an
+// adapter's request is held and asks for an instance like the base
+// model's, and is answered once an instance with the adapter is ready.
+func TestHoldAnAdapterAtZero(t *testing.T) {
+	g := NewWithT(t)
+	r, url := holdingRouter(t, Options{})
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{},
+		routingv1alpha1.Adapter{Name: "lora-x"})); err != nil {
+		t.Fatal(err)
+	}
+	ch := send(context.Background(), url, chatBody("lora-x", "at zero", ""))
+	g.Eventually(r.heldCount).Should(Equal(1))
+	g.Expect(counterValue(r.Metrics().Activations)).To(Equal(1.0))
+	b := newBackend(t, "a")
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"a": b.addr()},
+		routingv1alpha1.Adapter{Name: "lora-x", Desired: []string{"a"}, Ready: []string{"a"}})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-ch
+	g.Expect(a.status).To(Equal(http.StatusOK), a.body)
+	g.Expect(b.count()).To(Equal(1))
+}
+
+// TestDecideAsksForAnInstance: through the Endpoint Picker Protocol
+// (Decide), a request is answered 503 at once, and asks for an instance
+// exactly when the proxy would hold it (waitsForInstance).
+func TestDecideAsksForAnInstance(t *testing.T) {
+	b := newBackend(t, "a")
+	for _, tc := range []struct {
+		name      string
+		instances map[string]string
+		model     string
+		asks      bool
+	}{
+		{"base model at zero", map[string]string{}, "m", true},
+		{"adapter at zero", map[string]string{}, "lora-x", true},
+		{"adapter loaded nowhere while the base model has instances", map[string]string{"a": b.addr()}, "lora-x", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var holds atomic.Int64
+			r, _ := holdingRouter(t, Options{OnHold: func() { holds.Add(1) }})
+			if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, tc.instances, routingv1alpha1.Adapter{Name: "lora-x"})); err != nil {
+				t.Fatal(err)
+			}
+			d, refused := r.Decide(context.Background(), http.MethodPost, "/v1/chat/completions", http.Header{}, []byte(chatBody(tc.model, "hi", "")))
+			if d != nil || refused == nil {
+				t.Fatalf("decided %v, want a refusal", d)
+			}
+			if got := holds.Load() == 1; got != tc.asks {
+				t.Errorf("asked for an instance: %v, want %v", got, tc.asks)
+			}
+		})
+	}
+}
+
 // TestHooksTellHeldFromForwarded: a held request calls OnHold and not
 // OnForward until it is sent to an instance; each request sent calls
 // OnForward once.

@@ -506,7 +506,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep end
 	key := r.policy.Key(policyRequest(x))
 	choice, err := r.picker.Pick(req.Context(), key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
-	hold := r.holding() && (key.Model == "" || key.Model == st.doc.Model)
+	hold := r.holding() && waitsForInstance(st, key.Model)
 	if hold {
 		choice, err = r.inRotation(choice, err)
 	}
