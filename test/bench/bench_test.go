@@ -125,7 +125,7 @@ func checkReplicas(t *testing.T, cfg Config, rep *Report) {
 				t.Errorf("%s × %d replicas: %d of %d requests failed", w, n, x.Summary.Failures, x.Summary.Requests)
 			case x.MaxInFlight < 1 || x.QueryTokens == 0:
 				t.Errorf("%s × %d replicas: the simulators saw nothing (most in flight %d, %d prompt tokens)", w, n, x.MaxInFlight, x.QueryTokens)
-			case w == workload.NameHotPrefix && x.MaxInFlight > rep.Config.ConcurrencyThreshold:
+			case w == workload.NameHotPrefix && overThreshold(t, x.RunResult, x.MaxInFlight, rep.Config.ConcurrencyThreshold):
 				t.Errorf("hot prefix × %d replicas: %d requests at once on one instance, over the threshold %d", n, x.MaxInFlight, rep.Config.ConcurrencyThreshold)
 			}
 		}
@@ -161,10 +161,28 @@ func checkEPP(t *testing.T, cfg Config, rep *Report) {
 			t.Errorf("%s through the protocol: %v requests still in flight after every response ended", x.Workload, x.LeftInFlight)
 		case x.QueryTokens == 0 || x.AddedP50 <= 0:
 			t.Errorf("%s through the protocol: nothing measured (%d prompt tokens, added p50 %s)", x.Workload, x.QueryTokens, x.AddedP50)
-		case x.Workload == workload.NameHotPrefix && x.MaxInFlight > rep.Config.ConcurrencyThreshold+1:
+		case x.Workload == workload.NameHotPrefix && overThreshold(t, x.RunResult, x.MaxInFlight, rep.Config.ConcurrencyThreshold+1):
 			// The bound of the replica targets for one router
 			// (concurrencyThreshold + replicas).
 			t.Errorf("hot prefix through the protocol: %d requests at once on one instance, over the threshold %d + 1", x.MaxInFlight, rep.Config.ConcurrencyThreshold)
 		}
 	}
+}
+
+// overThreshold reports whether a run put more than limit requests on one
+// instance although no request found every instance busy. A request that
+// does overflows above the threshold by design (policy.SpillAllBusy), and
+// the short configuration's bursts, replayed at a twentieth of their
+// simulated time, find every instance busy when a loaded host finishes the
+// previous burst late; that is logged, not failed.
+func overThreshold(t *testing.T, x RunResult, most, limit int) bool {
+	t.Helper()
+	if most <= limit {
+		return false
+	}
+	if busy := allBusy(x); busy != "" {
+		t.Logf("%s: %d requests at once on one instance, over %d%s", x.Workload, most, limit, busy)
+		return false
+	}
+	return true
 }
