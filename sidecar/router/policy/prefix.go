@@ -55,8 +55,8 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
 	if moved == moveWarm && t.members[chosen].Draining {
-		// Served by a drainer that holds the key: its next owner is
-		// next, the first to spill to (warm.go).
+		// Served by a drainer that holds the key (warm.go): the key's
+		// next owner comes second, the first a spill goes to.
 		d.order, d.unranked = order(t, allowed, w, warm)
 		d.order = slices.Insert(d.order, 0, chosen)
 	} else {
