@@ -126,9 +126,10 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 	It("marks an instance draining when a scale-in makes it terminate, and drops it before its preStop sleep ends", func(ctx SpecContext) {
 		scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}
 		Expect(c.SubResource("scale").Update(ctx, ep, client.WithSubResourceBody(scale))).To(Succeed())
-		// KWOK removes a pod only when its grace period ends, so the
-		// leaving instance is still there: first draining in the routing
-		// document, then out of it while its preStop sleep goes on.
+		// KWOK removes a terminating pod at a random time within its grace
+		// period (180 s), so the leaving instance is most likely still
+		// there: first draining in the routing document, then out of it
+		// before its preStop sleep ends (the envtest spec times that).
 		var leaving string
 		Eventually(func(g Gomega) {
 			live, terminating := vllmPods(g)
@@ -142,8 +143,6 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 			g.Expect(draining).To(Equal(map[string]bool{live[0].Name: false, live[1].Name: false, leaving: true}))
 		}).WithTimeout(60 * time.Second).Should(Succeed())
 		Eventually(func(g Gomega) {
-			_, terminating := vllmPods(g)
-			g.Expect(terminating).To(HaveLen(1), "still in its grace period")
 			ids := []string{}
 			for _, in := range routable(g) {
 				g.Expect(in.Draining).To(BeFalse())
