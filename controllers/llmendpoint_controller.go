@@ -174,7 +174,8 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}()
 
-	obs.routingHash, err = r.reconcileRoutingConfig(ctx, ep, pods, obs.placements)
+	var drainEnd time.Duration
+	obs.routingHash, drainEnd, err = r.reconcileRoutingConfig(ctx, ep, pods, obs.placements, time.Now())
 	errs = appendErr(errs, "routing ConfigMap", err)
 	errs = appendErr(errs, "LoRA agent RBAC", r.reconcileLoRAAgentRBAC(ctx, ep))
 	errs = appendErr(errs, "default images", r.recordDefaultImages(ctx, ep))
@@ -210,6 +211,7 @@ func (r *LLMEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		after  time.Duration
 		reason string
 	}{
+		{drainEnd, "a draining instance's leaving"},
 		{next, "the next deletion-cost step"},
 		{pool.recheck, "the InferencePool API"},
 		{idleRecheck, "the idle period's end"},

@@ -135,6 +135,14 @@ func waitSettled(ns, name string) {
 // A test pod stands in for a vLLM pod of the Deployment: envtest runs no
 // ReplicaSet controller and no kubelet, so the test plays both.
 func createInstancePod(ns, endpoint, name string) *corev1.Pod {
+	GinkgoHelper()
+	return createInstancePodWith(ns, endpoint, name, nil)
+}
+
+// createInstancePodWith is createInstancePod with change made to the pod
+// before it is created (its spec cannot change later).
+func createInstancePodWith(ns, endpoint, name string, change func(*corev1.Pod)) *corev1.Pod {
+	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: name,
@@ -145,7 +153,10 @@ func createInstancePod(ns, endpoint, name string) *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
 	}
-	ExpectWithOffset(1, k8sClient.Create(suiteCtx, pod)).To(Succeed())
+	if change != nil {
+		change(pod)
+	}
+	Expect(k8sClient.Create(suiteCtx, pod)).To(Succeed())
 	return pod
 }
 
@@ -585,6 +596,74 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 			}))
 			g.Expect(eventReasons(g, ns, "chat")).To(ContainElement("RoutingUpdated"))
 		}).Should(Succeed())
+	})
+
+	It("keeps a terminating instance in routing, draining, and removes it before its preStop sleep ends", func() {
+		ep := minimalEndpoint(ns, "chat")
+		ep.Spec.Replicas = ptr.To[int32](2)
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
+		withPreStop := func(pod *corev1.Pod) {
+			// Scheduled: the API server deletes a pod on no node at once,
+			// with no grace period.
+			pod.Spec.NodeName = "node-1"
+			pod.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+				Sleep: &corev1.SleepAction{Seconds: v1alpha1.PreStopSleepSeconds}}}
+		}
+		a := createInstancePodWith(ns, "chat", "chat-vllm-a", withPreStop)
+		b := createInstancePodWith(ns, "chat", "chat-vllm-b", withPreStop)
+		setPodReady(a, "10.1.0.1", true, time.Now())
+		setPodReady(b, "10.1.0.2", true, time.Now())
+		type entry struct {
+			id       string
+			draining bool
+		}
+		instances := func(g Gomega) []entry {
+			cm := &corev1.ConfigMap{}
+			g.Expect(k8sClient.Get(suiteCtx, types.NamespacedName{Namespace: ns, Name: routingConfigMapName(ep)}, cm)).To(Succeed())
+			doc, err := routing.Decode([]byte(cm.Data[routing.ConfigMapKey]))
+			g.Expect(err).NotTo(HaveOccurred())
+			out := []entry{}
+			for _, in := range doc.Instances {
+				out = append(out, entry{in.ID, in.Draining})
+			}
+			return out
+		}
+		Eventually(instances).Should(Equal([]entry{{"chat-vllm-a", false}, {"chat-vllm-b", false}}))
+
+		// The finalizer keeps b terminating, as a kubelet running its
+		// preStop sleep would; its Ready condition stays as it was.
+		start := time.Now()
+		Expect(k8sClient.Delete(suiteCtx, b)).To(Succeed())
+		Eventually(instances).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+			Should(Equal([]entry{{"chat-vllm-a", false}, {"chat-vllm-b", true}}))
+		marked := time.Since(start)
+		// Nothing changes in the cluster meanwhile: the operator's own
+		// requeue removes it.
+		Eventually(instances).WithTimeout(v1alpha1.PreStopSleepSeconds * time.Second).WithPolling(50 * time.Millisecond).
+			Should(Equal([]entry{{"chat-vllm-a", false}}))
+		left := time.Since(start)
+		window := time.Duration(v1alpha1.PreStopSleepSeconds-v1alpha1.DrainLeaveMarginSeconds) * time.Second
+		summary := fmt.Sprintf("marked draining after %v, removed after %v (window %v, preStop %ds)",
+			marked.Round(time.Millisecond), left.Round(time.Millisecond), window, v1alpha1.PreStopSleepSeconds)
+		AddReportEntry("draining instance", summary)
+		fmt.Fprintf(GinkgoWriter, "draining instance: %s\n", summary)
+		// The deletion is stamped in whole seconds: up to one early.
+		Expect(left).To(BeNumerically(">", window-time.Second-time.Millisecond*500), summary)
+		Expect(left).To(BeNumerically("<", window+2*time.Second), summary)
+
+		By("recording its leaving in an event")
+		Eventually(func(g Gomega) {
+			var notes []string
+			for _, e := range endpointEvents(g, ns, "chat") {
+				notes = append(notes, e.Note)
+			}
+			g.Expect(notes).To(ContainElement("1 instances routable, 1 draining -chat-vllm-b"))
+		}).Should(Succeed())
+
+		By("dropping at once an instance that is terminating and not ready")
+		setPodReady(a, "10.1.0.1", false, time.Now())
+		Expect(k8sClient.Delete(suiteCtx, a)).To(Succeed())
+		Eventually(instances).WithTimeout(time.Second).Should(BeEmpty())
 	})
 
 	It("annotates ready instances with a deletion cost that grows with their cache's age", func() {

@@ -125,7 +125,7 @@ func TestPlacementFromTheRoutingDocument(t *testing.T) {
 		pods = append(pods, newPod(name, fmt.Sprintf("10.0.0.%d", i+1), podReady, now))
 	}
 	stored := func(placements []adapterPlacement) map[string][]string {
-		doc := buildRoutingDocument(ep, pods, placements)
+		doc := buildRoutingDocument(ep, pods, placements, time.Now())
 		data, err := doc.Encode()
 		if err != nil {
 			t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,9 +39,9 @@ import (
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 )
 
-// isRoutable is whether a pod receives traffic: Ready, with an IP, and not
-// terminating. A terminating pod leaves at once, while it still drains the
-// requests it has.
+// isRoutable is whether a pod takes new traffic: Ready, with an IP, and
+// not terminating. A terminating pod takes none; it stays in the routing
+// document, draining, for most of its preStop sleep (isDraining).
 func isRoutable(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
 		return false
@@ -58,14 +59,17 @@ func hashSeed(ep *v1alpha1.LLMEndpoint) uint64 {
 }
 
 // buildRoutingDocument is the routers' whole configuration for the
-// endpoint, its current pods and the adapters' placements on them.
-func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement) routing.Document {
+// endpoint, its current pods at now and the adapters' placements on them.
+func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement, now time.Time) routing.Document {
 	instances := []routing.Instance{}
 	for i := range pods {
-		if pod := &pods[i]; isRoutable(pod) {
+		pod := &pods[i]
+		draining := isDraining(pod, now)
+		if isRoutable(pod) || draining {
 			instances = append(instances, routing.Instance{
-				ID:      pod.Name,
-				Address: net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(vllmPort)),
+				ID:       pod.Name,
+				Address:  net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(vllmPort)),
+				Draining: draining,
 			})
 		}
 	}
@@ -129,41 +133,56 @@ func documentHash(document []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// reconcileRoutingConfig writes the routing document for the current pods,
-// if it differs from the stored one, and returns its hash. A document the
-// routers would refuse is not written.
-func (r *LLMEndpointReconciler) reconcileRoutingConfig(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement) (string, error) {
-	doc := buildRoutingDocument(ep, pods, placements)
+// reconcileRoutingConfig writes the routing document for the current pods
+// at now, if it differs from the stored one, and returns its hash and when
+// it must be written again for a draining instance to leave (0: never). A
+// document the routers would refuse is not written.
+func (r *LLMEndpointReconciler) reconcileRoutingConfig(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement, now time.Time) (string, time.Duration, error) {
+	doc := buildRoutingDocument(ep, pods, placements, now)
 	if err := doc.Validate(); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	data, err := doc.Encode()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	prev, changed, err := r.apply(ctx, ep, buildRoutingConfigMap(ep, data))
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if changed {
-		added, removed := instanceChanges(prev, doc.Instances)
-		logf.FromContext(ctx).V(1).Info("routing configuration updated", "instances", len(doc.Instances), "added", added, "removed", removed)
+		serving := slices.DeleteFunc(slices.Clone(doc.Instances), func(in routing.Instance) bool { return in.Draining })
+		added, removed := instanceChanges(prev, serving)
+		draining := len(doc.Instances) - len(serving)
+		logf.FromContext(ctx).V(1).Info("routing configuration updated", "instances", len(serving), "draining", draining, "added", added, "removed", removed)
 		if len(added)+len(removed) > 0 {
 			r.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, "RoutingUpdated", "UpdateRouting",
-				"%d instances routable%s%s", len(doc.Instances), listChange(" +", added), listChange(" -", removed))
+				"%d instances routable%s%s%s", len(serving), drainingNote(draining), listChange(" +", added), listChange(" -", removed))
 		}
 	}
-	return documentHash(data), nil
+	return documentHash(data), nextDrainEnd(pods, now), nil
 }
 
-// instanceChanges compares the instances of the previously stored document
-// (if it can be read) with the new ones.
+// drainingNote says how many instances drain, if any.
+func drainingNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d draining", n)
+}
+
+// instanceChanges compares the serving (not draining) instances of the
+// previously stored document (if it can be read) with the new ones: an
+// instance that starts draining is removed from routing there, not when
+// it leaves the document.
 func instanceChanges(prev client.Object, now []routing.Instance) (added, removed []string) {
 	was := map[string]bool{}
 	if cm, ok := prev.(*corev1.ConfigMap); ok {
 		if old, err := routing.Decode([]byte(cm.Data[routing.ConfigMapKey])); err == nil {
 			for _, in := range old.Instances {
-				was[in.ID] = true
+				if !in.Draining {
+					was[in.ID] = true
+				}
 			}
 		}
 	}

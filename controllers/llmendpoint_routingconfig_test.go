@@ -93,7 +93,7 @@ func TestBuildRoutingDocument(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc := buildRoutingDocument(tt.ep, tt.pods, placeAdapters(tt.ep, tt.pods, nil))
+			doc := buildRoutingDocument(tt.ep, tt.pods, placeAdapters(tt.ep, tt.pods, nil), now)
 			if err := doc.Validate(); err != nil {
 				t.Fatalf("the router would refuse the document: %v", err)
 			}
@@ -129,7 +129,7 @@ func TestRoutingDocumentIsStable(t *testing.T) {
 	reversed := slices.Clone(pods)
 	slices.Reverse(reversed)
 	encode := func(pods []corev1.Pod) []byte {
-		doc := buildRoutingDocument(newEndpoint(), pods, nil)
+		doc := buildRoutingDocument(newEndpoint(), pods, nil, time.Now())
 		data, err := doc.Encode()
 		if err != nil {
 			t.Fatal(err)
@@ -177,6 +177,16 @@ func TestInstanceChanges(t *testing.T) {
 	added, removed := instanceChanges(prev, []routing.Instance{{ID: "b"}, {ID: "c"}})
 	if !slices.Equal(added, []string{"c"}) || !slices.Equal(removed, []string{"a"}) {
 		t.Errorf("added %v removed %v", added, removed)
+	}
+	// An instance that starts draining left routing then; leaving the
+	// document later changes nothing more.
+	old.Instances[1].Draining = true
+	if data, err = old.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	added, removed = instanceChanges(buildRoutingConfigMap(newEndpoint(), data), []routing.Instance{{ID: "a"}})
+	if added != nil || removed != nil {
+		t.Errorf("after a drain: added %v removed %v, want no change", added, removed)
 	}
 	added, removed = instanceChanges(nil, []routing.Instance{{ID: "a"}})
 	if !slices.Equal(added, []string{"a"}) || removed != nil {

@@ -123,22 +123,34 @@ var _ = Describe("LLMEndpoint on a local cluster", Ordered, Label("localcluster"
 		}).WithTimeout(60 * time.Second).Should(Succeed())
 	}, SpecTimeout(3*time.Minute))
 
-	It("drops an instance from routing as soon as a scale-in makes it terminate", func(ctx SpecContext) {
+	It("marks an instance draining when a scale-in makes it terminate, and drops it before its preStop sleep ends", func(ctx SpecContext) {
 		scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}
 		Expect(c.SubResource("scale").Update(ctx, ep, client.WithSubResourceBody(scale))).To(Succeed())
-		// KWOK removes a pod only when its grace period ends, so the
-		// leaving instance is still there, draining, while unroutable.
+		// KWOK removes a terminating pod at a random time within its grace
+		// period (180 s), so the leaving instance is most likely still
+		// there: first draining in the routing document, then out of it
+		// before its preStop sleep ends (the envtest spec times that).
+		var leaving string
 		Eventually(func(g Gomega) {
 			live, terminating := vllmPods(g)
 			g.Expect(live).To(HaveLen(2))
 			g.Expect(terminating).To(HaveLen(1))
+			leaving = terminating[0].Name
+			draining := map[string]bool{}
+			for _, in := range routable(g) {
+				draining[in.ID] = in.Draining
+			}
+			g.Expect(draining).To(Equal(map[string]bool{live[0].Name: false, live[1].Name: false, leaving: true}))
+		}).WithTimeout(60 * time.Second).Should(Succeed())
+		Eventually(func(g Gomega) {
 			ids := []string{}
 			for _, in := range routable(g) {
+				g.Expect(in.Draining).To(BeFalse())
 				ids = append(ids, in.ID)
 			}
 			g.Expect(ids).To(HaveLen(2))
-			g.Expect(ids).NotTo(ContainElement(terminating[0].Name))
-		}).WithTimeout(60 * time.Second).Should(Succeed())
+			g.Expect(ids).NotTo(ContainElement(leaving))
+		}).WithTimeout(time.Duration(v1alpha1.PreStopSleepSeconds) * time.Second).Should(Succeed())
 	}, SpecTimeout(2*time.Minute))
 
 	It("is driven by a HorizontalPodAutoscaler, which can read its scale", func(ctx SpecContext) {

@@ -50,6 +50,15 @@ const (
 	// a second and the routers reload it from the API at once, so new
 	// requests stop arriving well before vLLM is told to stop.
 	PreStopSleepSeconds = 15
+	// DrainLeaveMarginSeconds is how long before the preStop sleep ends a
+	// terminating instance, which stays in the routing document draining
+	// meanwhile, leaves it: the operator writes the document within a
+	// second of its requeue and the routers reload it from the API at
+	// once, in about another; the rest covers a clock skew of a few
+	// seconds between the API server, which stamps the deletion, and the
+	// operator, which times the removal. An instance drains for
+	// PreStopSleepSeconds − DrainLeaveMarginSeconds = 10 s.
+	DrainLeaveMarginSeconds = 5
 	// ShutdownMarginSeconds is the part of the grace period left after
 	// vLLM's --shutdown-timeout for it to stop its engine and workers once
 	// the last request is done (vLLM allows its engine a few seconds).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,8 +95,8 @@ func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
 }
 
 // routingDocumentOf is the routing document of generation gen listing the
-// instances members (indexes into sims).
-func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen int64) ([]byte, error) {
+// instances members (indexes into sims), those of draining marked so.
+func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen int64, draining ...int) ([]byte, error) {
 	doc := routingv1alpha1.Document{
 		APIVersion: routingv1alpha1.APIVersion,
 		Kind:       routingv1alpha1.Kind,
@@ -110,7 +111,7 @@ func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen in
 		HashSeed: c.Seed,
 	}
 	for _, i := range members {
-		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: sims[i].Addr()})
+		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: sims[i].Addr(), Draining: slices.Contains(draining, i)})
 	}
 	return doc.Encode()
 }

@@ -15,8 +15,9 @@ func (r *Report) scaleEventsMarkdown(b *strings.Builder) {
 	p("The %s workload through one router (PREFIX_AWARE) while the fleet changes as the operator would change the routing document: %d instances, %d from %.0f s, %d again from %.0f s. "+
 		"The scale-in's two instances are chosen as the ReplicaSet would by pod-deletion-cost: *by age*, the youngest (the two that joined); *by cache*, the two whose caches served the fewest hit tokens (the operator's rule). "+
 		"Each row is the requests sent in the %.0f simulated seconds from its start (hit rate from the responses' cached-token headers; engine TTFT p90 in simulated seconds). All runs replay the same traffic, so the warmed runs' first two rows differ only by timing noise: that spread is the measure of the others. "+
-		"The run with warming off (--warm-joining=false) moves the joiners' keys cold; with warming on the router first sends each joiner one-token copies of them, then moves them (sidecar/README.md, \"Warming joiners\"): compare their rows after the scale-out.\n\n",
-		NameScaleEvents, scaleFrom, scaleTo, scaleOutAt, scaleFrom, scaleInAt, scaleWindow)
+		"At the scale-in the leaving instances first drain in the routing document for %d s, as the operator keeps them, then leave it. "+
+		"The run with warming off (--warm=false) moves keys cold: the joiners' at the scale-out, the leavers' as soon as they drain; with warming on the router first sends each key's next owner (a joiner, or where a leaver's key goes next) a one-token copy of it, then moves it (sidecar/README.md, \"Warming joiners and leavers\"): compare their rows after each event.\n\n",
+		NameScaleEvents, scaleFrom, scaleTo, scaleOutAt, scaleFrom, scaleInAt, scaleWindow, drainSeconds)
 	p("| scale-in | warming | window | from | requests | hit rate | TTFT p90 |\n|---|---|---|---:|---:|---:|---:|\n")
 	for _, run := range r.ScaleEvents {
 		for _, w := range run.Windows {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/workload"
 )
@@ -16,7 +17,8 @@ import (
 // Scale events: a fleet under steady load grows from scaleFrom to scaleTo
 // instances at scaleOutAt and shrinks back at scaleInAt (simulated seconds
 // from the start), as the operator would rewrite the routing document
-// (instances leave it as soon as they terminate). The windows of
+// (terminating instances drain in it for drainSeconds, then leave it). The
+// windows of
 // scaleWindow seconds before the scale-out and after each event show what
 // users feel. The two instances the scale-in removes are chosen as the
 // ReplicaSet would by pod-deletion-cost, once by age (the youngest: the
@@ -24,8 +26,9 @@ import (
 // fewest hit tokens, with the operator's rule: hits counted every
 // heatSample seconds, fading by half in heatHalfLife), so that the two
 // runs compare the choices on the same traffic. A third run, by age,
-// turns warming off (the router's --warm-joining=false): its window after
-// the scale-out against the others' is what warming joiners buys.
+// turns warming off (the router's --warm=false): its windows after the
+// scale-out and after the scale-in against the others' are what warming
+// joiners and leavers buys.
 // NameScaleEvents names the scale-event workload (-workloads).
 const NameScaleEvents = "scale-events"
 
@@ -40,6 +43,9 @@ const (
 	windowSteady          = "steady, before the scale-out"
 	windowAfterOut        = "after the scale-out"
 	windowAfterIn         = "after the scale-in"
+	// drainSeconds is how long the operator keeps a terminating instance
+	// in the routing document, draining (controllers/llmendpoint_drain.go).
+	drainSeconds = v1alpha1.PreStopSleepSeconds - v1alpha1.DrainLeaveMarginSeconds
 )
 
 // ScaleEventRun is one run of the scale-event workload.
@@ -48,7 +54,8 @@ type ScaleEventRun struct {
 	// Removed the instances it removed.
 	Removal string
 	Removed []string
-	// Warm says the router warmed joiners (--warm-joining, its default).
+	// Warm says the router warmed joiners and leavers (--warm, its
+	// default).
 	Warm    bool
 	Windows []ScaleWindow
 	// Failures counts failed requests over the whole run.
@@ -96,7 +103,7 @@ func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workloa
 	var extra []string
 	if !warm {
 		dir += "-cold"
-		extra = append(extra, "--warm-joining=false")
+		extra = append(extra, "--warm=false")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ScaleEventRun{}, err
@@ -161,8 +168,9 @@ func (c *Config) runScaleEvent(ctx context.Context, spec WorkloadSpec, w workloa
 	return run, nil
 }
 
-// scaleFleet rewrites the router's routing document at the scale-out and
-// the scale-in, and returns the instances the scale-in removed.
+// scaleFleet rewrites the router's routing document at the scale-out, the
+// scale-in and the end of the leaving instances' drain, and returns the
+// instances the scale-in removed.
 func (c *Config) scaleFleet(ctx context.Context, f *fleet, docPath string, start time.Time, timeScale float64, removal string) ([]string, error) {
 	heat := make([]float64, len(f.sims))
 	last := make([]int64, len(f.sims))
@@ -207,7 +215,13 @@ func (c *Config) scaleFleet(ctx context.Context, f *fleet, docPath string, start
 	for _, i := range gone {
 		removed = append(removed, instanceID(i))
 	}
-	return removed, c.writeDocument(f, docPath, keep, 3)
+	if err := c.writeDocument(f, docPath, indexes(scaleTo), 3, gone...); err != nil {
+		return removed, err
+	}
+	if err := wait(scaleInAt + drainSeconds); err != nil {
+		return removed, err
+	}
+	return removed, c.writeDocument(f, docPath, keep, 4)
 }
 
 // cmpCost orders heats as the operator's deletion costs do: by
@@ -225,8 +239,8 @@ func cmpCost(a, b float64) int {
 
 // writeDocument replaces the router's routing document, atomically as a
 // ConfigMap volume update would.
-func (c *Config) writeDocument(f *fleet, path string, members []int, gen int64) error {
-	doc, err := c.routingDocumentOf(f.sims, members, gen)
+func (c *Config) writeDocument(f *fleet, path string, members []int, gen int64, draining ...int) error {
+	doc, err := c.routingDocumentOf(f.sims, members, gen, draining...)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,8 @@ type Document struct {
 	PrefixAware PrefixAware `json:"prefixAware"`
 	// HashSeed seeds every hash, so that all router replicas agree.
 	HashSeed uint64 `json:"hashSeed"`
-	// Instances are the ready, non-terminating vLLM instances, ordered by ID.
+	// Instances are the ready vLLM instances, ordered by ID: those not
+	// terminating, and those terminating while they drain (Draining).
 	Instances []Instance `json:"instances"`
 	// Adapters are the LoRA adapters and the instances that hold them.
 	Adapters []Adapter `json:"adapters,omitempty"`
@@ -107,6 +108,13 @@ type Instance struct {
 	Address string `json:"address"`
 	// Weight scales its share of keys; 0 means 1.
 	Weight int `json:"weight,omitempty"`
+	// Draining says the instance is terminating: it takes no new keys and
+	// serves the keys it holds while the routers warm their next owners,
+	// until the operator removes it, before vLLM is told to stop. A router
+	// older than the field refuses a document that sets it (strict
+	// decoding) and keeps the last one it could read, in which the
+	// instance still serves, until the document without it.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Adapter is a LoRA adapter served on a subset of the instances.

@@ -43,3 +43,29 @@ func TestInstanceAddresses(t *testing.T) {
 		t.Fatalf("document with a link-local instance: %v", err)
 	}
 }
+
+// TestDrainingIsOnlyWrittenWhenSet: a document with no draining instance
+// encodes as before the field existed (routers of that version read it),
+// and a draining mark survives a round trip.
+func TestDrainingIsOnlyWrittenWhenSet(t *testing.T) {
+	d := Document{APIVersion: APIVersion, Kind: Kind, Model: "m", Instances: []Instance{{ID: "a", Address: "10.0.0.1:8000"}}}
+	d.Default()
+	data, err := d.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "draining") {
+		t.Errorf("a document without draining instances mentions the field:\n%s", data)
+	}
+	d.Instances = append(d.Instances, Instance{ID: "b", Address: "10.0.0.2:8000", Draining: true})
+	if data, err = d.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Instances[0].Draining || !got.Instances[1].Draining {
+		t.Errorf("decoded instances %+v, want only b draining", got.Instances)
+	}
+}

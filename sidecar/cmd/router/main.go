@@ -78,7 +78,9 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving (not ready, connections closed after each response) before closing the listener, while endpoints stop sending traffic")
 	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index, about 48 bytes per entry (the router's memory)")
 	fs.Float64Var(&f.tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "prompt text bytes per token of the served model's tokenizer, for the token load (4 suits English; 1-2 CJK text)")
-	warmJoining := fs.Bool("warm-joining", true, "PREFIX_AWARE: while an instance joins, serve the keys about to move to it where they are cached and send it a one-token copy first, so they move warm (false: they move cold)")
+	warm := true
+	fs.BoolVar(&warm, "warm", true, "PREFIX_AWARE: when keys change owner (an instance joins, or drains before it leaves), serve each where it is cached and send its next owner a one-token copy first, so it moves warm (false: keys move cold)")
+	fs.BoolVar(&warm, "warm-joining", true, "deprecated spelling of --warm")
 	fs.IntVar(&f.verbosity, "v", 0, "log verbosity (1: config and retries, 2: every request, never prompt text)")
 	if benchmarkFlags != nil {
 		benchmarkFlags(fs, f)
@@ -89,7 +91,7 @@ func parseFlags(args []string) (*flags, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	f.tuning.NoWarm = !*warmJoining
+	f.tuning.NoWarm = !warm
 	if (f.configDir == "") == (f.configFile == "") && f.configMap == "" {
 		return nil, errors.New("give one of --config-dir or --config-file (and/or --configmap)")
 	}

@@ -21,23 +21,51 @@ const placementChoices = 2
 // stickySlack / (moveSlack − 1) = 100 decisions per instance.
 const stickySlack = 8
 
-// place chooses the anchor's instance in its parent set, the version of
-// the placement (the entry's own when the key stays where it lives, one
-// more when it goes anywhere else), and why a known key moved.
-func (p *Policy) place(t *table, w walk) (int, uint32, string) {
+// place chooses the anchor's instance in its parent set (or the draining
+// member that holds it, see warm.go), the version of the placement (the
+// entry's own when the key stays where it lives, one more when it goes
+// anywhere else), why a known key moved, and the member the request warms
+// (-1: none; when moved is moveWarm).
+func (p *Policy) place(t *table, w walk, allowed []int, model string) (int, uint32, string, int) {
 	var ver uint32
 	if w.choices == placementChoices {
 		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
 			ver = e.ver
-			if m, moved := p.sticky(t, w.parent, e); m >= 0 {
-				if moved != MoveNone && moved != moveWarm {
+			m, moved := p.sticky(t, w.parent, e)
+			warm := w.parent[0]
+			if dr := p.drainingHolder(t, w.parent, allowed, e, model); dr >= 0 {
+				warm, moved = p.nextOwner(t, w.parent, m, moved)
+				m, moved = p.warmMove(t, warm, dr, moved)
+			}
+			if m >= 0 {
+				switch moved {
+				case moveWarm:
+					return m, ver, moved, warm
+				case MoveNone:
+				default:
 					ver++
 				}
-				return m, ver, moved
+				return m, ver, moved, -1
 			}
 		}
 	}
-	return p.byShare(t, w.parent, w.choices), ver + 1, MoveNone
+	return p.byShare(t, w.parent, w.choices), ver + 1, MoveNone, -1
+}
+
+// nextOwner is where a key a draining member holds goes with the drainer
+// gone, from sticky's answer without it (m, moved), and why that is a
+// move: the member sticky keeps it on (a former holder), or the joiner it
+// would warm from there, or a new placement when none holds it.
+func (p *Policy) nextOwner(t *table, set []int, m int, moved string) (int, string) {
+	switch {
+	case moved == moveWarm:
+		return set[0], MoveJoining
+	case m < 0:
+		return p.byShare(t, set, placementChoices), MoveHolderLeft
+	case moved == MoveNone:
+		return m, MoveHolderLeft
+	}
+	return m, moved
 }
 
 // sticky returns the member of set that the index says holds the key (-1
@@ -66,7 +94,7 @@ func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, string) {
 	}
 	avg := p.averageShare(t, set)
 	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.share.Load()) <= p.tuning.ShareSlack*avg {
-		return p.joinMove(t, set[0], home)
+		return p.warmMove(t, set[0], home, MoveJoining)
 	}
 	if float64(t.members[home].stat.share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
 		return home, moved

@@ -14,6 +14,10 @@ type Instance struct {
 	ID      string
 	Address string
 	Weight  int // 0 means 1
+	// Draining says the instance is leaving (the routing document's
+	// instances[].draining): it takes no new keys, and serves only the
+	// keys it holds while their next owners are warmed (warm.go).
+	Draining bool
 }
 
 // Config is the part of the routing document the policy needs.
@@ -52,8 +56,9 @@ type Tuning struct {
 	SketchWidth int     // see defaultSketchWidth
 	DecayEvery  int64   // see defaultDecayEvery
 
-	// NoWarm turns off warming joiners (warm.go; the router's
-	// --warm-joining=false): the joining rule then moves keys cold.
+	// NoWarm turns off warming (warm.go; the router's --warm=false):
+	// the joining rule then moves keys cold, and a draining instance's
+	// keys leave it at once, cold, as if it had left.
 	NoWarm bool
 
 	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,

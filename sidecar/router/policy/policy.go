@@ -24,11 +24,15 @@ type member struct {
 }
 
 type table struct {
-	cfg       Config
-	strategy  strategy
-	members   []member
-	adapters  map[string][]int
+	cfg      Config
+	strategy strategy
+	members  []member
+	adapters map[string][]int
+	// all are the members that take new keys: every one not draining
+	// (every one when all are, rather than refuse traffic while a whole
+	// fleet leaves); draining are the others (see warm.go).
 	all       []int
+	draining  []int
 	index     map[string]int // member position by ID
 	blockSize int
 	// uniform: every member has the same weight, so a key's order is
@@ -83,11 +87,12 @@ func (p *Policy) Update(cfg Config) error {
 			joined = append(joined, s)
 		}
 		t.members = append(t.members, member{Instance: in, idHash: hashString(cfg.HashSeed, in.ID), weight: w, stat: s})
-		t.all = append(t.all, i)
 		pos[in.ID] = i
 	}
+	t.all, t.draining = t.serving(indexes(len(t.members)))
 	t.uniform = !slices.ContainsFunc(t.members, func(m member) bool { return m.weight != t.members[0].weight })
 	p.seedShares(t, joined)
+	p.startDrains(t, p.table.Load())
 	for name, ids := range cfg.Adapters {
 		set := make([]int, 0, len(ids))
 		for _, id := range ids {
@@ -96,7 +101,7 @@ func (p *Policy) Update(cfg Config) error {
 			}
 		}
 		slices.Sort(set)
-		t.adapters[name] = slices.Compact(set)
+		t.adapters[name], _ = t.serving(slices.Compact(set))
 	}
 	// About 32 blocks a window: fine enough that two prompts sharing most
 	// of a window share most of its blocks (a block is at most 3 % of
@@ -107,6 +112,30 @@ func (p *Policy) Update(cfg Config) error {
 	p.table.Store(t)
 	p.stats.prune(pos)
 	return nil
+}
+
+// serving splits set into the members not draining and the draining
+// ones; all of set serves when every member of it drains.
+func (t *table) serving(set []int) (serving, draining []int) {
+	for _, m := range set {
+		if t.members[m].Draining {
+			draining = append(draining, m)
+		} else {
+			serving = append(serving, m)
+		}
+	}
+	if len(serving) == 0 {
+		return set, nil
+	}
+	return serving, draining
+}
+
+func indexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // LookaheadBytes is how far past the window the caller should extract text.

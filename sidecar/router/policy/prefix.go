@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
@@ -46,11 +47,21 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
 	x := p.expect(key, t.blockSize, w, depths)
-	placed, ver, moved := p.place(t, w)
-	chosen := p.coldPlacement(t, w.parent, placed, &x)
+	placed, ver, moved, warm := p.place(t, w, allowed, key.Model)
+	chosen := placed
+	if moved != moveWarm {
+		chosen = p.coldPlacement(t, w.parent, placed, &x)
+	}
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
-	d.order, d.unranked = order(t, allowed, w, chosen)
+	if moved == moveWarm && t.members[chosen].Draining {
+		// Served by a drainer that holds the key (warm.go): the key's
+		// next owner comes second, the first a spill goes to.
+		d.order, d.unranked = order(t, allowed, w, warm)
+		d.order = slices.Insert(d.order, 0, chosen)
+	} else {
+		d.order, d.unranked = order(t, allowed, w, chosen)
+	}
 	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
 
 	m := t.members[d.order[0]]
@@ -62,7 +73,10 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	_, coldAtHome := p.longAndCold(&x, t.members[chosen].stat)
 	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
 		remember: d.Spill == SpillNone || coldAtHome}
-	d.warm, d.warmVer = warmTarget(w, moved, d.Spill)+1, ver
+	if moved == moveWarm && d.Spill == SpillNone {
+		// A spilled request is not where the key is warm: no copy.
+		d.warm, d.warmVer = warm+1, ver
+	}
 	if d.remember && moved != moveWarm {
 		d.Moved = moved
 	}

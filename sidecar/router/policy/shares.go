@@ -16,13 +16,18 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 	if len(joined) == 0 || len(joined) == len(t.members) {
 		return
 	}
-	var share int64
+	// The average of the members that serve: a draining one's share
+	// only fades.
+	var share, n int64
 	for _, m := range t.members {
-		if !slices.Contains(joined, m.stat) {
+		if !slices.Contains(joined, m.stat) && !m.Draining {
 			share += m.stat.share.Load()
+			n++
 		}
 	}
-	n := int64(len(t.members) - len(joined))
+	if n == 0 {
+		return
+	}
 	epoch := p.shareEpoch.Load()
 	for _, s := range joined {
 		s.share.Store(share / n)

@@ -30,8 +30,8 @@ type decision struct {
 	// hit is the fraction of the prompt order[0] is expected to hold (0
 	// for strategies that do not match prefixes).
 	hit float64
-	// warm is 1 + the joining member to send a warm copy, recorded at
-	// version warmVer + 1 when it completes; 0: none (see warmTarget).
+	// warm is 1 + the member to send a warm copy, recorded at version
+	// warmVer + 1 when it completes; 0: none (see warm.go).
 	warm    int
 	warmVer uint32
 	// learning is what recording the decision teaches the policy.

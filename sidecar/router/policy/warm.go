@@ -1,57 +1,95 @@
 package policy
 
-// Warming a joiner: while an instance joins, a key the joining rule would
-// move to it cold (MoveJoining, a full prefill on the user's request) is
-// instead served at home, where its prefix is warm, and the Choice names
-// the joiner as its warm target. The data plane sends the joiner a
-// one-token copy of the request; when the copy completes (Warmed) the
-// placement is recorded for the joiner, one version past home's, so the
-// key's next request moves there with its prefix cached. The hottest keys
-// come back first, so they are warmed first. Warming ends with the joining
-// period, and its cost is bounded per joiner by warmInFlight and
-// warmBudget; past either, the joining rule moves keys cold as before.
+import "slices"
+
+// Warming: when a key's next owner would take it cold (a full prefill on
+// the user's request), the request is instead served where the key is
+// warm, and the Choice names the next owner as its warm target. The data
+// plane sends the target a one-token copy of the request; when the copy
+// completes (Warmed) the placement is recorded for the target, one
+// version past the holder's, so the key's next request moves there with
+// its prefix cached. The hottest keys come back first, so they are warmed
+// first. Two events hand keys over this way:
+//   - an instance joins: a key whose first choice it is (the joining
+//     rule, MoveJoining) stays home and warms the joiner, for the joining
+//     period;
+//   - an instance drains (the routing document marks it leaving): it takes
+//     no new keys, but a key the index holds there is still served there,
+//     within the load guard, and warms the member the key would go to with
+//     the drainer gone (MoveHolderLeft), until the drainer leaves the
+//     document.
+//
+// Warming's cost is bounded per target by warmInFlight and warmBudget;
+// past either, the key moves cold as before.
 
 const (
-	// warmInFlight is how many warm copies a joiner may have in flight:
+	// warmInFlight is how many warm copies a target may have in flight:
 	// a copy is one prefill, and 4 prompts of about 2k tokens fill one
 	// engine step under chunked prefill (vLLM's max_num_batched_tokens,
 	// 8192, see tokenFloor), so warming takes at most about one step's
-	// budget of a joiner that also serves its first user requests.
+	// budget of an instance that also serves its own user requests.
 	warmInFlight = 4
-	// warmBudget is the prompt tokens a joiner is sent in warm copies per
-	// join: 2^18 = 262,144, about half the KV cache of a 7–8B model on an
-	// 80 GB GPU (~65 GB at 128 KiB a token ≈ 500k tokens); warming more
-	// would evict what it warmed first, and the rest is left for the
-	// joiner's own traffic.
+	// warmBudget is the prompt tokens a target is sent in warm copies per
+	// event (a joiner's join; each drain for the others): 2^18 = 262,144,
+	// about half the KV cache of a 7–8B model on an 80 GB GPU (~65 GB at
+	// 128 KiB a token ≈ 500k tokens); warming more would evict what it
+	// warmed first, and the rest is left for the target's own traffic.
 	warmBudget = 1 << 18
 )
 
-// moveWarm is sticky's answer when a joining move is turned into a warm
-// copy: the request stays home. Never seen outside the package.
+// moveWarm is sticky's answer when a move is turned into a warm copy: the
+// request stays where the key is warm. Never seen outside the package.
 const moveWarm = "warm"
 
-// joinMove is the joining rule's outcome for a key living on home whose
-// first choice, joiner, is joining: stay home and warm the joiner while
-// warming is on and within its bounds, else move to it cold.
-func (p *Policy) joinMove(t *table, joiner, home int) (int, string) {
-	s := t.members[joiner].stat
-	if p.tuning.NoWarm || !p.available(t, joiner) || s.warmInFlight.Load() >= warmInFlight || s.warmTokens.Load() >= warmBudget {
-		return joiner, MoveJoining
+// warmMove is the outcome for a key warm on home whose next owner is
+// target: stay home and warm the target while warming is on, both can
+// serve and the target is within its bounds, else move to it cold (why).
+func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) {
+	s := t.members[target].stat
+	if p.tuning.NoWarm || !p.available(t, target) || !p.available(t, home) || s.warmInFlight.Load() >= warmInFlight || s.warmTokens.Load() >= warmBudget {
+		return target, why
 	}
 	return home, moveWarm
 }
 
-// warmTarget is the member a decision warms (-1: none): the key's first
-// choice when place answered moveWarm and the request stayed where it was
-// placed (a spilled request is not home, and does not warm).
-func warmTarget(w walk, moved, spill string) int {
-	if moved != moveWarm || spill != SpillNone {
-		return -1
+// drainingHolder is the draining member that holds the key by the index
+// entry e, outside allowed (which fails open to drainers) and allowed to
+// serve model, with no member of set tied with it (that one holds the key
+// as well and serves); -1 if none.
+func (p *Policy) drainingHolder(t *table, set, allowed []int, e indexEntry, model string) int {
+	for _, d := range t.draining {
+		m := t.members[d]
+		if m.stat.token != e.tok[0] {
+			continue
+		}
+		tied := e.tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.token == e.tok[1] })
+		adapter := model != "" && model != t.cfg.Model
+		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.cfg.Adapters[model], m.ID) {
+			return -1
+		}
+		return d
 	}
-	return w.parent[0]
+	return -1
 }
 
-// warm is a Choice's warm copy: the joiner and what recording its
+// startDrains opens a new warm budget on every member that serves and is
+// not joining (a joiner's covers its join) when an instance starts
+// draining: its keys are about to be warmed on them.
+func (p *Policy) startDrains(t, old *table) {
+	if old == nil || !slices.ContainsFunc(t.draining, func(d int) bool {
+		i, ok := old.index[t.members[d].ID]
+		return !ok || !old.members[i].Draining
+	}) {
+		return
+	}
+	for _, m := range t.all {
+		if s := t.members[m].stat; !p.joining(s) {
+			s.warmTokens.Store(0)
+		}
+	}
+}
+
+// warm is a Choice's warm copy: the target and what recording its
 // placement teaches the index (its own copy of the hashes, the policy's
 // buffers being reused by the next decision).
 type warm struct {
@@ -62,7 +100,7 @@ type warm struct {
 	settled bool
 }
 
-// recordWarm charges the warm copy to the joiner (in flight, budget) and
+// recordWarm charges the warm copy to the target (in flight, budget) and
 // keeps what its completion records.
 func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uint32) {
 	if target < 0 {
@@ -70,7 +108,7 @@ func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uin
 	}
 	s := t.members[target].stat
 	// The request's share counts where its key is going: served at home
-	// only until the joiner is warm, it would otherwise raise home's
+	// only until the target is warm, it would otherwise raise home's
 	// share past the move bound and send home's other keys off cold
 	// (MoveShare), the very cost warming saves.
 	c.stat().share.Add(-1)
@@ -82,8 +120,9 @@ func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uin
 	c.warm = &warm{p: p, member: target, tokens: c.prompt, learning: l}
 }
 
-// WarmTarget is the joining instance to send a one-token copy of the
-// request to, and the prompt tokens it is charged; false when none.
+// WarmTarget is the instance to send a one-token copy of the request to
+// (a joiner, or the next owner of a drainer's key), and the prompt tokens
+// it is charged; false when none.
 func (c *Choice) WarmTarget() (Instance, int64, bool) {
 	if c.warm == nil {
 		return Instance{}, 0, false
@@ -92,7 +131,7 @@ func (c *Choice) WarmTarget() (Instance, int64, bool) {
 }
 
 // Warmed settles the warm copy: its in-flight slot is released and, when
-// ok (the joiner answered it), the index records the joiner as holding
+// ok (the target answered it), the index records the target as holding
 // the key, so its next request moves there warm. Only the first call
 // counts.
 func (c *Choice) Warmed(ok bool) {

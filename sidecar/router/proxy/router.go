@@ -319,7 +319,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	}
 	ids := make(map[string]bool, len(doc.Instances))
 	for _, in := range doc.Instances {
-		cfg.Instances = append(cfg.Instances, policy.Instance{ID: in.ID, Address: in.Address, Weight: in.InstanceWeight()})
+		cfg.Instances = append(cfg.Instances, policy.Instance{ID: in.ID, Address: in.Address, Weight: in.InstanceWeight(), Draining: in.Draining})
 		ids[in.ID] = true
 	}
 	for _, a := range doc.Adapters {
