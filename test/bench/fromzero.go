@@ -129,7 +129,8 @@ func (c *Config) runFromZero(ctx context.Context, spec FromZeroSpec, w workload.
 		return FromZeroRun{}, err
 	}
 	f := &fleet{bin: c.router, members: []int{}}
-	if err := f.startRouter(ctx, c, dir, policy.PrefixAware); err != nil {
+	// Nothing is in flight when it stops: no drain to wait out.
+	if err := f.startRouter(ctx, c, dir, policy.PrefixAware, "--drain-delay=0s"); err != nil {
 		f.stop()
 		return FromZeroRun{}, err
 	}
@@ -145,6 +146,9 @@ func (c *Config) runFromZero(ctx context.Context, spec FromZeroSpec, w workload.
 	errc := make(chan error, 1)
 	go func() {
 		a, err := c.activate(op, f, sim, dir, spec.LoadDelay)
+		if err != nil {
+			cancel() // the held requests would wait for nothing
+		}
 		done <- a
 		errc <- err
 	}()
