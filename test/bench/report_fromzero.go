@@ -64,12 +64,12 @@ func (r *Report) fromZeroMarkdown(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	load := r.FromZero[0].LoadDelay
 	p("\n## From zero\n\n")
-	p("The %s requests (%s) sent through one router (PREFIX_AWARE) whose routing document lists no instance, once per run with a fresh router and simulator. "+
+	p("Requests (%s) sent to one router (PREFIX_AWARE) whose routing document lists no instance, once per run with a fresh router and simulator. "+
 		"The router holds them (its defaults: `--hold-timeout` 10 min, `--max-held` 1024) and counts an activation. "+
 		"The harness plays the operator: it reads the router's `/metrics` every %s until `activations_requested_total` counts one, then starts one simulator process (`test/vllmsim`) with `--model-load-delay` %s, during which nothing listens, as with vLLM; "+
 		"it reads the simulator's `/health` every %s and writes the routing document listing it once it answers, as the operator lists a pod once it is Ready. "+
 		"Times are wall-clock, as the load is (the simulator runs at time scale 1), on the activation clock that starts when the first request is sent.\n\n",
-		NameFromZero, r.Workload[NameFromZero].Description, ms(fromZeroPoll), load, ms(fromZeroPoll))
+		r.Workload[NameFromZero].Description, ms(fromZeroPoll), load, ms(fromZeroPoll))
 	p("**What this leaves out:** the router's Lease stamp and the operator's watch on it, the operator's scale patch through the scale subresource, scheduling, the image pull and container start, " +
 		"the kubelet's startup and readiness probes (every 10 s, then every 5 s: in a cluster each can add up to its period to the first token; README, \"Scale to zero\"), " +
 		"and the routers reading the routing ConfigMap through the API server rather than a file. The end-to-end spec (`test/e2e/scaletozero_test.go`) covers the operator's side, without a model load.\n\n")
@@ -84,7 +84,7 @@ func (r *Report) fromZeroMarkdown(b *strings.Builder) {
 		p("| %d | %s | **%s** | %s | %s | %s | %s | %s |\n", i+1, secs(f.TTFT.Seconds()), ms(f.TTFT-run.LoadDelay), ms(run.Noticed),
 			ms(run.Listening-run.Noticed-run.LoadDelay), ms(run.Published-run.Listening), ms(f.TTFT-run.Published), ms(f.EngineTTFT))
 	}
-	p("\n**Every request.** *Past the load*: its first token on the activation clock less the load (for the first request, its TTFT less the load; a later one arrived later and waited less). " +
+	p("\n**Every request.** *Past the load*: its first token on the activation clock less the load (for the first request, its TTFT less the load; a later request's TTFT is shorter by how much later it was sent). " +
 		"*After publication*: from the later of its send and the publication to its first token. *Held at peak* is the most the router's `held_requests` gauge showed on the harness's polls.\n\n")
 	p("| run | requests | sent at zero | held at peak | failures | past the load p50 | p90 | max | after publication p50 | p90 | max | engine TTFT p50 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, run := range r.FromZero {
