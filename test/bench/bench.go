@@ -77,6 +77,9 @@ type Config struct {
 	// ScaleEvents is the workload replayed while the fleet scales out and
 	// in (scale.go); nil skips it.
 	ScaleEvents *WorkloadSpec
+	// FromZero is the activation of an endpoint at zero instances
+	// (fromzero.go); nil skips it.
+	FromZero *FromZeroSpec
 	// EPPGateways are the counts of gateways run per workload through
 	// the Endpoint Picker Protocol, one router serving it (see EPPRun);
 	// empty runs none.
@@ -170,6 +173,8 @@ type Report struct {
 	Restart          *RestartResult
 	// ScaleEvents are the scale-event runs, one per scale-in rule.
 	ScaleEvents []ScaleEventRun
+	// FromZero are the activations from zero instances.
+	FromZero []FromZeroRun
 }
 
 // WorkloadFacts describe a generated workload.
@@ -263,6 +268,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Remap = append(rep.Remap, remap...)
 	}
 	if err := cfg.measureScaleEvents(ctx, rep); err != nil {
+		return nil, err
+	}
+	if err := cfg.measureFromZero(ctx, rep); err != nil {
 		return nil, err
 	}
 	if cfg.SkipExtras {

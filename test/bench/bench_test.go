@@ -27,6 +27,9 @@ import (
 //     mark saw the requests in flight;
 //   - every request through the Endpoint Picker Protocol was placed by the
 //     picker and served, and its accounting ended with its response;
+//   - requests sent to a router at zero instances were held and all
+//     answered by the instance the harness started, none before its
+//     model load ended or before it was published;
 //   - the report renders, with its tables and every plot as a PNG.
 //
 // It asserts nothing about wall-clock figures.
@@ -74,6 +77,7 @@ func TestShortBenchmark(t *testing.T) {
 
 	checkReplicas(t, cfg, rep)
 	checkEPP(t, cfg, rep)
+	checkFromZero(t, cfg, rep)
 
 	dir := t.TempDir()
 	if err := rep.Write(dir); err != nil {
@@ -83,7 +87,7 @@ func TestShortBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", "## Through the Endpoint Picker Protocol", cfg.Command} {
+	for _, want := range []string{"## Targets", "### long-context", "### support-bot", "pooled oracle", "SAGEMAKER_BASELINE", "## Remap on scale", "added by the router", "## Router replicas", "Restart under traffic", "## Through the Endpoint Picker Protocol", "## From zero", cfg.Command} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q", want)
 		}
@@ -185,4 +189,31 @@ func overThreshold(t *testing.T, x RunResult, most, limit int) bool {
 		return false
 	}
 	return true
+}
+
+// checkFromZero checks the activation from zero: the router held the
+// requests and counted an activation, the harness started and published
+// the instance in that order, and every request was answered, none before
+// the instance was published (so none before its model load ended).
+func checkFromZero(t *testing.T, cfg Config, rep *Report) {
+	t.Helper()
+	if len(rep.FromZero) != cfg.FromZero.Runs {
+		t.Fatalf("%d activations from zero, want %d", len(rep.FromZero), cfg.FromZero.Runs)
+	}
+	for i, x := range rep.FromZero {
+		if n := x.failures(); n != 0 {
+			t.Errorf("from zero, run %d: %d of %d requests failed", i+1, n, len(x.Requests))
+		}
+		if x.HeldPeak < 1 || x.atZero() < 1 {
+			t.Errorf("from zero, run %d: %d held at peak, %d sent at zero: nothing was held", i+1, x.HeldPeak, x.atZero())
+		}
+		if !(0 <= x.Noticed && x.Noticed+x.LoadDelay <= x.Listening && x.Listening <= x.Published) {
+			t.Errorf("from zero, run %d: noticed %s, listening %s, published %s: out of order for a %s load", i+1, x.Noticed, x.Listening, x.Published, x.LoadDelay)
+		}
+		for j, q := range x.Requests {
+			if q.Err == "" && q.Sent+q.TTFT < x.Published {
+				t.Errorf("from zero, run %d: request %d had its first token at %s, before the instance was published at %s", i+1, j, q.Sent+q.TTFT, x.Published)
+			}
+		}
+	}
 }

@@ -97,6 +97,15 @@ func (c *Config) routingDocument(sims []*vllmsim.Server) ([]byte, error) {
 // routingDocumentOf is the routing document of generation gen listing the
 // instances members (indexes into sims), those of draining marked so.
 func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen int64, draining ...int) ([]byte, error) {
+	var instances []routingv1alpha1.Instance
+	for _, i := range members {
+		instances = append(instances, routingv1alpha1.Instance{ID: instanceID(i), Address: sims[i].Addr(), Draining: slices.Contains(draining, i)})
+	}
+	return c.documentOf(instances, gen)
+}
+
+// documentOf is the routing document of generation gen listing instances.
+func (c *Config) documentOf(instances []routingv1alpha1.Instance, gen int64) ([]byte, error) {
 	doc := routingv1alpha1.Document{
 		APIVersion: routingv1alpha1.APIVersion,
 		Kind:       routingv1alpha1.Kind,
@@ -108,10 +117,8 @@ func (c *Config) routingDocumentOf(sims []*vllmsim.Server, members []int, gen in
 			PrefixLength:         c.PrefixLength,
 			ConcurrencyThreshold: c.ConcurrencyThreshold,
 		},
-		HashSeed: c.Seed,
-	}
-	for _, i := range members {
-		doc.Instances = append(doc.Instances, routingv1alpha1.Instance{ID: instanceID(i), Address: sims[i].Addr(), Draining: slices.Contains(draining, i)})
+		HashSeed:  c.Seed,
+		Instances: instances,
 	}
 	return doc.Encode()
 }

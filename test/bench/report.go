@@ -135,7 +135,8 @@ func (r *Report) Targets() []Target {
 				Required: "|moved − ideal| ≤ 0.5 points", Met: d <= 0.005, Gap: fmt.Sprintf("%.2f points off", 100*d-0.5)})
 		}
 	}
-	return append(out, r.loadTargets()...)
+	out = append(out, r.loadTargets()...)
+	return append(out, r.fromZeroTargets()...)
 }
 
 func ratio(a, b float64) float64 {
@@ -242,6 +243,7 @@ func (r *Report) Markdown() string {
 	r.baselineMarkdown(&b)
 	r.replicaMarkdown(&b)
 	r.scaleEventsMarkdown(&b)
+	r.fromZeroMarkdown(&b)
 	r.eppMarkdown(&b)
 
 	p("\n## Remap on scale\n\n")

@@ -244,6 +244,12 @@ func (c *Config) writeDocument(f *fleet, path string, members []int, gen int64, 
 	if err != nil {
 		return err
 	}
+	return replaceFile(path, doc)
+}
+
+// replaceFile replaces path's content atomically, as a ConfigMap volume
+// update would.
+func replaceFile(path string, doc []byte) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, doc, 0o644); err != nil {
 		return err

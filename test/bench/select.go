@@ -19,6 +19,7 @@ func (c *Config) Select(strategies, replicas, eppGateways string, extras bool) e
 		c.Replicas.Restart = ""
 		c.Replicas.HotPrefix = nil
 		c.ScaleEvents = nil
+		c.FromZero = nil
 	}
 	if strategies != "" {
 		c.Strategies = []policy.Strategy{}

@@ -19,7 +19,7 @@ func main() {
 	trace := flag.String("trace", "../shared/traces/mooncake_synthetic_trace.jsonl", "Mooncake trace (JSONL); empty skips that workload")
 	seed := flag.Uint64("seed", 1, "seed of the generated workloads and the routers' hash")
 	short := flag.Bool("short", false, "run the small configuration of the package's test")
-	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all; hot-prefix, the threshold workload, is run as one when named; scale-events runs the scale-event workload)")
+	workloads := flag.String("workloads", "", "comma-separated workload names to run (default all; hot-prefix, the threshold workload, is run as one when named; scale-events runs the scale-event workload and the activation from zero, from-zero that activation alone)")
 	baseline := flag.String("baseline", "", "git revision whose router also runs, for before/after figures in the same run (empty: none)")
 	command := flag.String("command", "", "how this run was started, for the report (default: this command line)")
 	strategies := flag.String("strategies", "", "comma-separated strategies to run per workload (default all; \"none\" runs none)")
@@ -40,11 +40,11 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	keep := map[string]bool{}
+	for _, w := range strings.Split(*workloads, ",") {
+		keep[strings.TrimSpace(w)] = true
+	}
 	if *workloads != "" {
-		keep := map[string]bool{}
-		for _, w := range strings.Split(*workloads, ",") {
-			keep[strings.TrimSpace(w)] = true
-		}
 		var ws []bench.WorkloadSpec
 		for _, w := range cfg.Workloads {
 			if keep[w.Name] {
@@ -67,17 +67,24 @@ func main() {
 			cfg.Workloads[i].TimeScale = *timeScale
 		}
 	}
-	scaleEvents := cfg.ScaleEvents
-	if *workloads != "" && !strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
-		cfg.ScaleEvents = nil
+	// The scale events are the scale-event workload and the activation
+	// from zero (the third scale-event target), which also runs
+	// alone as from-zero. Named, they run even without the extras.
+	scaleEvents, fromZero := cfg.ScaleEvents, cfg.FromZero
+	runScaleEvents := keep[bench.NameScaleEvents]
+	runFromZero := runScaleEvents || keep[bench.NameFromZero]
+	if *workloads != "" {
+		cfg.ScaleEvents, cfg.FromZero = nil, nil
 	}
 	if err := cfg.Select(*strategies, *replicas, *epp, *extras); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	// Named, the scale-event workload runs even without the extras.
-	if strings.Contains(","+*workloads+",", ","+bench.NameScaleEvents+",") {
+	if runScaleEvents {
 		cfg.ScaleEvents = scaleEvents
+	}
+	if runFromZero {
+		cfg.FromZero = fromZero
 	}
 	cfg.EPPRuns = *eppRuns
 	cfg.Baseline = *baseline
