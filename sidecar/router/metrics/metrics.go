@@ -41,6 +41,7 @@ type Metrics struct {
 	ConfigGeneration   prometheus.Gauge
 	PrefixMatchChars   prometheus.Histogram
 	BackendHealthy     *prometheus.GaugeVec // backend
+	BackendDraining    *prometheus.GaugeVec // backend
 	// HoldWait is how long held requests waited, dispatched or not.
 	HoldWait prometheus.Histogram
 	// Activations counts runs of held requests: the first request held
@@ -113,6 +114,8 @@ func New(g Gauges) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(64, 2, 11)}),
 		BackendHealthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_healthy",
 			Help: "1 when the backend is in rotation, 0 while ejected."}, []string{"backend"}),
+		BackendDraining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "backend_draining",
+			Help: "1 while the backend drains (terminating: no new keys, its keys warmed on their next owners), else 0."}, []string{"backend"}),
 		// 50 ms (a wait that ends at the next routing document or
 		// readmission) doubling to 410 s: a model load of 3 to 8 minutes
 		// lands in the top buckets, and a wait to --hold-timeout's 10
@@ -124,7 +127,7 @@ func New(g Gauges) *Metrics {
 			Help: "Times a request was held while none was: each asks for an instance (scale from zero)."}),
 	}
 	r.MustRegister(m.Requests, m.Spills, m.ColdPlacements, m.KeyMoves, m.WarmRequests, m.WarmPromptTokens, m.DecisionDuration, m.TimeToFirstByte, m.TimeToFirstToken, m.TimeToFullResponse, m.StaleConnRetries, m.UpstreamErrors,
-		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.HoldWait, m.Activations,
+		m.Retries, m.Ejections, m.ConfigReloads, m.ConfigGeneration, m.PrefixMatchChars, m.BackendHealthy, m.BackendDraining, m.HoldWait, m.Activations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_entries",
 			Help: "Entries in the bounded prefix index."}, g.IndexEntries),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "prefix_index_bytes",
@@ -147,7 +150,7 @@ func New(g Gauges) *Metrics {
 // keeping them would grow the registry without bound.
 func (m *Metrics) DeleteBackend(id string) {
 	l := prometheus.Labels{"backend": id}
-	for _, v := range []*prometheus.MetricVec{m.Requests.MetricVec, m.UpstreamErrors.MetricVec, m.Ejections.MetricVec, m.BackendHealthy.MetricVec} {
+	for _, v := range []*prometheus.MetricVec{m.Requests.MetricVec, m.UpstreamErrors.MetricVec, m.Ejections.MetricVec, m.BackendHealthy.MetricVec, m.BackendDraining.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
 }

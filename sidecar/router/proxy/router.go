@@ -333,6 +333,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
 	for _, in := range doc.Instances {
 		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.policy.Healthy(in.ID)))
+		r.opts.Metrics.BackendDraining.WithLabelValues(in.ID).Set(boolGauge(in.Draining))
 	}
 	// Forget removed instances: their series (instance names are pod
 	// names, new with every rollout) and their failure runs.

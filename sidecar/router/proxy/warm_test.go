@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -233,6 +235,12 @@ func testWarmDrainer(t *testing.T, warm bool) {
 	ok, failed := f.warmed()
 	cold := counterValue(m.KeyMoves.WithLabelValues(policy.MoveHolderLeft))
 	// Before the drainer leaves, which drops its series.
+	if got := testutil.ToFloat64(m.BackendDraining.WithLabelValues("vllm-2")); got != 1 {
+		t.Errorf("backend_draining of vllm-2 %v while it drains, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.BackendDraining.WithLabelValues("vllm-0")); got != 0 {
+		t.Errorf("backend_draining of vllm-0 %v, want 0", got)
+	}
 	if got := requestsTotal(t, f.r); got != float64(f.sent) {
 		t.Errorf("requests_total %v, want the %d user requests only", got, f.sent)
 	}
