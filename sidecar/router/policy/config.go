@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // What the policy is given: the routing document's part (Config), the
@@ -154,21 +156,20 @@ func above[T cmp.Ordered](v, bound, d T) T {
 	return v
 }
 
-// Request is what the policy knows of a request.
-type Request struct {
-	// Model is the "model" the client asked for; "" means the served model.
-	Model string
-	// Tenant isolates identical prompts of different tenants.
-	Tenant string
-	// Text is the routing text: the window (first prefixLength characters
-	// or bytes) followed by up to the lookahead.
-	Text []byte
-	// WindowBytes is how many bytes of Text form the window.
-	WindowBytes int
-	// PromptBytes is the length of the whole prompt text, which the routing
-	// text may stop short of; 0 means len(Text). It sizes the request's
-	// prefill in the token load.
-	PromptBytes int
+// Request is what the policy knows of a request; Key, what a decision
+// needs of it (see package prefixkey).
+type (
+	Request = prefixkey.Request
+	Key     = prefixkey.Key
+)
+
+// Key makes the key of a request under the configuration in force.
+func (p *Policy) Key(req Request) Key {
+	seed, bs := uint64(0), 64
+	if t := p.table.Load(); t != nil {
+		seed, bs = t.cfg.HashSeed, t.blockSize
+	}
+	return prefixkey.New(req, seed, bs)
 }
 
 func (p *Policy) tokensOf(bytes int) int64 {

@@ -44,7 +44,7 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	order := rank(t, allowed, key.windowHash(t.cfg.HashSeed), nil)
+	order := rank(t, allowed, key.WindowHash(t.cfg.HashSeed), nil)
 	c := &Choice{t: t, order: order, Decision: Decision{Strategy: t.cfg.Strategy, Spill: SpillFallback}}
 	best := -1
 	for i, m := range order {

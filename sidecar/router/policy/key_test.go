@@ -48,7 +48,7 @@ func TestTextKeysDecideAsTheirHashes(t *testing.T) {
 		if !slices.Equal(a.Order(0), b.Order(0)) || a.Decision != b.Decision || a.prefill != b.prefill {
 			t.Fatalf("request %d: text key %v %+v, hashes %v %+v", i, a.Order(0), a.Decision, b.Order(0), b.Decision)
 		}
-		if k.windowHash(0) != wire.windowHash(0) {
+		if k.WindowHash(0) != wire.WindowHash(0) {
 			t.Fatalf("request %d: window hashes differ", i)
 		}
 		if int(a.AnchorDepth) >= k.WindowBlocks {

@@ -1,3 +1,6 @@
+// Package policy decides which instance serves a request. It is pure Go over
+// plain structs — no net/http, no Kubernetes types — so that every strategy
+// can be table-tested and benchmarked without a network.
 package policy
 
 import (
@@ -8,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // Errors the transport turns into HTTP statuses.
@@ -86,7 +91,7 @@ func (p *Policy) Update(cfg Config) error {
 		if fresh {
 			joined = append(joined, s)
 		}
-		t.members = append(t.members, member{Instance: in, idHash: hashString(cfg.HashSeed, in.ID), weight: w, stat: s})
+		t.members = append(t.members, member{Instance: in, idHash: prefixkey.HashString(cfg.HashSeed, in.ID), weight: w, stat: s})
 		pos[in.ID] = i
 	}
 	t.all, t.draining = t.serving(indexes(len(t.members)))

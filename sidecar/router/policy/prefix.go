@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // PrefixAware sends requests that share a prompt prefix to the instance
@@ -35,7 +36,7 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision 
 	var sbuf [32]int
 	w := p.replicaSets(t, key, allowed, sbuf[:0], p.parent[:0])
 	p.parent = w.parent[:0]
-	if key.holdsText() {
+	if key.HoldsText() {
 		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
 	}
 	return p.decideWalk(t, key, allowed, w, fallbackOrder)
@@ -121,9 +122,9 @@ const popularityPrior = 32
 // (past WindowBlocks) is read only when every window block keeps the
 // whole set: a system prompt longer than the window.
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
-	hashes := key.windowBlocks(p.chain[:0])
+	hashes := key.Window(p.chain[:0])
 	if len(hashes) == 0 {
-		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
 	total := float64(p.pop.total.Load()) + popularityPrior
 	n := float64(len(allowed))
@@ -138,7 +139,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 			// Read the whole lookahead at once, so that its blocks'
 			// popularity is learnt together, not one block per
 			// generation of requests.
-			w.hashes, read = key.withLookahead(w.hashes), true
+			w.hashes, read = key.WithLookahead(w.hashes), true
 			if i == len(w.hashes) {
 				break
 			}

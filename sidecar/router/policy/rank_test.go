@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // referenceRank is the ranking the policy used before rankTop: every
@@ -153,7 +154,7 @@ func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) 
 func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
 	hashes := key.BlockHashes()
 	if len(hashes) == 0 {
-		hashes = []uint64{scopeSeed(t.cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
 	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.total.Load()) + popularityPrior

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 	"github.com/warmroute/warmroute/test/workload"
 )
 
@@ -78,9 +79,14 @@ func simRequests(t testing.TB, w workload.Workload) []simRequest {
 				prompt.WriteString(p)
 			}
 		}
-		out[i] = simRequest{req: reqs[i], blocks: blockChain(nil, 0x1234, []byte(prompt.String()), simBlockBytes)}
+		out[i] = simRequest{req: reqs[i], blocks: blocksOf(prompt.String())}
 	}
 	return out
+}
+
+// blocksOf is the block chain of a whole prompt.
+func blocksOf(prompt string) []uint64 {
+	return prefixkey.New(prefixkey.Request{Text: []byte(prompt), WindowBytes: len(prompt)}, 0x1234, simBlockBytes).BlockHashes()
 }
 
 // cacheBlocks sizes each instance's cache at a quarter of the workload's

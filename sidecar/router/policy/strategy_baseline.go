@@ -17,7 +17,7 @@ type baseline struct{}
 // decide places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
 func (baseline) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	order := rank(t, allowed, key.windowHash(t.cfg.HashSeed), nil)
+	order := rank(t, allowed, key.WindowHash(t.cfg.HashSeed), nil)
 	d := decision{order: order, placed: -1}
 	first := order[0]
 	if p.available(t, first) && !p.overThreshold(t, first) {

@@ -1,4 +1,4 @@
-package policy
+package prefixkey
 
 import (
 	"encoding/binary"
@@ -50,7 +50,7 @@ func TestBlockChainIsXXHOfParentAndBlock(t *testing.T) {
 }
 
 func BenchmarkBlockChain(b *testing.B) {
-	text := make([]byte, 4096+lookaheadBytes)
+	text := make([]byte, 4096+32768)
 	for i := range text {
 		text[i] = byte(i * 7)
 	}

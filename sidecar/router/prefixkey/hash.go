@@ -1,7 +1,7 @@
-// Package policy decides which instance serves a request. It is pure Go over
-// plain structs — no net/http, no Kubernetes types — so that every strategy
-// can be table-tested and benchmarked without a network.
-package policy
+// Package prefixkey names a request's prompt prefix as a chain of block
+// hashes: what the policy matches, remembers and sends to the elected
+// picker instead of the text.
+package prefixkey
 
 import (
 	"encoding/binary"
@@ -9,9 +9,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// hashString hashes s under seed, so that all replicas with the same
-// HashSeed agree and different endpoints do not.
-func hashString(seed uint64, s string) uint64 {
+// HashString hashes s under seed, so that all replicas with the same
+// hash seed agree and different endpoints do not.
+func HashString(seed uint64, s string) uint64 {
 	var d xxhash.Digest
 	var b [8]byte
 	d.ResetWithSeed(seed)
@@ -21,12 +21,12 @@ func hashString(seed uint64, s string) uint64 {
 	return d.Sum64()
 }
 
-// scopeSeed is the first link of a request's block chain. Model (or
+// ScopeSeed is the first link of a request's block chain. Model (or
 // adapter) and tenant are part of it, so identical text from different
 // tenants or adapters never shares a chain, exactly as vLLM keeps their KV
 // blocks apart (LoRA name and cache_salt are extra keys of its first block).
-func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
-	return hashString(hashSeed, model+"\x00"+tenant)
+func ScopeSeed(hashSeed uint64, model, tenant string) uint64 {
+	return HashString(hashSeed, model+"\x00"+tenant)
 }
 
 // blockChain appends to dst the chained hashes of text cut into blocks of
@@ -44,7 +44,7 @@ func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 
 }
 
 // chainEnd is the last hash of blockChain(nil, seed, text, blockSize), or
-// seed when text is empty. A window is about 32 blocks (see Update), so
+// seed when text is empty. A window is about 32 blocks (see the policy's Update), so
 // its chain fits the stack.
 func chainEnd(seed uint64, text []byte, blockSize int) uint64 {
 	var buf [64]uint64

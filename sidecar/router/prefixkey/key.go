@@ -1,12 +1,29 @@
-package policy
+package prefixkey
 
 import "cmp"
 
+// Request is what the policy knows of a request.
+type Request struct {
+	// Model is the "model" the client asked for; "" means the served model.
+	Model string
+	// Tenant isolates identical prompts of different tenants.
+	Tenant string
+	// Text is the routing text: the window (first prefixLength characters
+	// or bytes) followed by up to the lookahead.
+	Text []byte
+	// WindowBytes is how many bytes of Text form the window.
+	WindowBytes int
+	// PromptBytes is the length of the whole prompt text, which the routing
+	// text may stop short of; 0 means len(Text). It sizes the request's
+	// prefill in the token load.
+	PromptBytes int
+}
+
 // Key is what a decision needs of a request, and all a router replica
-// sends the elected picker: block hashes (keyed by Config.HashSeed, scoped
+// sends the elected picker: block hashes (keyed by the hash seed, scoped
 // to model and tenant), sizes and the model, never the prompt text.
 //
-// A Key made by Policy.Key holds the routing text instead, valid while the
+// A Key made by New holds the routing text instead, valid while the
 // Request's Text is: a decision in this process hashes the window, and the
 // lookahead only when it reads past the window, which few requests do
 // (hashing every block up front cost more than the rest of the decision).
@@ -36,17 +53,11 @@ type Key struct {
 	blockSize int
 }
 
-// Key makes the key of a request under the configuration in force. Every
+// New makes the key of a request under a hash seed and block size. Every
 // replica computes the same chain for the same request as long as they
 // share the hash seed, the prefix length and the block size. The Key
 // refers to req.Text (see Key).
-func (p *Policy) Key(req Request) Key {
-	t := p.table.Load()
-	var seed uint64
-	bs := 64
-	if t != nil {
-		seed, bs = t.cfg.HashSeed, t.blockSize
-	}
+func New(req Request, hashSeed uint64, bs int) Key {
 	window := min(req.WindowBytes, len(req.Text))
 	return Key{
 		Model:        req.Model,
@@ -55,23 +66,23 @@ func (p *Policy) Key(req Request) Key {
 		PromptBytes:  cmp.Or(req.PromptBytes, len(req.Text)),
 		text:         req.Text,
 		window:       window,
-		seed:         scopeSeed(seed, req.Model, req.Tenant),
+		seed:         ScopeSeed(hashSeed, req.Model, req.Tenant),
 		blockSize:    bs,
 	}
 }
 
 // BlockHashes returns the key's whole block chain, window and lookahead.
 func (k Key) BlockHashes() []uint64 {
-	if !k.holdsText() {
+	if !k.HoldsText() {
 		return k.Hashes
 	}
-	return k.withLookahead(k.windowBlocks(make([]uint64, 0, (len(k.text)+k.blockSize-1)/k.blockSize+1)))
+	return k.WithLookahead(k.Window(make([]uint64, 0, (len(k.text)+k.blockSize-1)/k.blockSize+1)))
 }
 
-// windowBlocks returns the window's block hashes: the key's own, or those
+// Window returns the window's block hashes: the key's own, or those
 // of its text appended to dst. A window without text is its seed.
-func (k Key) windowBlocks(dst []uint64) []uint64 {
-	if !k.holdsText() {
+func (k Key) Window(dst []uint64) []uint64 {
+	if !k.HoldsText() {
 		return k.Hashes[:min(max(k.WindowBlocks, 1), len(k.Hashes))]
 	}
 	out := blockChain(dst, k.seed, k.text[:k.window], k.blockSize)
@@ -81,10 +92,10 @@ func (k Key) windowBlocks(dst []uint64) []uint64 {
 	return out
 }
 
-// withLookahead returns the window's hashes, as windowBlocks returned
+// WithLookahead returns the window's hashes, as Window returned
 // them, followed by the lookahead's.
-func (k Key) withLookahead(window []uint64) []uint64 {
-	if !k.holdsText() {
+func (k Key) WithLookahead(window []uint64) []uint64 {
+	if !k.HoldsText() {
 		return k.Hashes
 	}
 	// Lookahead blocks start where the window ends: a partial last window
@@ -92,16 +103,16 @@ func (k Key) withLookahead(window []uint64) []uint64 {
 	return blockChain(window, window[len(window)-1], k.text[k.window:], k.blockSize)
 }
 
-// holdsText reports whether the key holds its text rather than hashes.
-func (k Key) holdsText() bool { return k.blockSize > 0 }
+// HoldsText reports whether the key holds its text rather than hashes.
+func (k Key) HoldsText() bool { return k.blockSize > 0 }
 
-// windowHash is the hash standing for the whole window: its last block's.
-func (k Key) windowHash(seed uint64) uint64 {
-	if k.holdsText() {
+// WindowHash is the hash standing for the whole window: its last block's.
+func (k Key) WindowHash(seed uint64) uint64 {
+	if k.HoldsText() {
 		return chainEnd(k.seed, k.text[:k.window], k.blockSize)
 	}
 	if n := min(k.WindowBlocks, len(k.Hashes)); n > 0 {
 		return k.Hashes[n-1]
 	}
-	return scopeSeed(seed, k.Model, "")
+	return ScopeSeed(seed, k.Model, "")
 }
