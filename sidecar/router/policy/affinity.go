@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
+)
 
 // Affinity: where the anchor goes within its parent set before the guard.
 // A key the index knows stays where it lives; a new key takes one of its
@@ -29,8 +33,8 @@ const stickySlack = 8
 func (p *Policy) place(t *table, w walk, allowed []int, model string) (int, uint32, string, int) {
 	var ver uint32
 	if w.choices == placementChoices {
-		if d, e := p.index.deepest(w.hashes, w.leaf); d >= 0 {
-			ver = e.ver
+		if d, e := p.index.Deepest(w.hashes, w.leaf); d >= 0 {
+			ver = e.Ver
 			m, moved := p.sticky(t, w.parent, e)
 			warm := w.parent[0]
 			if dr := p.drainingHolder(t, w.parent, allowed, e, model); dr >= 0 {
@@ -76,16 +80,16 @@ func (p *Policy) nextOwner(t *table, set []int, m int, moved string) (int, strin
 // (MoveJoining: the keys plain rendezvous hashing would move, and no
 // others), and off a holder over the move bound onto one of its two
 // choices within ShareSlack (MoveShare, see relieve).
-func (p *Policy) sticky(t *table, set []int, e indexEntry) (int, string) {
+func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
-		if tok := t.members[m].stat.token; tok == e.tok[0] || e.tie && tok == e.tok[1] {
+		if tok := t.members[m].stat.token; tok == e.Tok[0] || e.Tie && tok == e.Tok[1] {
 			home = m
 			break
 		}
 	}
 	for _, m := range set {
-		if home < 0 && e.tok[1] != 0 && t.members[m].stat.token == e.tok[1] {
+		if home < 0 && e.Tok[1] != 0 && t.members[m].stat.token == e.Tok[1] {
 			home, moved = m, MoveHolderLeft
 		}
 	}

@@ -1,6 +1,10 @@
 package policy
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
+)
 
 // The cost model. What a request would cost an instance is the work ahead
 // of its first token there: the instance's token load (prompt tokens its
@@ -92,18 +96,18 @@ type expectation struct {
 	hashed      int // blocks hashed
 	n           int
 	depths      [maxRecordDepths]int
-	entries     [maxRecordDepths]indexEntry
+	entries     [maxRecordDepths]prefixindex.Entry
 }
 
 func (p *Policy) expect(key Key, bs int, w walk, depths []int) expectation {
 	x := expectation{prompt: p.tokensOf(key.PromptBytes), bs: bs, textLen: key.TextBytes, shared: w.shared, hashed: len(w.hashes)}
 	x.n = copy(x.depths[:], depths)
-	p.index.entries(w.hashes, x.depths[:x.n], x.entries[:x.n])
+	p.index.Entries(w.hashes, x.depths[:x.n], x.entries[:x.n])
 	// The index records a few depths per request, so a match at one depth
 	// may go on to just before the next: blocks that earlier requests also
 	// carried are taken as held wherever the key lives. Counts only fall
 	// along a chain, so the first block no request carried is a bisection.
-	x.seen = sort.Search(len(w.hashes), func(d int) bool { return p.pop.estimate(w.hashes[d]) == 0 })
+	x.seen = sort.Search(len(w.hashes), func(d int) bool { return p.pop.Estimate(w.hashes[d]) == 0 })
 	return x
 }
 
@@ -113,7 +117,7 @@ func (p *Policy) expect(key Key, bs int, w walk, depths []int) expectation {
 func (x *expectation) hitBytes(token uint32, withShared bool) int {
 	match := 0
 	for i := x.n - 1; i >= 0; i-- {
-		if x.entries[i].has(token) {
+		if x.entries[i].Has(token) {
 			match = max(x.depths[i]+1, x.seen)
 			break
 		}

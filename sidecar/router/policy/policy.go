@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/warmroute/warmroute/sidecar/router/popularity"
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
@@ -52,8 +54,8 @@ type Policy struct {
 	tuning     Tuning
 	table      atomic.Pointer[table]
 	stats      statRegistry
-	pop        *popularity
-	index      *prefixIndex
+	pop        *popularity.Sketch
+	index      *prefixindex.Index
 	shareSince atomic.Int64
 	shareDecay atomic.Bool
 	// shareEpoch counts share decays: how long ago an instance joined (see
@@ -73,7 +75,7 @@ type Policy struct {
 // New returns a policy with no instances; call Update before Pick.
 func New(t Tuning) *Policy {
 	t = t.withDefaults()
-	return &Policy{tuning: t, pop: newPopularity(t.SketchWidth, t.DecayEvery), index: newPrefixIndex(t.IndexEntries)}
+	return &Policy{tuning: t, pop: popularity.New(t.SketchWidth, t.DecayEvery), index: prefixindex.New(t.IndexEntries)}
 }
 
 // Update installs a new configuration. Live counters follow instances by ID.
@@ -151,7 +153,7 @@ func (p *Policy) IndexEntries() int { return p.index.Len() }
 
 // MemoryBytes estimates the memory held by the index and the sketch, both of
 // which are bounded by configuration.
-func (p *Policy) MemoryBytes() int { return p.index.Len()*48 + p.pop.Bytes() }
+func (p *Policy) MemoryBytes() int { return p.index.Len()*prefixindex.EntryBytes + p.pop.Bytes() }
 
 // InFlight returns the number of requests decided here in flight to an
 // instance.

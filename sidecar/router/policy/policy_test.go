@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
 func fleet(n int) []Instance {
@@ -622,18 +623,12 @@ func learntState(p *Policy) string {
 		s := p.stats.get(in.ID)
 		fmt.Fprintf(&b, "%s %d %d %d %d|", in.ID, s.inFlight.Load(), s.prefill.Load(), s.share.Load(), s.joined.Load())
 	}
-	fmt.Fprintf(&b, "pop %d %d|", p.pop.total.Load(), p.pop.since.Load())
-	for i := range p.pop.counts {
-		fmt.Fprintf(&b, "%d,", p.pop.counts[i].Load())
-	}
-	p.index.mu.Lock()
-	defer p.index.mu.Unlock()
-	for _, gen := range []map[uint64]indexEntry{p.index.young, p.index.old} {
-		keys := slices.Sorted(maps.Keys(gen))
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%x:%v;", k, gen[k])
-		}
-		b.WriteString("|")
+	pop := p.pop.State()
+	fmt.Fprintf(&b, "pop %d %d %v|", pop.Total, pop.Since, pop.Counts)
+	entries := map[uint64]prefixindex.Entry{}
+	p.index.Each(func(h uint64, e prefixindex.Entry) { entries[h] = e })
+	for _, k := range slices.Sorted(maps.Keys(entries)) {
+		fmt.Fprintf(&b, "%x:%v;", k, entries[k])
 	}
 	return b.String()
 }

@@ -99,9 +99,9 @@ func (p *Policy) learn(l *learning) {
 	if l.hashes == nil {
 		return
 	}
-	p.pop.record(l.hashes)
+	p.pop.Record(l.hashes)
 	if l.remember {
-		p.index.addDepths(l.hashes, l.depths, l.token, l.ver)
+		p.index.AddDepths(l.hashes, l.depths, l.token, l.ver)
 	}
 }
 
@@ -126,7 +126,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 	if len(hashes) == 0 {
 		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
-	total := float64(p.pop.total.Load()) + popularityPrior
+	total := float64(p.pop.Total()) + popularityPrior
 	n := float64(len(allowed))
 	set := allowed
 	w := walk{leaf: -1, choices: placementChoices, hashes: hashes}
@@ -145,7 +145,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 			}
 		}
 		h := w.hashes[i]
-		est := p.pop.estimate(h)
+		est := p.pop.Estimate(h)
 		if est >= 2 && w.shared == i {
 			w.shared = i + 1
 		}

@@ -157,7 +157,7 @@ func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
 		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
 	}
 	window := min(max(key.WindowBlocks, 1), len(hashes))
-	total := float64(p.pop.total.Load()) + popularityPrior
+	total := float64(p.pop.Total()) + popularityPrior
 	n := float64(len(allowed))
 	set := slices.Clone(allowed)
 	w := walk{leaf: -1, choices: placementChoices, hashes: hashes[:window]}
@@ -169,7 +169,7 @@ func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
 			w.hashes = hashes
 		}
 		h := w.hashes[i]
-		est := p.pop.estimate(h)
+		est := p.pop.Estimate(h)
 		if est >= 2 && w.shared == i {
 			w.shared = i + 1
 		}

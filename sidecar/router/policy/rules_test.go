@@ -2,6 +2,8 @@ package policy
 
 import (
 	"testing"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
 // rulesPolicy is a PREFIX_AWARE policy of 4 instances whose shares (and
@@ -70,7 +72,7 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		// Warming (warm.go) only in the row about it; the others pin the
 		// rules without it.
 		p.tuning.NoWarm = tc.moved != moveWarm
-		e := indexEntry{tok: [2]uint32{tb.members[held].stat.token, tb.members[2].stat.token}, ver: 3}
+		e := prefixindex.Entry{Tok: [2]uint32{tb.members[held].stat.token, tb.members[2].stat.token}, Ver: 3}
 		if tc.gone {
 			set = []int{0, 2, 3}
 		}

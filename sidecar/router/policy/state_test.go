@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/gob"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -149,19 +151,19 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err := b.Restore(snap); err != nil {
 		t.Fatal(err)
 	}
-	x, err := decodeSnapshot(snap, 1<<10)
+	x, err := decodeSnapshot(snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := decodeSnapshot(b.Snapshot(), 1<<10)
+	y, err := decodeSnapshot(b.Snapshot())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(x.counts, y.counts) || x.total != y.total || !maps.Equal(sharesOf(x), sharesOf(y)) {
+	if !slices.Equal(x.Sketch.Counts, y.Sketch.Counts) || x.Sketch.Total != y.Sketch.Total || !maps.Equal(sharesOf(x), sharesOf(y)) {
 		t.Fatal("shares or sketch differ after a round trip")
 	}
-	if x.popSince == 0 || x.popSince != y.popSince || x.shareSince != y.shareSince {
-		t.Fatalf("decay phases: sketch %d → %d, shares %d → %d", x.popSince, y.popSince, x.shareSince, y.shareSince)
+	if x.Sketch.Since == 0 || x.Sketch.Since != y.Sketch.Since || x.ShareSince != y.ShareSince {
+		t.Fatalf("decay phases: sketch %d → %d, shares %d → %d", x.Sketch.Since, y.Sketch.Since, x.ShareSince, y.ShareSince)
 	}
 	if a.IndexEntries() != b.IndexEntries() {
 		t.Fatalf("index %d entries, restored %d", a.IndexEntries(), b.IndexEntries())
@@ -176,17 +178,23 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err := wrong.Restore(snap); err == nil {
 		t.Fatal("restored a snapshot of another sketch width")
 	}
-	for _, bad := range [][]byte{nil, []byte("WRPS"), append([]byte("WRPS\x02"), snap[5:]...), append([]byte("WRPS\x04"), snap[5:]...), snap[:len(snap)-1], append(slices.Clone(snap), 0)} {
+	other := *x
+	other.Format++
+	var otherFormat bytes.Buffer
+	if err := gob.NewEncoder(&otherFormat).Encode(&other); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{nil, []byte("WRPS\x03"), otherFormat.Bytes(), snap[:len(snap)-1], snap[1:], append(slices.Clone(snap), 0)} {
 		if err := b.Restore(bad); err == nil {
 			t.Fatalf("restored garbage of %d bytes", len(bad))
 		}
 	}
 }
 
-func sharesOf(s *decodedSnapshot) map[string]uint64 {
-	out := map[string]uint64{}
-	for i, id := range s.ids {
-		out[id] = s.shares[i]
+func sharesOf(s *snapshot) map[string]int64 {
+	out := map[string]int64{}
+	for i, id := range s.IDs {
+		out[id] = s.Shares[i]
 	}
 	return out
 }
@@ -197,7 +205,7 @@ func FuzzRestore(f *testing.F) {
 		pick(f, p, textReq(fmt.Sprintf("prompt %d", i))).Done()
 	}
 	f.Add(p.Snapshot())
-	f.Add([]byte("WRPS\x01\x01\x01a"))
+	f.Add([]byte("WRPS\x03\x01\x01a"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		q := New(Tuning{SketchWidth: 16, IndexEntries: 64})
 		if err := q.Restore(data); err != nil {

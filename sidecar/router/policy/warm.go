@@ -1,6 +1,10 @@
 package policy
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
+)
 
 // Warming: when a key's next owner would take it cold (a full prefill on
 // the user's request), the request is instead served where the key is
@@ -56,13 +60,13 @@ func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) 
 // entry e, outside allowed (which fails open to drainers) and allowed to
 // serve model, with no member of set tied with it (that one holds the key
 // as well and serves); -1 if none.
-func (p *Policy) drainingHolder(t *table, set, allowed []int, e indexEntry, model string) int {
+func (p *Policy) drainingHolder(t *table, set, allowed []int, e prefixindex.Entry, model string) int {
 	for _, d := range t.draining {
 		m := t.members[d]
-		if m.stat.token != e.tok[0] {
+		if m.stat.token != e.Tok[0] {
 			continue
 		}
-		tied := e.tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.token == e.tok[1] })
+		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.token == e.Tok[1] })
 		adapter := model != "" && model != t.cfg.Model
 		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.cfg.Adapters[model], m.ID) {
 			return -1
@@ -147,6 +151,6 @@ func (c *Choice) Warmed(ok bool) {
 	w.settled = true
 	c.t.members[w.member].stat.warmInFlight.Add(-1)
 	if ok {
-		w.p.index.addDepths(w.hashes, w.depths, w.token, w.ver)
+		w.p.index.AddDepths(w.hashes, w.depths, w.token, w.ver)
 	}
 }

@@ -1,0 +1,152 @@
+// Package prefixindex is the bounded, approximate record of which
+// instances were recently sent which block hashes.
+package prefixindex
+
+import "sync"
+
+// Index is two generations of a hash map: new entries go into the young
+// one, and when that is full the old generation is dropped and the young
+// one ages, so memory never exceeds capacity entries and what survives is
+// roughly the most recently used (a cheap LRU). Each entry remembers the
+// last two instances that were placed the block, which is enough to
+// recognise a hot prefix that the policy replicated.
+type Index struct {
+	mu       sync.Mutex
+	young    map[uint64]Entry
+	old      map[uint64]Entry
+	capacity int
+}
+
+// EntryBytes is about what an entry costs in memory: its key and value and
+// a map's overhead.
+const EntryBytes = 48
+
+// Entry is where a block lives: a last-writer-wins register. A placement
+// carries the version of the entry it followed, or one more when it put
+// the key somewhere new (a first placement, a move); the higher version
+// wins whatever order placements are merged in, and two of equal version
+// on different instances are kept both, tied, for the key's own HRW order
+// to settle.
+type Entry struct {
+	Tok [2]uint32 // instance tokens, current holder first; 0 = none
+	Ver uint32
+	Tie bool // Tok[1] was placed at the same version as Tok[0]
+}
+
+// New returns an empty index of at most capacity entries.
+func New(capacity int) *Index {
+	// Not presized: a replica's fallback policy fills only while no picker
+	// answers.
+	return &Index{young: map[uint64]Entry{}, old: map[uint64]Entry{}, capacity: max(capacity, 2)}
+}
+
+func (x *Index) lookupLocked(h uint64) (Entry, bool) {
+	if e, ok := x.young[h]; ok {
+		return e, true
+	}
+	e, ok := x.old[h]
+	return e, ok
+}
+
+// Deepest looks the hashes up from the deepest down to depth from, and
+// returns the first (deepest) one any instance holds with its holders, or
+// -1.
+func (x *Index) Deepest(hashes []uint64, from int) (int, Entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for d := len(hashes) - 1; d >= from; d-- {
+		if e, ok := x.lookupLocked(hashes[d]); ok {
+			return d, e
+		}
+	}
+	return -1, Entry{}
+}
+
+// putLocked stores an entry in the young generation, ageing the
+// generations when it is full.
+func (x *Index) putLocked(h uint64, e Entry) {
+	if len(x.young) >= x.capacity/2 {
+		x.old = x.young
+		x.young = make(map[uint64]Entry, x.capacity/2)
+	}
+	x.young[h] = e
+}
+
+// Len is the number of entries held (at most capacity).
+func (x *Index) Len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.young) + len(x.old)
+}
+
+// merge returns the entry after a placement on token at version ver.
+func (e Entry) merge(token, ver uint32) Entry {
+	switch {
+	case e.Tok[0] == 0:
+		return Entry{Tok: [2]uint32{token}, Ver: ver}
+	case e.Tok[0] == token:
+		if ver > e.Ver {
+			e.Ver, e.Tie = ver, false
+		}
+	case ver > e.Ver:
+		e = Entry{Tok: [2]uint32{token, e.Tok[0]}, Ver: ver}
+	case ver == e.Ver:
+		// A concurrent placement elsewhere: both hold the key, neither wins
+		// by recency (Tok[1] may be token already, placed at a lower
+		// version: it is tied now).
+		e = Entry{Tok: [2]uint32{e.Tok[0], token}, Ver: ver, Tie: true}
+	case e.Tok[1] == 0:
+		// An older placement: the instance was sent the key, so it may hold
+		// it warm, but it is not where the key lives.
+		e.Tok[1] = token
+	}
+	return e
+}
+
+// Has reports whether the entry names the instance with the token.
+func (e Entry) Has(token uint32) bool {
+	return token != 0 && (e.Tok[0] == token || e.Tok[1] == token)
+}
+
+// AddDepths records token, at version ver, for the hashes at the given
+// depths.
+func (x *Index) AddDepths(hashes []uint64, depths []int, token, ver uint32) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, d := range depths {
+		e, _ := x.lookupLocked(hashes[d])
+		x.putLocked(hashes[d], e.merge(token, ver))
+	}
+}
+
+// Entries looks up the hashes at the given depths in one pass, setting out
+// to each one's entry (zero when absent).
+func (x *Index) Entries(hashes []uint64, depths []int, out []Entry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, d := range depths {
+		out[i], _ = x.lookupLocked(hashes[d])
+	}
+}
+
+// Each calls f for every entry, the older generation first, under the
+// index's lock.
+func (x *Index) Each(f func(h uint64, e Entry)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, gen := range []map[uint64]Entry{x.old, x.young} {
+		for h, e := range gen {
+			f(h, e)
+		}
+	}
+}
+
+// Reset empties the index and fills it by calling fill with a function
+// that stores an entry, oldest first (a smaller index keeps the most
+// recent).
+func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.young, x.old = make(map[uint64]Entry, x.capacity/2), map[uint64]Entry{}
+	fill(x.putLocked)
+}
