@@ -12,8 +12,6 @@ import (
 // that holds it, within the load guard.
 const PrefixAware = routing.StrategyPrefixAware
 
-func init() { register(PrefixAware, prefixAware{}, false) }
-
 // prefixAware decides in three steps (sidecar/README.md, "How PREFIX_AWARE
 // decides"): the replica-set walk finds the anchor's parent set, affinity
 // places the anchor in it, and the guard moves the request off that choice

@@ -142,7 +142,7 @@ type referencePrefixAware struct{}
 
 const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
 
-func init() { register(referenceStrategy, referencePrefixAware{}, true) }
+func init() { benchmarkStrategies[referenceStrategy] = referencePrefixAware{} }
 
 func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
 	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, unranked) {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestRegistryMatchesRoutingDocument(t *testing.T) {
-	if got := Strategies(false); !slices.Equal(got, routing.Strategies) {
+	if got := slices.Sorted(maps.Keys(strategies)); !slices.Equal(got, slices.Sorted(slices.Values(routing.Strategies))) {
 		t.Fatalf("production strategies %v, routing document's %v", got, routing.Strategies)
 	}
 	if got := Strategies(true); !slices.Contains(got, referenceStrategy) {

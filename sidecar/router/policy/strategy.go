@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -39,56 +40,32 @@ type decision struct {
 	Decision
 }
 
-// registration is one entry of the strategy table.
-type registration struct {
-	impl strategy
-	// benchmark marks a comparison point for benchmarks: usable only with
-	// Tuning.BenchmarkStrategies (the router's --strategy-override), and not
-	// a value of the routing document.
-	benchmark bool
-}
+// strategies are the routing document's; benchmarkStrategies the
+// comparison points a benchmark build adds (strategy_baseline.go), which
+// only a policy whose Tuning sets BenchmarkStrategies (the router's
+// --strategy-override) accepts.
+var (
+	strategies          = map[Strategy]strategy{Random: random{}, LeastOutstandingRequests: leastOutstanding{}, PrefixAware: prefixAware{}}
+	benchmarkStrategies = map[Strategy]strategy{}
+)
 
-// strategies is the table of every strategy, filled by register from each
-// strategy's own file.
-var strategies = map[Strategy]registration{}
-
-// register adds a strategy to the table; each strategy file calls it once
-// from init.
-func register(s Strategy, impl strategy, benchmark bool) {
-	if _, dup := strategies[s]; dup {
-		panic("policy: strategy " + string(s) + " registered twice")
-	}
-	strategies[s] = registration{impl: impl, benchmark: benchmark}
-}
-
-// Strategies lists the registered strategies, the routing document's first
-// in its order; benchmark strategies only when withBenchmark is set.
+// Strategies lists the routing document's strategies in its order, then
+// the benchmark ones when withBenchmark is set.
 func Strategies(withBenchmark bool) []Strategy {
-	var out []Strategy
-	for s, r := range strategies {
-		if !r.benchmark || withBenchmark {
-			out = append(out, s)
-		}
+	out := slices.Clone(routing.Strategies)
+	if withBenchmark {
+		out = append(out, slices.Sorted(maps.Keys(benchmarkStrategies))...)
 	}
-	slices.SortFunc(out, func(a, b Strategy) int {
-		return cmp.Or(cmp.Compare(docOrder(a), docOrder(b)), cmp.Compare(a, b))
-	})
 	return out
 }
 
-// docOrder is the position of s in the routing document's list (after it
-// if absent).
-func docOrder(s Strategy) int {
-	if i := slices.Index(routing.Strategies, s); i >= 0 {
-		return i
-	}
-	return len(routing.Strategies)
-}
-
-// ValidStrategy returns an error naming the choices unless s is registered
-// (benchmark strategies count only when withBenchmark is set).
+// ValidStrategy returns an error naming the choices unless s is a
+// strategy (benchmark strategies count only when withBenchmark is set).
 func ValidStrategy(s Strategy, withBenchmark bool) error {
-	if r, ok := strategies[s]; ok && (!r.benchmark || withBenchmark) {
+	if _, ok := strategies[s]; ok {
+		return nil
+	}
+	if _, ok := benchmarkStrategies[s]; ok && withBenchmark {
 		return nil
 	}
 	return routing.ErrUnknownStrategy(s, Strategies(withBenchmark))
@@ -99,5 +76,5 @@ func (p *Policy) lookup(s Strategy) (strategy, error) {
 	if err := ValidStrategy(s, p.tuning.BenchmarkStrategies); err != nil {
 		return nil, err
 	}
-	return strategies[s].impl, nil
+	return cmp.Or(strategies[s], benchmarkStrategies[s]), nil
 }

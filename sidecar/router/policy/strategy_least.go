@@ -6,8 +6,6 @@ import routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 // the fewest requests in flight from all router replicas together.
 const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
 
-func init() { register(LeastOutstandingRequests, leastOutstanding{}, false) }
-
 type leastOutstanding struct{}
 
 func (leastOutstanding) decide(p *Policy, t *table, _ Key, allowed []int) decision {

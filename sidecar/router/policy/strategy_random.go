@@ -9,8 +9,6 @@ import (
 // Random sends each request to a uniformly random healthy instance.
 const Random = routing.StrategyRandom
 
-func init() { register(Random, random{}, false) }
-
 type random struct{}
 
 func (random) decide(p *Policy, t *table, _ Key, allowed []int) decision {
