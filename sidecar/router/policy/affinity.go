@@ -3,6 +3,7 @@ package policy
 import (
 	"math"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -83,13 +84,13 @@ func (p *Policy) nextOwner(t *table, set []int, m int, moved string) (int, strin
 func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
-		if tok := t.members[m].stat.token; tok == e.Tok[0] || e.Tie && tok == e.Tok[1] {
+		if tok := t.members[m].stat.Token; tok == e.Tok[0] || e.Tie && tok == e.Tok[1] {
 			home = m
 			break
 		}
 	}
 	for _, m := range set {
-		if home < 0 && e.Tok[1] != 0 && t.members[m].stat.token == e.Tok[1] {
+		if home < 0 && e.Tok[1] != 0 && t.members[m].stat.Token == e.Tok[1] {
 			home, moved = m, MoveHolderLeft
 		}
 	}
@@ -97,10 +98,10 @@ func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) 
 		return home, moved
 	}
 	avg := p.averageShare(t, set)
-	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.share.Load()) <= p.tuning.ShareSlack*avg {
+	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.Share.Load()) <= p.tuning.ShareSlack*avg {
 		return p.warmMove(t, set[0], home, MoveJoining)
 	}
-	if float64(t.members[home].stat.share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
+	if float64(t.members[home].stat.Share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
 		return home, moved
 	}
 	if m := p.relieve(t, set, home, avg); m != home {
@@ -116,8 +117,8 @@ func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) 
 func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
 	best := m
 	for _, c := range set[:min(len(set), placementChoices)] {
-		share := t.members[c].stat.share.Load()
-		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.share.Load()) {
+		share := t.members[c].stat.Share.Load()
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.Share.Load()) {
 			best = c
 		}
 	}
@@ -134,11 +135,11 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	bound := p.newKeyShareBound(t, set)
 	best := set[0]
 	for _, m := range set[:min(len(set), choices)] {
-		share := t.members[m].stat.share.Load()
+		share := t.members[m].stat.Share.Load()
 		if float64(share) <= bound {
 			return m
 		}
-		if share < t.members[best].stat.share.Load() {
+		if share < t.members[best].stat.Share.Load() {
 			best = m
 		}
 	}
@@ -163,7 +164,7 @@ func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) 
 		bound = p.newKeyShareBound(t, set)
 	}
 	best, c := p.cheapest(t, set, x, func(m int) bool {
-		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.members[m].stat.share.Load()) <= bound
+		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.members[m].stat.Share.Load()) <= bound
 	})
 	if best < 0 || c >= p.cost(t.members[chosen].stat, x) {
 		return chosen
@@ -180,5 +181,5 @@ func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
-	return float64(sumOver(t, set, func(s *stat) int64 { return s.share.Load() })) / float64(len(set))
+	return float64(sumOver(t, set, func(s *fleet.Stat) int64 { return s.Share.Load() })) / float64(len(set))
 }

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"sync/atomic"
+
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // Spill reasons, as counted in metrics.
@@ -68,7 +70,7 @@ type Decision struct {
 // Instance is the current target.
 func (c *Choice) Instance() Instance { return c.t.members[c.order[c.pos]].Instance }
 
-func (c *Choice) stat() *stat { return c.t.members[c.order[c.pos]].stat }
+func (c *Choice) stat() *fleet.Stat { return c.t.members[c.order[c.pos]].stat }
 
 // Next moves to the next instance of the preference order after a failure
 // before any byte was exchanged; false when the order is exhausted.
@@ -91,7 +93,7 @@ func (c *Choice) Next() bool {
 // instance's prefill load and counts as decoding until Done.
 func (c *Choice) Prefilled() {
 	if !c.done.Load() && !c.prefilled.Swap(true) {
-		c.stat().prefill.Add(-c.prefill)
+		c.stat().Prefill.Add(-c.prefill)
 	}
 }
 
@@ -104,16 +106,16 @@ func (c *Choice) Done() {
 
 func (c *Choice) charge() {
 	s := c.stat()
-	s.inFlight.Add(1)
+	s.InFlight.Add(1)
 	if !c.prefilled.Load() {
-		s.prefill.Add(c.prefill)
+		s.Prefill.Add(c.prefill)
 	}
 }
 
 func (c *Choice) release() {
 	s := c.stat()
-	s.inFlight.Add(-1)
+	s.InFlight.Add(-1)
 	if !c.prefilled.Load() {
-		s.prefill.Add(-c.prefill)
+		s.Prefill.Add(-c.prefill)
 	}
 }

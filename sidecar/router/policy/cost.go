@@ -3,6 +3,7 @@ package policy
 import (
 	"sort"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -18,13 +19,13 @@ import (
 // token spill is charged the cache it leaves behind (lost).
 
 // tokenLoad is an instance's token load.
-func (p *Policy) tokenLoad(s *stat) int64 {
-	return s.prefill.Load() + decodeTokens*s.inFlight.Load()
+func (p *Policy) tokenLoad(s *fleet.Stat) int64 {
+	return s.Prefill.Load() + decodeTokens*s.InFlight.Load()
 }
 
 // cost is the work ahead of the request's first token on the instance.
-func (p *Policy) cost(s *stat, x *expectation) int64 {
-	return p.tokenLoad(s) + x.own(s.token)
+func (p *Policy) cost(s *fleet.Stat, x *expectation) int64 {
+	return p.tokenLoad(s) + x.own(s.Token)
 }
 
 // clearlyMore reports whether work a is so far above b that the lighter
@@ -62,11 +63,11 @@ func (p *Policy) cheapest(t *table, set []int, x *expectation, ok func(int) bool
 // it on s and its prefill is at least tokenFloor. Such a prompt has no
 // cache to wait for on s (coldPlacement) and, spilled, lives only where it
 // went, which the index then remembers.
-func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
-	if x.hitBytes(s.token, false) > 0 {
+func (p *Policy) longAndCold(x *expectation, s *fleet.Stat) (int64, bool) {
+	if x.hitBytes(s.Token, false) > 0 {
 		return 0, false
 	}
-	own := x.own(s.token)
+	own := x.own(s.Token)
 	return own, own >= tokenFloor
 }
 
@@ -74,11 +75,11 @@ func (p *Policy) longAndCold(x *expectation, s *stat) (int64, bool) {
 // reached the concurrency threshold. The count is exact: every request of
 // every replica is decided, and released, here.
 func (p *Policy) overThreshold(t *table, m int) bool {
-	return t.members[m].stat.inFlight.Load() >= int64(t.cfg.ConcurrencyThreshold)
+	return t.members[m].stat.InFlight.Load() >= int64(t.cfg.ConcurrencyThreshold)
 }
 
 // sumOver adds up a measure over the members in set.
-func sumOver(t *table, set []int, measure func(*stat) int64) int64 {
+func sumOver(t *table, set []int, measure func(*fleet.Stat) int64) int64 {
 	var sum int64
 	for _, m := range set {
 		sum += measure(t.members[m].stat)

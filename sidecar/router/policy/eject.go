@@ -11,15 +11,15 @@ import (
 // every candidate is ejected (then the policy fails open rather than refuse
 // traffic because of a blip).
 func (p *Policy) Eject(id string, until time.Time) {
-	p.stats.get(id).ejectedUntil.Store(until.UnixNano())
+	p.stats.Get(id).EjectedUntil.Store(until.UnixNano())
 }
 
 // Readmit ends an ejection early (a health check passed).
-func (p *Policy) Readmit(id string) { p.stats.get(id).ejectedUntil.Store(0) }
+func (p *Policy) Readmit(id string) { p.stats.Get(id).EjectedUntil.Store(0) }
 
 // Healthy reports whether an instance is currently not ejected.
 func (p *Policy) Healthy(id string) bool {
-	return p.stats.get(id).ejectedUntil.Load() <= p.tuning.Now().UnixNano()
+	return p.stats.Get(id).EjectedUntil.Load() <= p.tuning.Now().UnixNano()
 }
 
 // healthy drops ejected instances, failing open when none is left.
@@ -27,7 +27,7 @@ func (p *Policy) healthy(t *table, set []int) []int {
 	now := p.tuning.Now().UnixNano()
 	out := make([]int, 0, len(set))
 	for _, i := range set {
-		if t.members[i].stat.ejectedUntil.Load() <= now {
+		if t.members[i].stat.EjectedUntil.Load() <= now {
 			out = append(out, i)
 		}
 	}
@@ -39,5 +39,5 @@ func (p *Policy) healthy(t *table, set []int) []int {
 
 // available reports whether an instance is not ejected.
 func (p *Policy) available(t *table, i int) bool {
-	return t.members[i].stat.ejectedUntil.Load() <= p.tuning.Now().UnixNano()
+	return t.members[i].stat.EjectedUntil.Load() <= p.tuning.Now().UnixNano()
 }

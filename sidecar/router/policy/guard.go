@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
+)
 
 // The guard moves a request off the instance affinity chose (order[0];
 // the rest of order is the fallback, the parent set first). The
@@ -31,13 +35,13 @@ func (p *Policy) guard(t *table, order []int, u *unranked, x *expectation) ([]in
 	}
 	u.rank(t, order)
 	s := t.members[home].stat
-	stay, own := p.cost(s, x), x.own(s.token)
+	stay, own := p.cost(s, x), x.own(s.Token)
 	for i, m := range order[1:] {
 		o := t.members[m].stat
 		if !p.available(t, m) || p.overThreshold(t, m) || overloaded(p.tokenLoad(o), avg) {
 			continue
 		}
-		if mine := x.own(o.token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
+		if mine := x.own(o.Token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
 			return moveToFront(order, i+1), SpillTokens
 		}
 	}
@@ -83,7 +87,7 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 	return moveToFront(order, p.overflow(t, order, x)), reason
 }
 
-func inFlight(s *stat) int64 { return s.inFlight.Load() }
+func inFlight(s *fleet.Stat) int64 { return s.InFlight.Load() }
 
 // hasRoom reports whether a spill may go to an instance: spillRoom
 // requests of room under the threshold.

@@ -20,7 +20,7 @@ func TestMemoryAtCapacity(t *testing.T) {
 	}
 	before := heap()
 	p := New(Tuning{})
-	cfg := Config{Strategy: PrefixAware, Model: "m", HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 1 << 20, Instances: fleet(256)}
+	cfg := Config{Strategy: PrefixAware, Model: "m", HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 1 << 20, Instances: instancesOf(256)}
 	if err := p.Update(cfg); err != nil {
 		t.Fatal(err)
 	}

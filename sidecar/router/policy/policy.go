@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
@@ -27,7 +28,7 @@ type member struct {
 	Instance
 	idHash uint64
 	weight float64
-	stat   *stat
+	stat   *fleet.Stat
 }
 
 type table struct {
@@ -53,7 +54,7 @@ type table struct {
 type Policy struct {
 	tuning     Tuning
 	table      atomic.Pointer[table]
-	stats      statRegistry
+	stats      fleet.Registry
 	pop        *popularity.Sketch
 	index      *prefixindex.Index
 	shareSince atomic.Int64
@@ -86,10 +87,10 @@ func (p *Policy) Update(cfg Config) error {
 	}
 	pos := make(map[string]int, len(cfg.Instances))
 	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters)), index: pos}
-	var joined []*stat
+	var joined []*fleet.Stat
 	for i, in := range cfg.Instances {
 		w := float64(max(in.Weight, 1))
-		s, fresh := p.stats.lookup(in.ID)
+		s, fresh := p.stats.Lookup(in.ID)
 		if fresh {
 			joined = append(joined, s)
 		}
@@ -117,7 +118,7 @@ func (p *Policy) Update(cfg Config) error {
 	// a finer block would tell apart prefixes its cache does not.
 	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
-	p.stats.prune(pos)
+	p.stats.Prune(pos)
 	return nil
 }
 
@@ -157,11 +158,11 @@ func (p *Policy) MemoryBytes() int { return p.index.Len()*prefixindex.EntryBytes
 
 // InFlight returns the number of requests decided here in flight to an
 // instance.
-func (p *Policy) InFlight(id string) int64 { return p.stats.get(id).inFlight.Load() }
+func (p *Policy) InFlight(id string) int64 { return p.stats.Get(id).InFlight.Load() }
 
 // PrefillTokens returns the prompt tokens the requests decided here are
 // estimated to leave an instance to prefill.
-func (p *Policy) PrefillTokens(id string) int64 { return p.stats.get(id).prefill.Load() }
+func (p *Policy) PrefillTokens(id string) int64 { return p.stats.Get(id).Prefill.Load() }
 
 // Instances returns the configured instances.
 func (p *Policy) Instances() []Instance {

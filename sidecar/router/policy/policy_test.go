@@ -14,7 +14,7 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-func fleet(n int) []Instance {
+func instancesOf(n int) []Instance {
 	out := make([]Instance, n)
 	for i := range out {
 		out[i] = Instance{ID: fmt.Sprintf("vllm-%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1)}
@@ -26,7 +26,7 @@ func newPolicy(t testing.TB, s Strategy, n int, tune Tuning) *Policy {
 	t.Helper()
 	tune.BenchmarkStrategies = true
 	p := New(tune)
-	if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n),
+	if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: instancesOf(n),
 		Adapters: map[string][]string{"lora-a": {"vllm-1", "vllm-3"}, "lora-empty": nil}}); err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +464,7 @@ func TestRemapThroughPick(t *testing.T) {
 
 func TestWeightedShares(t *testing.T) {
 	p := New(Tuning{ShareSlack: -1})
-	ins := fleet(3)
+	ins := instancesOf(3)
 	ins[2].Weight = 2
 	if err := p.Update(Config{Strategy: PrefixAware, HashSeed: 1, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: ins}); err != nil {
 		t.Fatal(err)
@@ -533,7 +533,7 @@ func TestSpillsOnlyWhereThereIsRoom(t *testing.T) {
 			if m.ID == home {
 				n = threshold
 			}
-			m.stat.inFlight.Store(n)
+			m.stat.InFlight.Store(n)
 		}
 		c := pick(t, p, req)
 		if c.Spill != tc.wantSpill || (c.Instance().ID == home) != tc.wantHome {
@@ -554,7 +554,7 @@ func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
 	req := textReq("a short chat whose key is placed on a busy instance")
 	home := placedOn(t, p, req)
 	for _, m := range p.table.Load().members {
-		m.stat.inFlight.Store(threshold + 1)
+		m.stat.InFlight.Store(threshold + 1)
 	}
 	checkAllBusyStays(t, p, req, home, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
@@ -576,9 +576,9 @@ type allBusyCase struct {
 // is busy) and stays home or leaves as the case says.
 func checkAllBusyStays(t *testing.T, p *Policy, req Request, home string, cases []allBusyCase) {
 	t.Helper()
-	homeStat := p.stats.get(home)
+	homeStat := p.stats.Get(home)
 	for _, tc := range cases {
-		homeStat.prefill.Store(tc.prefill)
+		homeStat.Prefill.Store(tc.prefill)
 		c := pick(t, p, req)
 		if c.Spill != SpillAllBusy {
 			t.Fatalf("%s: spill %q, want %q", tc.name, c.Spill, SpillAllBusy)
@@ -606,9 +606,9 @@ func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
 	first.Prefilled()
 	first.Done()
 	for _, m := range p.table.Load().members {
-		m.stat.inFlight.Store(threshold + 1)
+		m.stat.InFlight.Store(threshold + 1)
 	}
-	p.stats.get(home).inFlight.Store(threshold + 1 + overflowStay + 2)
+	p.stats.Get(home).InFlight.Store(threshold + 1 + overflowStay + 2)
 	checkAllBusyStays(t, p, req, home, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
 		{name: "prefilling 100k tokens", prefill: 100_000, stays: false},
@@ -620,8 +620,8 @@ func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
 func learntState(p *Policy) string {
 	var b strings.Builder
 	for _, in := range p.Instances() {
-		s := p.stats.get(in.ID)
-		fmt.Fprintf(&b, "%s %d %d %d %d|", in.ID, s.inFlight.Load(), s.prefill.Load(), s.share.Load(), s.joined.Load())
+		s := p.stats.Get(in.ID)
+		fmt.Fprintf(&b, "%s %d %d %d %d|", in.ID, s.InFlight.Load(), s.Prefill.Load(), s.Share.Load(), s.Joined.Load())
 	}
 	pop := p.pop.State()
 	fmt.Fprintf(&b, "pop %d %d %v|", pop.Total, pop.Since, pop.Counts)

@@ -64,13 +64,13 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
 
 	m := t.members[d.order[0]]
-	d.MatchChars = x.hitBytes(m.stat.token, d.Spill == SpillNone)
-	d.hit = x.hitFraction(m.stat.token, d.Spill == SpillNone)
+	d.MatchChars = x.hitBytes(m.stat.Token, d.Spill == SpillNone)
+	d.hit = x.hitFraction(m.stat.Token, d.Spill == SpillNone)
 	// A spill is not remembered, so that the key returns home, where its
 	// cache is, once the overload is over; unless home never had it (see
 	// longAndCold): the prompt then lives only where it went.
 	_, coldAtHome := p.longAndCold(&x, t.members[chosen].stat)
-	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.token, ver: ver,
+	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.Token, ver: ver,
 		remember: d.Spill == SpillNone || coldAtHome}
 	if moved == moveWarm && d.Spill == SpillNone {
 		// A spilled request is not where the key is warm: no copy.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
@@ -64,7 +65,7 @@ func randomTable(r *rand.Rand, n int) *table {
 		if i > 0 && r.IntN(8) == 0 {
 			m = t.members[r.IntN(i)]
 		}
-		m.stat = &stat{token: uint32(i + 1)}
+		m.stat = &fleet.Stat{Token: uint32(i + 1)}
 		t.members = append(t.members, m)
 		t.all = append(t.all, i)
 	}
@@ -209,7 +210,7 @@ func TestDecisionsAreTheReferences(t *testing.T) {
 			tune := Tuning{BenchmarkStrategies: true, DecayEvery: 512, Now: func() time.Time { return now }}
 			policies := [2]*Policy{New(tune), New(tune)}
 			for i, s := range []Strategy{PrefixAware, referenceStrategy} {
-				if err := policies[i].Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 1024, ConcurrencyThreshold: 4, Instances: fleet(n)}); err != nil {
+				if err := policies[i].Update(Config{Strategy: s, Model: "m", HashSeed: 7, PrefixLength: 1024, ConcurrencyThreshold: 4, Instances: instancesOf(n)}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -38,7 +38,7 @@ func routeAll(t *testing.T, p *Policy, reqs []Request) []string {
 
 func grow(t *testing.T, p *Policy, n int) {
 	t.Helper()
-	if err := p.Update(Config{Strategy: PrefixAware, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: fleet(n)}); err != nil {
+	if err := p.Update(Config{Strategy: PrefixAware, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: instancesOf(n)}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"slices"
+
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // Shares are each instance's decayed count of recent decisions: what
@@ -12,7 +14,7 @@ import (
 // far below the average for as long as the counts remember, and take up to
 // twice its fair part of the keys; seeded, it takes the keys whose first
 // choice it is (see sticky): those plain rendezvous hashing would move.
-func (p *Policy) seedShares(t *table, joined []*stat) {
+func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
 	if len(joined) == 0 || len(joined) == len(t.members) {
 		return
 	}
@@ -21,7 +23,7 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 	var share, n int64
 	for _, m := range t.members {
 		if !slices.Contains(joined, m.stat) && !m.Draining {
-			share += m.stat.share.Load()
+			share += m.stat.Share.Load()
 			n++
 		}
 	}
@@ -30,9 +32,9 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 	}
 	epoch := p.shareEpoch.Load()
 	for _, s := range joined {
-		s.share.Store(share / n)
-		s.joined.Store(epoch + 1)
-		s.warmTokens.Store(0)
+		s.Share.Store(share / n)
+		s.Joined.Store(epoch + 1)
+		s.WarmTokens.Store(0)
 	}
 }
 
@@ -40,18 +42,18 @@ func (p *Policy) seedShares(t *table, joined []*stat) {
 // share decay cycle it joined in or the next one, so for DecayEvery to
 // twice that decisions, long enough for the keys that are its first choice
 // to come back once.
-func (p *Policy) joining(s *stat) bool {
-	j := s.joined.Load()
+func (p *Policy) joining(s *fleet.Stat) bool {
+	j := s.Joined.Load()
 	return j > 0 && p.shareEpoch.Load() < j+1
 }
 
 // countShare adds a decision to the chosen instance's decayed share.
 func (p *Policy) countShare(t *table, chosen int) {
-	t.members[chosen].stat.share.Add(1)
+	t.members[chosen].stat.Share.Add(1)
 	if p.shareSince.Add(1) >= p.tuning.DecayEvery && p.shareDecay.CompareAndSwap(false, true) {
 		p.shareSince.Store(0)
 		for _, m := range t.members {
-			m.stat.share.Store(m.stat.share.Load() / 2)
+			m.stat.Share.Store(m.stat.Share.Load() / 2)
 		}
 		p.shareEpoch.Add(1)
 		p.shareDecay.Store(false)

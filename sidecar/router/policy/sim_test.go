@@ -113,7 +113,7 @@ type simResult struct {
 func simulate(t *testing.T, reqs []simRequest, s Strategy, capBlocks int) simResult {
 	p := newPolicy(t, s, simInstances, Tuning{})
 	caches := make(map[string]*lru, simInstances)
-	for _, in := range fleet(simInstances) {
+	for _, in := range instancesOf(simInstances) {
 		caches[in.ID] = newLRU(capBlocks)
 	}
 	counts := map[string]int{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
@@ -45,10 +46,10 @@ const snapshotFormat = 4
 func (p *Policy) Snapshot() []byte {
 	s := snapshot{Format: snapshotFormat, ShareSince: p.shareSince.Load(), Sketch: p.pop.State()}
 	number := map[uint32]uint32{}
-	p.stats.each(func(id string, st *stat) {
+	p.stats.Each(func(id string, st *fleet.Stat) {
 		s.IDs = append(s.IDs, id)
-		s.Shares = append(s.Shares, max(st.share.Load(), 0))
-		number[st.token] = uint32(len(s.IDs))
+		s.Shares = append(s.Shares, max(st.Share.Load(), 0))
+		number[st.Token] = uint32(len(s.IDs))
 	})
 	p.index.Each(func(h uint64, e prefixindex.Entry) {
 		s.Entries = append(s.Entries, snapshotEntry{Hash: h, A: number[e.Tok[0]], B: number[e.Tok[1]], Ver: e.Ver, Tie: e.Tie})
@@ -71,13 +72,13 @@ func (p *Policy) Restore(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("restore policy snapshot: %w", err)
 	}
-	stats := make([]*stat, len(s.IDs))
+	stats := make([]*fleet.Stat, len(s.IDs))
 	for i, id := range s.IDs {
-		stats[i] = p.stats.get(id)
-		stats[i].share.Store(s.Shares[i])
+		stats[i] = p.stats.Get(id)
+		stats[i].Share.Store(s.Shares[i])
 	}
 	if t := p.table.Load(); t != nil {
-		var joined []*stat
+		var joined []*fleet.Stat
 		for _, m := range t.members {
 			if !slices.Contains(stats, m.stat) {
 				joined = append(joined, m.stat)
@@ -90,7 +91,7 @@ func (p *Policy) Restore(data []byte) error {
 		if n == 0 {
 			return 0
 		}
-		return stats[n-1].token
+		return stats[n-1].Token
 	}
 	p.index.Reset(func(put func(uint64, prefixindex.Entry)) {
 		for _, e := range s.Entries {

@@ -20,7 +20,7 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 	if got := Strategies(true); !slices.Contains(got, referenceStrategy) {
 		t.Fatalf("benchmark strategies %v lack %s", got, referenceStrategy)
 	}
-	err := New(Tuning{}).Update(Config{Strategy: referenceStrategy, Instances: fleet(2)})
+	err := New(Tuning{}).Update(Config{Strategy: referenceStrategy, Instances: instancesOf(2)})
 	if err == nil || !strings.Contains(err.Error(), "RANDOM, LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE") {
 		t.Fatalf("benchmark strategy without BenchmarkStrategies: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestColdLongSpillIsRemembered(t *testing.T) {
 			// it there) and only the threshold moves it.
 			for _, in := range p.Instances() {
 				if in.ID != full {
-					p.stats.get(in.ID).prefill.Store(50_000)
+					p.stats.Get(in.ID).Prefill.Store(50_000)
 				}
 			}
 			var key Request
@@ -124,7 +124,7 @@ func TestColdLongSpillIsRemembered(t *testing.T) {
 				h.Done()
 			}
 			for _, in := range p.Instances() {
-				p.stats.get(in.ID).prefill.Store(0)
+				p.stats.Get(in.ID).Prefill.Store(0)
 			}
 			want := full
 			if tc.remembered {
@@ -240,7 +240,7 @@ func TestTokenGuardChargesTheCacheASpillLoses(t *testing.T) {
 		}
 		cold = doc(seed)
 	}
-	homeStat := p.stats.get(home)
+	homeStat := p.stats.Get(home)
 	for _, tc := range []struct {
 		name    string
 		req     Request
@@ -255,7 +255,7 @@ func TestTokenGuardChargesTheCacheASpillLoses(t *testing.T) {
 		// coldPlacement) before the guard is asked.
 		{"cold everywhere, 30k tokens ahead", cold, 30_000, "placed"},
 	} {
-		homeStat.prefill.Store(tc.prefill)
+		homeStat.Prefill.Store(tc.prefill)
 		c := pick(t, p, tc.req)
 		got := c.Spill
 		if c.Instance().ID != home && c.Spill == SpillNone {
@@ -284,12 +284,12 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 	// so neither the two choices (muchLighter) nor the guard would move
 	// the key, but its prefill finishes first there.
 	light := ""
-	for _, in := range fleet(4) {
+	for _, in := range instancesOf(4) {
 		if in.ID != placed && light == "" {
 			light = in.ID
-			p.stats.get(in.ID).prefill.Store(9_000)
+			p.stats.Get(in.ID).Prefill.Store(9_000)
 		} else {
-			p.stats.get(in.ID).prefill.Store(16_000)
+			p.stats.Get(in.ID).Prefill.Store(16_000)
 		}
 	}
 	c := pick(t, p, long)
@@ -299,8 +299,8 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 	home := c.Instance().ID
 	c.Prefilled()
 	c.Done()
-	for _, in := range fleet(4) {
-		p.stats.get(in.ID).prefill.Store(0)
+	for _, in := range instancesOf(4) {
+		p.stats.Get(in.ID).Prefill.Store(0)
 	}
 	if again := pick(t, p, long); again.Instance().ID != home {
 		t.Fatalf("the key's next request went to %s, not %s where it was prefilled", again.Instance().ID, home)
@@ -309,17 +309,17 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 	}
 	// Moderate load at the key's home keeps it there: the cache is worth
 	// more than the wait (the token guard decides when it is not).
-	p.stats.get(home).prefill.Store(12_000)
+	p.stats.Get(home).Prefill.Store(12_000)
 	if c := pick(t, p, long); c.Instance().ID != home {
 		t.Fatalf("a known key left its home %s for %s (spill %q) over 12k tokens", home, c.Instance().ID, c.Spill)
 	} else {
 		c.Done()
 	}
-	p.stats.get(home).prefill.Store(0)
+	p.stats.Get(home).Prefill.Store(0)
 
 	short := doc(2, 8_000) // 2k tokens: under tokenFloor
 	placed = placedOn(t, p, short)
-	p.stats.get(placed).prefill.Store(6_000)
+	p.stats.Get(placed).Prefill.Store(6_000)
 	if c := pick(t, p, short); c.Instance().ID != placed || c.ColdPlaced {
 		t.Fatalf("a new short prompt went to %s (cold placement %v), not its first choice %s", c.Instance().ID, c.ColdPlaced, placed)
 	} else {

@@ -50,7 +50,7 @@ const moveWarm = "warm"
 // serve and the target is within its bounds, else move to it cold (why).
 func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) {
 	s := t.members[target].stat
-	if p.tuning.NoWarm || !p.available(t, target) || !p.available(t, home) || s.warmInFlight.Load() >= warmInFlight || s.warmTokens.Load() >= warmBudget {
+	if p.tuning.NoWarm || !p.available(t, target) || !p.available(t, home) || s.WarmInFlight.Load() >= warmInFlight || s.WarmTokens.Load() >= warmBudget {
 		return target, why
 	}
 	return home, moveWarm
@@ -63,10 +63,10 @@ func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) 
 func (p *Policy) drainingHolder(t *table, set, allowed []int, e prefixindex.Entry, model string) int {
 	for _, d := range t.draining {
 		m := t.members[d]
-		if m.stat.token != e.Tok[0] {
+		if m.stat.Token != e.Tok[0] {
 			continue
 		}
-		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.token == e.Tok[1] })
+		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.Token == e.Tok[1] })
 		adapter := model != "" && model != t.cfg.Model
 		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.cfg.Adapters[model], m.ID) {
 			return -1
@@ -88,7 +88,7 @@ func (p *Policy) startDrains(t, old *table) {
 	}
 	for _, m := range t.all {
 		if s := t.members[m].stat; !p.joining(s) {
-			s.warmTokens.Store(0)
+			s.WarmTokens.Store(0)
 		}
 	}
 }
@@ -115,12 +115,12 @@ func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uin
 	// only until the target is warm, it would otherwise raise home's
 	// share past the move bound and send home's other keys off cold
 	// (MoveShare), the very cost warming saves.
-	c.stat().share.Add(-1)
-	s.share.Add(1)
-	s.warmInFlight.Add(1)
-	s.warmTokens.Add(c.prompt)
+	c.stat().Share.Add(-1)
+	s.Share.Add(1)
+	s.WarmInFlight.Add(1)
+	s.WarmTokens.Add(c.prompt)
 	l.hashes, l.depths = append([]uint64(nil), l.hashes...), append([]int(nil), l.depths...)
-	l.token, l.ver, l.remember = s.token, ver+1, true
+	l.token, l.ver, l.remember = s.Token, ver+1, true
 	c.warm = &warm{p: p, member: target, tokens: c.prompt, learning: l}
 }
 
@@ -149,7 +149,7 @@ func (c *Choice) Warmed(ok bool) {
 		return
 	}
 	w.settled = true
-	c.t.members[w.member].stat.warmInFlight.Add(-1)
+	c.t.members[w.member].stat.WarmInFlight.Add(-1)
 	if ok {
 		w.p.index.AddDepths(w.hashes, w.depths, w.token, w.ver)
 	}

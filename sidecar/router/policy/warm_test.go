@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // TestWarmJoining: a key the joining rule would move to a newcomer cold
@@ -35,9 +37,9 @@ func TestWarmJoining(t *testing.T) {
 			p := newPolicy(t, PrefixAware, 7, tc.tune)
 			routeAll(t, p, reqs)
 			grow(t, p, 8)
-			s := p.stats.get("vllm-7")
-			s.warmInFlight.Store(tc.inFlight)
-			s.warmTokens.Store(tc.spent)
+			s := p.stats.Get("vllm-7")
+			s.WarmInFlight.Store(tc.inFlight)
+			s.WarmTokens.Store(tc.spent)
 			// The first request the joining rule applies to.
 			var c *Choice
 			var r Request
@@ -55,13 +57,13 @@ func TestWarmJoining(t *testing.T) {
 				if in.ID != "vllm-7" || c.Instance().ID == "vllm-7" || c.Moved != MoveNone {
 					t.Fatalf("warming %s from %s (moved %q), want the newcomer warmed from home, no move", in.ID, c.Instance().ID, c.Moved)
 				}
-				if s.warmInFlight.Load() != 1 || s.warmTokens.Load() != tokens || tokens <= 0 {
-					t.Fatalf("newcomer charged %d in flight, %d tokens, want 1 and %d", s.warmInFlight.Load(), s.warmTokens.Load(), tokens)
+				if s.WarmInFlight.Load() != 1 || s.WarmTokens.Load() != tokens || tokens <= 0 {
+					t.Fatalf("newcomer charged %d in flight, %d tokens, want 1 and %d", s.WarmInFlight.Load(), s.WarmTokens.Load(), tokens)
 				}
 				c.Warmed(tc.ok)
 				c.Warmed(tc.ok) // only the first counts
-				if s.warmInFlight.Load() != 0 {
-					t.Fatalf("%d warm copies in flight after Warmed, want 0", s.warmInFlight.Load())
+				if s.WarmInFlight.Load() != 0 {
+					t.Fatalf("%d warm copies in flight after Warmed, want 0", s.WarmInFlight.Load())
 				}
 			} else if c.Instance().ID != "vllm-7" {
 				t.Fatalf("without warming the key went to %s, want the newcomer cold", c.Instance().ID)
@@ -101,7 +103,7 @@ func drainFleet(t *testing.T, tune Tuning, reqs []Request, all bool) (*Policy, [
 			held, seen[k] = append(held, reqs[i]), true
 		}
 	}
-	in := fleet(4)
+	in := instancesOf(4)
 	for i := range in {
 		in[i].Draining = all || in[i].ID == "vllm-1"
 	}
@@ -147,11 +149,11 @@ func TestWarmDraining(t *testing.T) {
 		{rule: "the copy failed: its next request warms again", ok: false, want: "drainer", warm: true, wantNext: "drainer"},
 		{rule: "the drainer is ejected: to the next owner cold", set: func(p *Policy) { p.Eject("vllm-1", time.Now().Add(time.Hour)) },
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
-		{rule: "the drainer is at the threshold: spilled to the next owner, no copy", set: func(p *Policy) { p.stats.get("vllm-1").inFlight.Store(10) },
+		{rule: "the drainer is at the threshold: spilled to the next owner, no copy", set: func(p *Policy) { p.stats.Get("vllm-1").InFlight.Store(10) },
 			want: "next", spill: SpillConcurrency, wantNext: "drainer"},
-		{rule: "the next owner's copies in flight are full: to it cold", set: func(p *Policy) { eachServing(p, func(s *stat) { s.warmInFlight.Store(warmInFlight) }) },
+		{rule: "the next owner's copies in flight are full: to it cold", set: func(p *Policy) { eachServing(p, func(s *fleet.Stat) { s.WarmInFlight.Store(warmInFlight) }) },
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
-		{rule: "the next owner's budget is spent: to it cold", set: func(p *Policy) { eachServing(p, func(s *stat) { s.warmTokens.Store(warmBudget) }) },
+		{rule: "the next owner's budget is spent: to it cold", set: func(p *Policy) { eachServing(p, func(s *fleet.Stat) { s.WarmTokens.Store(warmBudget) }) },
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
 	}
 	for _, tc := range cases {
@@ -183,7 +185,7 @@ func TestWarmDraining(t *testing.T) {
 				c.Warmed(tc.ok)
 			}
 			c.Done()
-			p.stats.get("vllm-1").inFlight.Store(0)
+			p.stats.Get("vllm-1").InFlight.Store(0)
 			second := pick(t, p, r)
 			defer second.Done()
 			if got := where(second); got != tc.wantNext {
@@ -197,7 +199,7 @@ func TestWarmDraining(t *testing.T) {
 }
 
 // eachServing sets every member's stat but vllm-1's.
-func eachServing(p *Policy, f func(*stat)) {
+func eachServing(p *Policy, f func(*fleet.Stat)) {
 	for _, m := range p.table.Load().members {
 		if m.ID != "vllm-1" {
 			f(m.stat)
@@ -214,7 +216,7 @@ func TestDrainerTakesNoNewKeys(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range testedStrategies {
 		p := newPolicy(t, s, 4, Tuning{})
-		in := fleet(4)
+		in := instancesOf(4)
 		in[1].Draining = true
 		if err := p.Update(Config{Strategy: s, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: in,
 			Adapters: map[string][]string{"lora-a": {"vllm-1", "vllm-3"}}}); err != nil {
@@ -250,18 +252,18 @@ func TestDrainerTakesNoNewKeys(t *testing.T) {
 	if warmed == 0 || warmed > 3*warmInFlight {
 		t.Errorf("%d of %d held keys warmed with copies left in flight, want some, at most %d per next owner", warmed, len(held), warmInFlight)
 	}
-	spent := p.stats.get("vllm-0").warmTokens.Load() + p.stats.get("vllm-2").warmTokens.Load() + p.stats.get("vllm-3").warmTokens.Load()
+	spent := p.stats.Get("vllm-0").WarmTokens.Load() + p.stats.Get("vllm-2").WarmTokens.Load() + p.stats.Get("vllm-3").WarmTokens.Load()
 	if spent == 0 {
 		t.Fatal("no warm tokens charged to the next owners")
 	}
 	// The drain ends; another starts: a new budget.
 	grow(t, p, 3)
-	in := fleet(3)
+	in := instancesOf(3)
 	in[0].Draining = true
 	if err := p.Update(Config{Strategy: PrefixAware, Model: "m", HashSeed: 42, PrefixLength: 4096, ConcurrencyThreshold: 10, Instances: in}); err != nil {
 		t.Fatal(err)
 	}
-	if spent := p.stats.get("vllm-2").warmTokens.Load(); spent != 0 {
+	if spent := p.stats.Get("vllm-2").WarmTokens.Load(); spent != 0 {
 		t.Errorf("a new drain left %d warm tokens charged, want a fresh budget", spent)
 	}
 
