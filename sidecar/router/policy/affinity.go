@@ -84,13 +84,13 @@ func (p *Policy) nextOwner(t *table, set []int, m int, moved string) (int, strin
 func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
-		if tok := t.members[m].stat.Token; tok == e.Tok[0] || e.Tie && tok == e.Tok[1] {
+		if tok := t.Members[m].Stat.Token; tok == e.Tok[0] || e.Tie && tok == e.Tok[1] {
 			home = m
 			break
 		}
 	}
 	for _, m := range set {
-		if home < 0 && e.Tok[1] != 0 && t.members[m].stat.Token == e.Tok[1] {
+		if home < 0 && e.Tok[1] != 0 && t.Members[m].Stat.Token == e.Tok[1] {
 			home, moved = m, MoveHolderLeft
 		}
 	}
@@ -98,10 +98,10 @@ func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) 
 		return home, moved
 	}
 	avg := p.averageShare(t, set)
-	if first := t.members[set[0]].stat; set[0] != home && p.joining(first) && float64(first.Share.Load()) <= p.tuning.ShareSlack*avg {
+	if first := t.Members[set[0]].Stat; set[0] != home && p.joining(first) && float64(first.Share.Load()) <= p.tuning.ShareSlack*avg {
 		return p.warmMove(t, set[0], home, MoveJoining)
 	}
-	if float64(t.members[home].stat.Share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
+	if float64(t.Members[home].Stat.Share.Load()) <= max(moveSlack*avg, avg+stickySlack) {
 		return home, moved
 	}
 	if m := p.relieve(t, set, home, avg); m != home {
@@ -117,8 +117,8 @@ func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) 
 func (p *Policy) relieve(t *table, set []int, m int, avg float64) int {
 	best := m
 	for _, c := range set[:min(len(set), placementChoices)] {
-		share := t.members[c].stat.Share.Load()
-		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.members[best].stat.Share.Load()) {
+		share := t.Members[c].Stat.Share.Load()
+		if c != m && float64(share) <= p.tuning.ShareSlack*avg && (best == m || share < t.Members[best].Stat.Share.Load()) {
 			best = c
 		}
 	}
@@ -135,11 +135,11 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 	bound := p.newKeyShareBound(t, set)
 	best := set[0]
 	for _, m := range set[:min(len(set), choices)] {
-		share := t.members[m].stat.Share.Load()
+		share := t.Members[m].Stat.Share.Load()
 		if float64(share) <= bound {
 			return m
 		}
-		if share < t.members[best].stat.Share.Load() {
+		if share < t.Members[best].Stat.Share.Load() {
 			best = m
 		}
 	}
@@ -156,7 +156,7 @@ func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) 
 	if len(set) < 2 {
 		return chosen
 	}
-	if _, long := p.longAndCold(x, t.members[chosen].stat); !long {
+	if _, long := p.longAndCold(x, t.Members[chosen].Stat); !long {
 		return chosen
 	}
 	bound := math.Inf(1)
@@ -164,9 +164,9 @@ func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) 
 		bound = p.newKeyShareBound(t, set)
 	}
 	best, c := p.cheapest(t, set, x, func(m int) bool {
-		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.members[m].stat.Share.Load()) <= bound
+		return m != chosen && p.available(t, m) && p.hasRoom(t, m) && float64(t.Members[m].Stat.Share.Load()) <= bound
 	})
-	if best < 0 || c >= p.cost(t.members[chosen].stat, x) {
+	if best < 0 || c >= p.cost(t.Members[chosen].Stat, x) {
 		return chosen
 	}
 	return best

@@ -5,35 +5,19 @@ import (
 	"math"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // What the policy is given: the routing document's part (Config), the
 // router's own tuning (Tuning) and each request (Request).
 
-// Instance is one backend as the policy sees it.
-type Instance struct {
-	ID      string
-	Address string
-	Weight  int // 0 means 1
-	// Draining says the instance is leaving (the routing document's
-	// instances[].draining): it takes no new keys, and serves only the
-	// keys it holds while their next owners are warmed (warm.go).
-	Draining bool
-}
-
-// Config is the part of the routing document the policy needs.
-type Config struct {
-	Strategy             Strategy
-	Model                string
-	HashSeed             uint64
-	PrefixLength         int // characters (OpenAI) or bytes (/invocations)
-	ConcurrencyThreshold int
-	Instances            []Instance
-	// Adapters maps an adapter name to the IDs of the instances where it is
-	// loaded; its requests go only there.
-	Adapters map[string][]string
-}
+// Instance is one backend, Config the part of the routing document the
+// policy needs (see package fleet).
+type (
+	Instance = fleet.Instance
+	Config   = fleet.Config
+)
 
 // Tuning is what a router may set of the policy: IndexEntries (its
 // memory) and BytesPerToken (the tokenizer). The rest of its parameters
@@ -167,7 +151,7 @@ type (
 func (p *Policy) Key(req Request) Key {
 	seed, bs := uint64(0), 64
 	if t := p.table.Load(); t != nil {
-		seed, bs = t.cfg.HashSeed, t.blockSize
+		seed, bs = t.Cfg.HashSeed, t.BlockSize
 	}
 	return prefixkey.New(req, seed, bs)
 }

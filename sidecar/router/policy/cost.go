@@ -51,7 +51,7 @@ func (p *Policy) cheapest(t *table, set []int, x *expectation, ok func(int) bool
 		if !ok(m) {
 			continue
 		}
-		if c := p.cost(t.members[m].stat, x); best < 0 || c < least {
+		if c := p.cost(t.Members[m].Stat, x); best < 0 || c < least {
 			best, least = m, c
 		}
 	}
@@ -75,14 +75,14 @@ func (p *Policy) longAndCold(x *expectation, s *fleet.Stat) (int64, bool) {
 // reached the concurrency threshold. The count is exact: every request of
 // every replica is decided, and released, here.
 func (p *Policy) overThreshold(t *table, m int) bool {
-	return t.members[m].stat.InFlight.Load() >= int64(t.cfg.ConcurrencyThreshold)
+	return t.Members[m].Stat.InFlight.Load() >= int64(t.Cfg.ConcurrencyThreshold)
 }
 
 // sumOver adds up a measure over the members in set.
 func sumOver(t *table, set []int, measure func(*fleet.Stat) int64) int64 {
 	var sum int64
 	for _, m := range set {
-		sum += measure(t.members[m].stat)
+		sum += measure(t.Members[m].Stat)
 	}
 	return sum
 }

@@ -27,7 +27,7 @@ func (p *Policy) healthy(t *table, set []int) []int {
 	now := p.tuning.Now().UnixNano()
 	out := make([]int, 0, len(set))
 	for _, i := range set {
-		if t.members[i].stat.EjectedUntil.Load() <= now {
+		if t.Members[i].Stat.EjectedUntil.Load() <= now {
 			out = append(out, i)
 		}
 	}
@@ -39,5 +39,5 @@ func (p *Policy) healthy(t *table, set []int) []int {
 
 // available reports whether an instance is not ejected.
 func (p *Policy) available(t *table, i int) bool {
-	return t.members[i].stat.EjectedUntil.Load() <= p.tuning.Now().UnixNano()
+	return t.Members[i].Stat.EjectedUntil.Load() <= p.tuning.Now().UnixNano()
 }

@@ -19,25 +19,25 @@ import (
 //     overloaded, where its cost, with the cache it loses charged (lost),
 //     is clearly less (clearlyMore). Along the order, like the threshold
 //     spill: the parent set first, warm for the shared part.
-func (p *Policy) guard(t *table, order []int, u *unranked, x *expectation) ([]int, string) {
+func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *expectation) ([]int, string) {
 	home := order[0]
 	switch {
 	case !p.available(t, home):
-		u.rank(t, order)
+		u.Rank(t.Table, order)
 		return p.spillByRequests(t, order, x, SpillUnhealthy)
 	case p.overThreshold(t, home):
-		u.rank(t, order)
+		u.Rank(t.Table, order)
 		return p.spillByRequests(t, order, x, SpillConcurrency)
 	}
 	avg := float64(sumOver(t, order, p.tokenLoad)) / float64(len(order))
-	if !overloaded(p.tokenLoad(t.members[home].stat), avg) {
+	if !overloaded(p.tokenLoad(t.Members[home].Stat), avg) {
 		return order, SpillNone
 	}
-	u.rank(t, order)
-	s := t.members[home].stat
+	u.Rank(t.Table, order)
+	s := t.Members[home].Stat
 	stay, own := p.cost(s, x), x.own(s.Token)
 	for i, m := range order[1:] {
-		o := t.members[m].stat
+		o := t.Members[m].Stat
 		if !p.available(t, m) || p.overThreshold(t, m) || overloaded(p.tokenLoad(o), avg) {
 			continue
 		}
@@ -71,7 +71,7 @@ func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason s
 		if !p.available(t, m) || !p.hasRoom(t, m) {
 			continue
 		}
-		if inFlight(t.members[m].stat)+1 <= limit {
+		if inFlight(t.Members[m].Stat)+1 <= limit {
 			return moveToFront(order, i+1), reason
 		}
 		if withRoom < 0 {
@@ -92,8 +92,8 @@ func inFlight(s *fleet.Stat) int64 { return s.InFlight.Load() }
 // hasRoom reports whether a spill may go to an instance: spillRoom
 // requests of room under the threshold.
 func (p *Policy) hasRoom(t *table, m int) bool {
-	threshold := int64(t.cfg.ConcurrencyThreshold)
-	return inFlight(t.members[m].stat)+spillRoom(threshold) <= threshold
+	threshold := int64(t.Cfg.ConcurrencyThreshold)
+	return inFlight(t.Members[m].Stat)+spillRoom(threshold) <= threshold
 }
 
 // spillRoom is the room under the threshold a spill needs: two requests
@@ -131,7 +131,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	least := int64(math.MaxInt64)
 	for _, m := range order {
 		if p.available(t, m) {
-			least = min(least, inFlight(t.members[m].stat))
+			least = min(least, inFlight(t.Members[m].Stat))
 		}
 	}
 	if least == math.MaxInt64 {
@@ -139,9 +139,9 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	}
 	home := order[0]
 	best, c := p.cheapest(t, order, x, func(m int) bool {
-		return p.available(t, m) && inFlight(t.members[m].stat) <= least+overflowSlack
+		return p.available(t, m) && inFlight(t.Members[m].Stat) <= least+overflowSlack
 	})
-	if p.available(t, home) && staysHome(inFlight(t.members[home].stat)-least, p.cost(t.members[home].stat, x), c) {
+	if p.available(t, home) && staysHome(inFlight(t.Members[home].Stat)-least, p.cost(t.Members[home].Stat, x), c) {
 		return 0
 	}
 	return indexOf(order, best)

@@ -5,7 +5,6 @@ package policy
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,37 +14,18 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // Errors the transport turns into HTTP statuses.
 var (
-	ErrUnknownModel = errors.New("model is neither the served model nor a known adapter")
-	ErrNoInstance   = errors.New("no instance can serve this model")
+	ErrUnknownModel = fleet.ErrUnknownModel
+	ErrNoInstance   = fleet.ErrNoInstance
 )
 
-type member struct {
-	Instance
-	idHash uint64
-	weight float64
-	stat   *fleet.Stat
-}
-
+// table is a configuration in force and its strategy.
 type table struct {
-	cfg      Config
+	*fleet.Table
 	strategy strategy
-	members  []member
-	adapters map[string][]int
-	// all are the members that take new keys: every one not draining
-	// (every one when all are, rather than refuse traffic while a whole
-	// fleet leaves); draining are the others (see warm.go).
-	all       []int
-	draining  []int
-	index     map[string]int // member position by ID
-	blockSize int
-	// uniform: every member has the same weight, so a key's order is
-	// its rendezvous hashes' order and ranking needs no logarithm.
-	uniform bool
 }
 
 // Policy routes requests under the current configuration. It is safe for
@@ -85,65 +65,13 @@ func (p *Policy) Update(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("strategy: %w", err)
 	}
-	pos := make(map[string]int, len(cfg.Instances))
-	t := &table{cfg: cfg, strategy: impl, adapters: make(map[string][]int, len(cfg.Adapters)), index: pos}
-	var joined []*fleet.Stat
-	for i, in := range cfg.Instances {
-		w := float64(max(in.Weight, 1))
-		s, fresh := p.stats.Lookup(in.ID)
-		if fresh {
-			joined = append(joined, s)
-		}
-		t.members = append(t.members, member{Instance: in, idHash: prefixkey.HashString(cfg.HashSeed, in.ID), weight: w, stat: s})
-		pos[in.ID] = i
-	}
-	t.all, t.draining = t.serving(indexes(len(t.members)))
-	t.uniform = !slices.ContainsFunc(t.members, func(m member) bool { return m.weight != t.members[0].weight })
+	ft, joined := fleet.NewTable(cfg, &p.stats)
+	t := &table{Table: ft, strategy: impl}
 	p.seedShares(t, joined)
 	p.startDrains(t, p.table.Load())
-	for name, ids := range cfg.Adapters {
-		set := make([]int, 0, len(ids))
-		for _, id := range ids {
-			if i, ok := pos[id]; ok {
-				set = append(set, i)
-			}
-		}
-		slices.Sort(set)
-		t.adapters[name], _ = t.serving(slices.Compact(set))
-	}
-	// About 32 blocks a window: fine enough that two prompts sharing most
-	// of a window share most of its blocks (a block is at most 3 % of
-	// it), few enough to hash and look up in a few microseconds. At least
-	// 64 bytes, about 16 tokens: vLLM's KV block, the least it caches, so
-	// a finer block would tell apart prefixes its cache does not.
-	t.blockSize = max(64, cfg.PrefixLength/32)
 	p.table.Store(t)
-	p.stats.Prune(pos)
+	p.stats.Prune(t.Index)
 	return nil
-}
-
-// serving splits set into the members not draining and the draining
-// ones; all of set serves when every member of it drains.
-func (t *table) serving(set []int) (serving, draining []int) {
-	for _, m := range set {
-		if t.members[m].Draining {
-			draining = append(draining, m)
-		} else {
-			serving = append(serving, m)
-		}
-	}
-	if len(serving) == 0 {
-		return set, nil
-	}
-	return serving, draining
-}
-
-func indexes(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 // LookaheadBytes is how far past the window the caller should extract text.
@@ -170,7 +98,7 @@ func (p *Policy) Instances() []Instance {
 	if t == nil {
 		return nil
 	}
-	return t.cfg.Instances
+	return t.Cfg.Instances
 }
 
 // allowed is the configuration in force and the instances of it allowed
@@ -180,26 +108,8 @@ func (p *Policy) allowed(model string) (*table, []int, error) {
 	if t == nil {
 		return nil, nil, ErrNoInstance
 	}
-	set, err := t.candidates(model)
+	set, err := t.Candidates(model)
 	return t, set, err
-}
-
-// candidates resolves the model to the instances allowed to serve it.
-func (t *table) candidates(model string) ([]int, error) {
-	if model == "" || model == t.cfg.Model {
-		if len(t.all) == 0 {
-			return nil, ErrNoInstance
-		}
-		return t.all, nil
-	}
-	set, ok := t.adapters[model]
-	if !ok {
-		return nil, ErrUnknownModel
-	}
-	if len(set) == 0 {
-		return nil, ErrNoInstance
-	}
-	return set, nil
 }
 
 // Pick decides where a request goes (the strategy's decide, which
@@ -213,7 +123,7 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 		return nil, err
 	}
 	d := t.strategy.decide(p, t, key, allowed)
-	d.Strategy = t.cfg.Strategy
+	d.Strategy = t.Cfg.Strategy
 	return p.record(t, key, &d), nil
 }
 
@@ -221,13 +131,12 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 // shares on its instance, and the policy learns the popularity of its
 // blocks and where its key now lives.
 func (p *Policy) record(t *table, key Key, d *decision) *Choice {
-	c := &Choice{t: t, order: d.order, unranked: d.unranked, prompt: p.tokensOf(key.PromptBytes), Decision: d.Decision}
 	// The prefill expected on the chosen instance: what of the prompt it is
 	// not expected to hold. Strategies that do not match prefixes know
 	// nothing of the cache and charge the whole prompt.
-	c.prefill = c.prompt - int64(float64(c.prompt)*d.hit)
-	c.charge()
-	p.countShare(t, c.order[0])
+	prompt := p.tokensOf(key.PromptBytes)
+	c := fleet.NewChoice(t.Table, d.order, d.unranked, prompt, prompt-int64(float64(prompt)*d.hit), false, d.Decision)
+	p.countShare(t, d.order[0])
 	p.learn(&d.learning)
 	p.recordWarm(t, c, d.warm-1, d.learning, d.warmVer)
 	return c
@@ -238,7 +147,7 @@ func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(inFlight(t.members[a].stat), inFlight(t.members[b].stat))
+		return cmp.Compare(inFlight(t.Members[a].Stat), inFlight(t.Members[b].Stat))
 	})
 	return order
 }
@@ -253,7 +162,7 @@ func (p *Policy) leastLoaded(t *table, order []int) int {
 			if onlyAvailable && !p.available(t, m) {
 				continue
 			}
-			if best < 0 || inFlight(t.members[m].stat) < inFlight(t.members[order[best]].stat) {
+			if best < 0 || inFlight(t.Members[m].Stat) < inFlight(t.Members[order[best]].Stat) {
 				best = i
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -50,15 +51,15 @@ func pick(t testing.TB, p *Policy, r Request) *Choice {
 func placedOn(t testing.TB, p *Policy, r Request) string {
 	t.Helper()
 	tb := p.table.Load()
-	allowed, err := tb.candidates(r.Model)
+	allowed, err := tb.Candidates(r.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := tb.strategy.decide(p, tb, p.Key(r), allowed)
 	if d.placed >= 0 {
-		return tb.members[d.placed].ID
+		return tb.Members[d.placed].ID
 	}
-	return tb.members[d.order[0]].ID
+	return tb.Members[d.order[0]].ID
 }
 
 func randomText(r *rand.Rand, n int) string {
@@ -419,8 +420,8 @@ func TestRemap(t *testing.T) {
 	moved, between := 0, 0
 	for k := range keys {
 		key := hrw.Mix64(uint64(k) + 1)
-		a := t7.members[rank(t7, t7.all, key, nil)[0]].ID
-		b := t8.members[rank(t8, t8.all, key, nil)[0]].ID
+		a := t7.Members[fleet.Rank(t7.Table, t7.All, key, nil)[0]].ID
+		b := t8.Members[fleet.Rank(t8.Table, t8.All, key, nil)[0]].ID
 		if a != b {
 			moved++
 			if b != "vllm-7" {
@@ -472,7 +473,7 @@ func TestWeightedShares(t *testing.T) {
 	tb := p.table.Load()
 	counts := map[string]int{}
 	for k := range 100000 {
-		counts[tb.members[rank(tb, tb.all, hrw.Mix64(uint64(k)), nil)[0]].ID]++
+		counts[tb.Members[fleet.Rank(tb.Table, tb.All, hrw.Mix64(uint64(k)), nil)[0]].ID]++
 	}
 	if got := float64(counts["vllm-2"]) / 100000; got < 0.48 || got > 0.52 {
 		t.Fatalf("weight-2 instance got %.3f of keys, want 0.5", got)
@@ -521,19 +522,19 @@ func TestSpillsOnlyWhereThereIsRoom(t *testing.T) {
 	} {
 		p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 		threshold := cmp.Or(tc.threshold, 10)
-		cfg := p.table.Load().cfg
+		cfg := p.table.Load().Cfg
 		cfg.ConcurrencyThreshold = int(threshold)
 		if err := p.Update(cfg); err != nil {
 			t.Fatal(err)
 		}
 		req := textReq("a prompt whose instance is at the threshold")
 		home := placedOn(t, p, req)
-		for _, m := range p.table.Load().members {
+		for _, m := range p.table.Load().Members {
 			n := tc.others
 			if m.ID == home {
 				n = threshold
 			}
-			m.stat.InFlight.Store(n)
+			m.Stat.InFlight.Store(n)
 		}
 		c := pick(t, p, req)
 		if c.Spill != tc.wantSpill || (c.Instance().ID == home) != tc.wantHome {
@@ -553,8 +554,8 @@ func TestAllBusyOverflowLeavesALongPrefill(t *testing.T) {
 	p := newPolicy(t, PrefixAware, 3, Tuning{ShareSlack: -1})
 	req := textReq("a short chat whose key is placed on a busy instance")
 	home := placedOn(t, p, req)
-	for _, m := range p.table.Load().members {
-		m.stat.InFlight.Store(threshold + 1)
+	for _, m := range p.table.Load().Members {
+		m.Stat.InFlight.Store(threshold + 1)
 	}
 	checkAllBusyStays(t, p, req, home, []allBusyCase{
 		{name: "decoding only", prefill: 0, stays: true},
@@ -605,8 +606,8 @@ func TestAllBusyOverflowKeepsALongPromptWhereItIsCached(t *testing.T) {
 	home := first.Instance().ID
 	first.Prefilled()
 	first.Done()
-	for _, m := range p.table.Load().members {
-		m.stat.InFlight.Store(threshold + 1)
+	for _, m := range p.table.Load().Members {
+		m.Stat.InFlight.Store(threshold + 1)
 	}
 	p.stats.Get(home).InFlight.Store(threshold + 1 + overflowStay + 2)
 	checkAllBusyStays(t, p, req, home, []allBusyCase{

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
@@ -42,10 +43,10 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision 
 
 // decideWalk places the anchor after the walk w and guards the placement,
 // with the fallback order given by order.
-func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unranked)) decision {
+func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, fleet.Unranked)) decision {
 	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
-	x := p.expect(key, t.blockSize, w, depths)
+	x := p.expect(key, t.BlockSize, w, depths)
 	placed, ver, moved, warm := p.place(t, w, allowed, key.Model)
 	chosen := placed
 	if moved != moveWarm {
@@ -53,7 +54,7 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	}
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
-	if moved == moveWarm && t.members[chosen].Draining {
+	if moved == moveWarm && t.Members[chosen].Draining {
 		// Served by a drainer that holds the key (warm.go): the key's
 		// next owner comes second, the first a spill goes to.
 		d.order, d.unranked = order(t, allowed, w, warm)
@@ -63,14 +64,14 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	}
 	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
 
-	m := t.members[d.order[0]]
-	d.MatchChars = x.hitBytes(m.stat.Token, d.Spill == SpillNone)
-	d.hit = x.hitFraction(m.stat.Token, d.Spill == SpillNone)
+	m := t.Members[d.order[0]]
+	d.MatchChars = x.hitBytes(m.Stat.Token, d.Spill == SpillNone)
+	d.hit = x.hitFraction(m.Stat.Token, d.Spill == SpillNone)
 	// A spill is not remembered, so that the key returns home, where its
 	// cache is, once the overload is over; unless home never had it (see
 	// longAndCold): the prompt then lives only where it went.
-	_, coldAtHome := p.longAndCold(&x, t.members[chosen].stat)
-	d.learning = learning{hashes: w.hashes, depths: depths, token: m.stat.Token, ver: ver,
+	_, coldAtHome := p.longAndCold(&x, t.Members[chosen].Stat)
+	d.learning = learning{hashes: w.hashes, depths: depths, token: m.Stat.Token, ver: ver,
 		remember: d.Spill == SpillNone || coldAtHome}
 	if moved == moveWarm && d.Spill == SpillNone {
 		// A spilled request is not where the key is warm: no copy.
@@ -122,7 +123,7 @@ const popularityPrior = 32
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
 	hashes := key.Window(p.chain[:0])
 	if len(hashes) == 0 {
-		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{prefixkey.ScopeSeed(t.Cfg.HashSeed, key.Model, "")}
 	}
 	total := float64(p.pop.Total()) + popularityPrior
 	n := float64(len(allowed))
@@ -153,16 +154,16 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 			continue
 		}
 		if r == 1 {
-			w.parent, w.leaf = rank(t, set, h, pbuf), i
+			w.parent, w.leaf = fleet.Rank(t.Table, set, h, pbuf), i
 			break
 		}
-		set = append(sbuf[:0], rankTop(t, set, h, r, pbuf)...)
+		set = append(sbuf[:0], fleet.RankTop(t.Table, set, h, r, pbuf)...)
 	}
 	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
 		// served by the replica set; balance by share over all of it.
 		w.leaf = len(w.hashes) - 1
-		w.parent = rank(t, set, w.hashes[w.leaf], pbuf)
+		w.parent = fleet.Rank(t.Table, set, w.hashes[w.leaf], pbuf)
 		w.choices = len(w.parent)
 	}
 	return w
@@ -171,7 +172,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 // fallbackOrder is the order to try instances in: chosen, the rest of the
 // parent set (warm for the shared part) in the anchor's order, then
 // everyone else in the same key's order, left unranked until read.
-func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked) {
+func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Unranked) {
 	order := append(make([]int, 0, len(allowed)), chosen)
 	for _, m := range w.parent {
 		if m != chosen {
@@ -179,13 +180,13 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked
 		}
 	}
 	if len(w.parent) == len(allowed) {
-		return order, unranked{}
+		return order, fleet.Unranked{}
 	}
 	// Ranking a subset keeps its members' relative order; the parent set's
 	// members are found with a bitmap.
 	var bits [16]uint64 // 1,024 members without allocating
 	in := bits[:]
-	if words := (len(t.members) + 63) / 64; words > len(bits) {
+	if words := (len(t.Members) + 63) / 64; words > len(bits) {
 		in = make([]uint64, words)
 	}
 	for _, m := range w.parent {
@@ -197,7 +198,7 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked
 			order = append(order, m)
 		}
 	}
-	return order, unranked{n: len(order) - ranked, key: w.hashes[w.leaf]}
+	return order, fleet.Unranked{N: len(order) - ranked, Key: w.hashes[w.leaf]}
 }
 
 // recordDepths appends to out the depths the index remembers for a

@@ -22,7 +22,7 @@ func TestConcurrentPicksKeepTheThreshold(t *testing.T) {
 	req := textReq(strings.Repeat("burst of one hot prefix ", 200))
 	for round := range rounds {
 		p := newPolicy(t, PrefixAware, instances, Tuning{ShareSlack: -1, ReplicaLoad: 1e9})
-		cfg := p.table.Load().cfg
+		cfg := p.table.Load().Cfg
 		cfg.ConcurrencyThreshold = threshold
 		if err := p.Update(cfg); err != nil {
 			t.Fatal(err)

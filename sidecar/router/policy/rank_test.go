@@ -20,7 +20,7 @@ func referenceRank(t *table, set []int, key uint64) []int {
 	out := slices.Clone(set)
 	scores := make([]float64, 0, len(set))
 	for _, i := range out {
-		scores = append(scores, hrw.Score(key, t.members[i].idHash, t.members[i].weight))
+		scores = append(scores, hrw.Score(key, t.Members[i].IDHash, t.Members[i].Weight))
 	}
 	for i := 1; i < len(out); i++ {
 		for j := i; j > 0 && (scores[j] > scores[j-1] || scores[j] == scores[j-1] && out[j] < out[j-1]); j-- {
@@ -51,30 +51,30 @@ func referenceFallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 }
 
 // randomTable is a table of n members, half the time all of weight 1
-// (ranked without the logarithm, see table.uniform) and otherwise with
+// (ranked without the logarithm, see table.Uniform) and otherwise with
 // random weights, where about one member in eight shares another's name
 // hash and weight, so that scores tie exactly and the order falls back on
 // position.
 func randomTable(r *rand.Rand, n int) *table {
-	t := &table{uniform: r.IntN(2) == 0}
+	t := &table{Table: &fleet.Table{Uniform: r.IntN(2) == 0}}
 	for i := range n {
-		m := member{idHash: r.Uint64(), weight: 1}
-		if !t.uniform {
-			m.weight = float64(1 + r.IntN(3))
+		m := fleet.Member{IDHash: r.Uint64(), Weight: 1}
+		if !t.Uniform {
+			m.Weight = float64(1 + r.IntN(3))
 		}
 		if i > 0 && r.IntN(8) == 0 {
-			m = t.members[r.IntN(i)]
+			m = t.Members[r.IntN(i)]
 		}
-		m.stat = &fleet.Stat{Token: uint32(i + 1)}
-		t.members = append(t.members, m)
-		t.all = append(t.all, i)
+		m.Stat = &fleet.Stat{Token: uint32(i + 1)}
+		t.Members = append(t.Members, m)
+		t.All = append(t.All, i)
 	}
 	return t
 }
 
 // randomSet is a random subset of the table's members in random order.
 func randomSet(r *rand.Rand, t *table) []int {
-	set := slices.Clone(t.all)
+	set := slices.Clone(t.All)
 	r.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
 	return set[:1+r.IntN(len(set))]
 }
@@ -98,11 +98,11 @@ func TestRankTopIsTheReferenceOrder(t *testing.T) {
 		if round%5 == 0 {
 			k = 1 + r.IntN(min(len(set), 8)) // the replica-set walk's depths
 		}
-		got := rankTop(tb, set, key, k, nil)
+		got := fleet.RankTop(tb.Table, set, key, k, nil)
 		if wantK := want[:min(k, len(want))]; !slices.Equal(got, wantK) {
 			t.Fatalf("round %d: %d members, set of %d, k=%d: rankTop %v, reference prefix %v", round, n, len(set), k, got, wantK)
 		}
-		if got := rank(tb, set, key, nil); !slices.Equal(got, want) {
+		if got := fleet.Rank(tb.Table, set, key, nil); !slices.Equal(got, want) {
 			t.Fatalf("round %d: rank %v, reference %v", round, got, want)
 		}
 	}
@@ -126,10 +126,10 @@ func TestFallbackOrderIsTheReference(t *testing.T) {
 		chosen := w.parent[r.IntN(len(w.parent))]
 		want := referenceFallbackOrder(tb, allowed, w, chosen)
 		got, u := fallbackOrder(tb, allowed, w, chosen)
-		if tail := len(got) - u.n; !slices.Equal(got[:tail], want[:tail]) {
+		if tail := len(got) - u.N; !slices.Equal(got[:tail], want[:tail]) {
 			t.Fatalf("round %d: the ranked part %v, want %v", round, got[:tail], want[:tail])
 		}
-		if u.rank(tb, got); !slices.Equal(got, want) {
+		if u.Rank(tb.Table, got); !slices.Equal(got, want) {
 			t.Fatalf("round %d: %d members, %d allowed, parent %d: got %v, want %v", round, n, len(allowed), len(w.parent), got, want)
 		}
 	}
@@ -146,8 +146,8 @@ const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
 func init() { benchmarkStrategies[referenceStrategy] = referencePrefixAware{} }
 
 func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, unranked) {
-		return referenceFallbackOrder(t, allowed, w, chosen), unranked{}
+	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Unranked) {
+		return referenceFallbackOrder(t, allowed, w, chosen), fleet.Unranked{}
 	})
 }
 
@@ -155,7 +155,7 @@ func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) 
 func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
 	hashes := key.BlockHashes()
 	if len(hashes) == 0 {
-		hashes = []uint64{prefixkey.ScopeSeed(t.cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{prefixkey.ScopeSeed(t.Cfg.HashSeed, key.Model, "")}
 	}
 	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.Total()) + popularityPrior
@@ -258,7 +258,7 @@ func TestDecisionsAreTheReferences(t *testing.T) {
 				got, want := h.c[0], h.c[1]
 				gotD, wantD := got.Decision, want.Decision
 				wantD.Strategy = gotD.Strategy
-				if !slices.Equal(got.Order(0), want.Order(0)) || gotD != wantD || got.prefill != want.prefill {
+				if !slices.Equal(got.Order(0), want.Order(0)) || gotD != wantD || charged(got) != charged(want) {
 					t.Fatalf("decision %d (%d instances): %v %+v, reference %v %+v", i, n, got.Order(0)[:min(4, len(got.Order(0)))], got.Decision, want.Order(0)[:min(4, len(want.Order(0)))], want.Decision)
 				}
 				spills[got.Spill]++

@@ -13,11 +13,11 @@ func rulesPolicy(t *testing.T, shares [4]int64, joining int) (*Policy, *table, [
 	t.Helper()
 	p := newPolicy(t, PrefixAware, 4, Tuning{})
 	tb := p.table.Load()
-	for i, m := range tb.members {
-		m.stat.Share.Store(shares[i])
-		m.stat.Joined.Store(0)
+	for i, m := range tb.Members {
+		m.Stat.Share.Store(shares[i])
+		m.Stat.Joined.Store(0)
 		if i == joining {
-			m.stat.Joined.Store(p.shareEpoch.Load() + 1)
+			m.Stat.Joined.Store(p.shareEpoch.Load() + 1)
 		}
 	}
 	return p, tb, []int{0, 1, 2, 3}
@@ -72,7 +72,7 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		// Warming (warm.go) only in the row about it; the others pin the
 		// rules without it.
 		p.tuning.NoWarm = tc.moved != moveWarm
-		e := prefixindex.Entry{Tok: [2]uint32{tb.members[held].stat.Token, tb.members[2].stat.Token}, Ver: 3}
+		e := prefixindex.Entry{Tok: [2]uint32{tb.Members[held].Stat.Token, tb.Members[2].Stat.Token}, Ver: 3}
 		if tc.gone {
 			set = []int{0, 2, 3}
 		}

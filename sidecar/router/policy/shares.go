@@ -15,15 +15,15 @@ import (
 // twice its fair part of the keys; seeded, it takes the keys whose first
 // choice it is (see sticky): those plain rendezvous hashing would move.
 func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
-	if len(joined) == 0 || len(joined) == len(t.members) {
+	if len(joined) == 0 || len(joined) == len(t.Members) {
 		return
 	}
 	// The average of the members that serve: a draining one's share
 	// only fades.
 	var share, n int64
-	for _, m := range t.members {
-		if !slices.Contains(joined, m.stat) && !m.Draining {
-			share += m.stat.Share.Load()
+	for _, m := range t.Members {
+		if !slices.Contains(joined, m.Stat) && !m.Draining {
+			share += m.Stat.Share.Load()
 			n++
 		}
 	}
@@ -49,11 +49,11 @@ func (p *Policy) joining(s *fleet.Stat) bool {
 
 // countShare adds a decision to the chosen instance's decayed share.
 func (p *Policy) countShare(t *table, chosen int) {
-	t.members[chosen].stat.Share.Add(1)
+	t.Members[chosen].Stat.Share.Add(1)
 	if p.shareSince.Add(1) >= p.tuning.DecayEvery && p.shareDecay.CompareAndSwap(false, true) {
 		p.shareSince.Store(0)
-		for _, m := range t.members {
-			m.stat.Share.Store(m.stat.Share.Load() / 2)
+		for _, m := range t.Members {
+			m.Stat.Share.Store(m.Stat.Share.Load() / 2)
 		}
 		p.shareEpoch.Add(1)
 		p.shareDecay.Store(false)

@@ -79,9 +79,9 @@ func (p *Policy) Restore(data []byte) error {
 	}
 	if t := p.table.Load(); t != nil {
 		var joined []*fleet.Stat
-		for _, m := range t.members {
-			if !slices.Contains(stats, m.stat) {
-				joined = append(joined, m.stat)
+		for _, m := range t.Members {
+			if !slices.Contains(stats, m.Stat) {
+				joined = append(joined, m.Stat)
 			}
 		}
 		p.seedShares(t, joined)

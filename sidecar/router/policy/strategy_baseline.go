@@ -2,6 +2,8 @@
 
 package policy
 
+import "github.com/warmroute/warmroute/sidecar/router/fleet"
+
 // Baseline is the comparison point for benchmarks, not a value of the
 // routing document: one hash of the first prefixLength, consistent (HRW)
 // placement, overflow to the least loaded instance when over the threshold.
@@ -17,7 +19,7 @@ type baseline struct{}
 // decide places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
 func (baseline) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	order := rank(t, allowed, key.WindowHash(t.cfg.HashSeed), nil)
+	order := fleet.Rank(t.Table, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
 	d := decision{order: order, placed: -1}
 	first := order[0]
 	if p.available(t, first) && !p.overThreshold(t, first) {

@@ -3,6 +3,7 @@ package policy
 import (
 	"slices"
 
+	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -49,7 +50,7 @@ const moveWarm = "warm"
 // target: stay home and warm the target while warming is on, both can
 // serve and the target is within its bounds, else move to it cold (why).
 func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) {
-	s := t.members[target].stat
+	s := t.Members[target].Stat
 	if p.tuning.NoWarm || !p.available(t, target) || !p.available(t, home) || s.WarmInFlight.Load() >= warmInFlight || s.WarmTokens.Load() >= warmBudget {
 		return target, why
 	}
@@ -61,14 +62,14 @@ func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) 
 // serve model, with no member of set tied with it (that one holds the key
 // as well and serves); -1 if none.
 func (p *Policy) drainingHolder(t *table, set, allowed []int, e prefixindex.Entry, model string) int {
-	for _, d := range t.draining {
-		m := t.members[d]
-		if m.stat.Token != e.Tok[0] {
+	for _, d := range t.Draining {
+		m := t.Members[d]
+		if m.Stat.Token != e.Tok[0] {
 			continue
 		}
-		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.members[o].stat.Token == e.Tok[1] })
-		adapter := model != "" && model != t.cfg.Model
-		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.cfg.Adapters[model], m.ID) {
+		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.Members[o].Stat.Token == e.Tok[1] })
+		adapter := model != "" && model != t.Cfg.Model
+		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.Cfg.Adapters[model], m.ID) {
 			return -1
 		}
 		return d
@@ -80,77 +81,45 @@ func (p *Policy) drainingHolder(t *table, set, allowed []int, e prefixindex.Entr
 // not joining (a joiner's covers its join) when an instance starts
 // draining: its keys are about to be warmed on them.
 func (p *Policy) startDrains(t, old *table) {
-	if old == nil || !slices.ContainsFunc(t.draining, func(d int) bool {
-		i, ok := old.index[t.members[d].ID]
-		return !ok || !old.members[i].Draining
+	if old == nil || !slices.ContainsFunc(t.Draining, func(d int) bool {
+		i, ok := old.Index[t.Members[d].ID]
+		return !ok || !old.Members[i].Draining
 	}) {
 		return
 	}
-	for _, m := range t.all {
-		if s := t.members[m].stat; !p.joining(s) {
+	for _, m := range t.All {
+		if s := t.Members[m].Stat; !p.joining(s) {
 			s.WarmTokens.Store(0)
 		}
 	}
 }
 
-// warm is a Choice's warm copy: the target and what recording its
-// placement teaches the index (its own copy of the hashes, the policy's
-// buffers being reused by the next decision).
-type warm struct {
-	p      *Policy
-	member int
-	tokens int64
-	learning
-	settled bool
-}
-
-// recordWarm charges the warm copy to the target (in flight, budget) and
-// keeps what its completion records.
+// recordWarm charges the warm copy to the target (in flight, budget);
+// its completion records the target as holding the key (l, its own copy
+// of the hashes, the policy's buffers being reused by the next decision),
+// so the key's next request moves there warm.
 func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uint32) {
 	if target < 0 {
 		return
 	}
-	s := t.members[target].stat
+	s := t.Members[target].Stat
 	// The request's share counts where its key is going: served at home
 	// only until the target is warm, it would otherwise raise home's
 	// share past the move bound and send home's other keys off cold
 	// (MoveShare), the very cost warming saves.
-	c.stat().Share.Add(-1)
+	c.Stat().Share.Add(-1)
 	s.Share.Add(1)
 	s.WarmInFlight.Add(1)
-	s.WarmTokens.Add(c.prompt)
+	prompt, _, _ := c.Charge()
+	s.WarmTokens.Add(prompt)
 	l.hashes, l.depths = append([]uint64(nil), l.hashes...), append([]int(nil), l.depths...)
 	l.token, l.ver, l.remember = s.Token, ver+1, true
-	c.warm = &warm{p: p, member: target, tokens: c.prompt, learning: l}
-}
-
-// WarmTarget is the instance to send a one-token copy of the request to
-// (a joiner, or the next owner of a drainer's key), and the prompt tokens
-// it is charged; false when none.
-func (c *Choice) WarmTarget() (Instance, int64, bool) {
-	if c.warm == nil {
-		return Instance{}, 0, false
-	}
-	return c.t.members[c.warm.member].Instance, c.warm.tokens, true
-}
-
-// Warmed settles the warm copy: its in-flight slot is released and, when
-// ok (the target answered it), the index records the target as holding
-// the key, so its next request moves there warm. Only the first call
-// counts.
-func (c *Choice) Warmed(ok bool) {
-	w := c.warm
-	if w == nil {
-		return
-	}
-	w.p.pick.Lock()
-	defer w.p.pick.Unlock()
-	if w.settled {
-		return
-	}
-	w.settled = true
-	c.t.members[w.member].stat.WarmInFlight.Add(-1)
-	if ok {
-		w.p.index.AddDepths(w.hashes, w.depths, w.token, w.ver)
-	}
+	c.Warm = &fleet.Warm{Member: target, Tokens: prompt, Settle: func(ok bool) {
+		p.pick.Lock()
+		defer p.pick.Unlock()
+		s.WarmInFlight.Add(-1)
+		if ok {
+			p.index.AddDepths(l.hashes, l.depths, l.token, l.ver)
+		}
+	}}
 }

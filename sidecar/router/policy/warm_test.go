@@ -44,7 +44,7 @@ func TestWarmJoining(t *testing.T) {
 			var c *Choice
 			var r Request
 			for _, r = range reqs {
-				if c = pick(t, p, r); c.Moved == MoveJoining || c.warm != nil {
+				if c = pick(t, p, r); c.Moved == MoveJoining || c.Warm != nil {
 					break
 				}
 				c.Done()
@@ -72,7 +72,7 @@ func TestWarmJoining(t *testing.T) {
 			next := pick(t, p, r)
 			defer next.Done()
 			moved := next.Moved
-			if next.warm != nil {
+			if next.Warm != nil {
 				moved = moveWarm
 			}
 			switch tc.wantNext {
@@ -129,7 +129,7 @@ func TestWarmDraining(t *testing.T) {
 	for _, r := range held {
 		c := pick(t, cold, r)
 		next[string(r.Text)] = c.Instance().ID
-		if c.Instance().ID == "vllm-1" || c.Moved != MoveHolderLeft || c.warm != nil {
+		if c.Instance().ID == "vllm-1" || c.Moved != MoveHolderLeft || c.Warm != nil {
 			t.Fatalf("warming off, a drainer's key went to %s (moved %q), want its next owner cold (holder_left)", c.Instance().ID, c.Moved)
 		}
 		c.Done()
@@ -191,8 +191,8 @@ func TestWarmDraining(t *testing.T) {
 			if got := where(second); got != tc.wantNext {
 				t.Errorf("the key's next request went to %s (moved %q), want %s", got, second.Moved, tc.wantNext)
 			}
-			if tc.wantNext == "next" && (second.Moved != MoveNone || second.warm != nil) {
-				t.Errorf("the key's next request moved %q (warm %v), want it home on the next owner", second.Moved, second.warm != nil)
+			if tc.wantNext == "next" && (second.Moved != MoveNone || second.Warm != nil) {
+				t.Errorf("the key's next request moved %q (warm %v), want it home on the next owner", second.Moved, second.Warm != nil)
 			}
 		})
 	}
@@ -200,9 +200,9 @@ func TestWarmDraining(t *testing.T) {
 
 // eachServing sets every member's stat but vllm-1's.
 func eachServing(p *Policy, f func(*fleet.Stat)) {
-	for _, m := range p.table.Load().members {
+	for _, m := range p.table.Load().Members {
 		if m.ID != "vllm-1" {
-			f(m.stat)
+			f(m.Stat)
 		}
 	}
 }
@@ -270,7 +270,7 @@ func TestDrainerTakesNoNewKeys(t *testing.T) {
 	all, held := drainFleet(t, Tuning{}, reqs, true)
 	c := pick(t, all, held[0])
 	defer c.Done()
-	if c.Instance().ID != "vllm-1" || c.warm != nil {
-		t.Errorf("all draining: the held key went to %s (warm %v), want served where it is, no copy", c.Instance().ID, c.warm != nil)
+	if c.Instance().ID != "vllm-1" || c.Warm != nil {
+		t.Errorf("all draining: the held key went to %s (warm %v), want served where it is, no copy", c.Instance().ID, c.Warm != nil)
 	}
 }

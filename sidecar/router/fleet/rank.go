@@ -1,4 +1,4 @@
-package policy
+package fleet
 
 import (
 	"sync"
@@ -16,13 +16,13 @@ type rankScratch struct{ all, tmp []hrw.Scored }
 
 var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
 
-// rank returns set in the key's preference order, reusing out's storage.
-func rank(t *table, set []int, key uint64, out []int) []int {
-	return rankTop(t, set, key, len(set), out)
+// Rank returns set in the key's preference order, reusing out's storage.
+func Rank(t *Table, set []int, key uint64, out []int) []int {
+	return RankTop(t, set, key, len(set), out)
 }
 
-// rankTop returns the first k of rank(t, set, key, out).
-func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
+// RankTop returns the first k of Rank(t, set, key, out).
+func RankTop(t *Table, set []int, key uint64, k int, out []int) []int {
 	var stack [32]hrw.Scored
 	all, tmp := stack[:0], []hrw.Scored(nil)
 	if len(set) > len(stack) {
@@ -34,9 +34,9 @@ func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 		all, tmp = sc.all, sc.tmp
 	}
 	for _, m := range set {
-		score := float64(hrw.Mix64(key^t.members[m].idHash) >> 11)
-		if !t.uniform {
-			score = hrw.Score(key, t.members[m].idHash, t.members[m].weight)
+		score := float64(hrw.Mix64(key^t.Members[m].IDHash) >> 11)
+		if !t.Uniform {
+			score = hrw.Score(key, t.Members[m].IDHash, t.Members[m].Weight)
 		}
 		// With equal weights hrw.Score rises with the hash's top 53 bits:
 		// the same order (and the same ties) without its logarithm.
@@ -49,21 +49,21 @@ func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 	return out
 }
 
-// unranked says that the last n members of an order are not yet in the
+// Unranked says that the last N members of an order are not yet in the
 // key's order: they are the fleet outside the placement's parent set, which
 // only a spill or a retry past the ranked part reads, and ranking them on
 // every decision cost more than the rest of a decision at hundreds of
 // instances.
-type unranked struct {
-	n   int
-	key uint64
+type Unranked struct {
+	N   int
+	Key uint64
 }
 
-// rank puts the last u.n members of order in the key's order, in place.
-func (u *unranked) rank(t *table, order []int) {
-	if u.n > 0 {
-		rest := order[len(order)-u.n:]
-		rank(t, rest, u.key, rest)
-		u.n = 0
+// Rank puts the last u.N members of order in the key's order, in place.
+func (u *Unranked) Rank(t *Table, order []int) {
+	if u.N > 0 {
+		rest := order[len(order)-u.N:]
+		Rank(t, rest, u.Key, rest)
+		u.N = 0
 	}
 }

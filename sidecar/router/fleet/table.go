@@ -1,0 +1,137 @@
+package fleet
+
+import (
+	"errors"
+	"slices"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
+)
+
+// Errors the transport turns into HTTP statuses.
+var (
+	ErrUnknownModel = errors.New("model is neither the served model nor a known adapter")
+	ErrNoInstance   = errors.New("no instance can serve this model")
+)
+
+// Instance is one backend as the policy sees it.
+type Instance struct {
+	ID      string
+	Address string
+	Weight  int // 0 means 1
+	// Draining says the instance is leaving (the routing document's
+	// instances[].draining): it takes no new keys, and serves only the
+	// keys it holds while their next owners are warmed (the policy's
+	// warm.go).
+	Draining bool
+}
+
+// Config is the part of the routing document the policy needs.
+type Config struct {
+	Strategy             routing.Strategy
+	Model                string
+	HashSeed             uint64
+	PrefixLength         int // characters (OpenAI) or bytes (/invocations)
+	ConcurrencyThreshold int
+	Instances            []Instance
+	// Adapters maps an adapter name to the IDs of the instances where it is
+	// loaded; its requests go only there.
+	Adapters map[string][]string
+}
+
+// Member is an instance in a Table.
+type Member struct {
+	Instance
+	IDHash uint64 // its ID's hash under the hash seed, for rendezvous
+	Weight float64
+	Stat   *Stat
+}
+
+// Table is a configuration as decisions read it: the instances by
+// position, with their counters.
+type Table struct {
+	Cfg      Config
+	Members  []Member
+	Adapters map[string][]int // the members an adapter's requests may use
+	// All are the members that take new keys: every one not draining
+	// (every one when all are, rather than refuse traffic while a whole
+	// fleet leaves); Draining are the others.
+	All, Draining []int
+	Index         map[string]int // member position by ID
+	BlockSize     int
+	// Uniform: every member has the same weight, so a key's order is its
+	// rendezvous hashes' order and ranking needs no logarithm.
+	Uniform bool
+}
+
+// NewTable builds the table of cfg on the registry's counters, and returns
+// the counters it created (instances the registry did not know).
+func NewTable(cfg Config, r *Registry) (*Table, []*Stat) {
+	t := &Table{Cfg: cfg, Adapters: make(map[string][]int, len(cfg.Adapters)), Index: make(map[string]int, len(cfg.Instances))}
+	var joined []*Stat
+	for i, in := range cfg.Instances {
+		s, fresh := r.Lookup(in.ID)
+		if fresh {
+			joined = append(joined, s)
+		}
+		t.Members = append(t.Members, Member{Instance: in, IDHash: prefixkey.HashString(cfg.HashSeed, in.ID), Weight: float64(max(in.Weight, 1)), Stat: s})
+		t.Index[in.ID] = i
+	}
+	all := make([]int, len(t.Members))
+	for i := range all {
+		all[i] = i
+	}
+	t.All, t.Draining = t.serving(all)
+	t.Uniform = !slices.ContainsFunc(t.Members, func(m Member) bool { return m.Weight != t.Members[0].Weight })
+	for name, ids := range cfg.Adapters {
+		set := make([]int, 0, len(ids))
+		for _, id := range ids {
+			if i, ok := t.Index[id]; ok {
+				set = append(set, i)
+			}
+		}
+		slices.Sort(set)
+		t.Adapters[name], _ = t.serving(slices.Compact(set))
+	}
+	// About 32 blocks a window: fine enough that two prompts sharing most
+	// of a window share most of its blocks (a block is at most 3 % of
+	// it), few enough to hash and look up in a few microseconds. At least
+	// 64 bytes, about 16 tokens: vLLM's KV block, the least it caches, so
+	// a finer block would tell apart prefixes its cache does not.
+	t.BlockSize = max(64, cfg.PrefixLength/32)
+	return t, joined
+}
+
+// serving splits set into the members not draining and the draining
+// ones; all of set serves when every member of it drains.
+func (t *Table) serving(set []int) (serving, draining []int) {
+	for _, m := range set {
+		if t.Members[m].Draining {
+			draining = append(draining, m)
+		} else {
+			serving = append(serving, m)
+		}
+	}
+	if len(serving) == 0 {
+		return set, nil
+	}
+	return serving, draining
+}
+
+// Candidates resolves the model to the members allowed to serve it.
+func (t *Table) Candidates(model string) ([]int, error) {
+	if model == "" || model == t.Cfg.Model {
+		if len(t.All) == 0 {
+			return nil, ErrNoInstance
+		}
+		return t.All, nil
+	}
+	set, ok := t.Adapters[model]
+	if !ok {
+		return nil, ErrUnknownModel
+	}
+	if len(set) == 0 {
+		return nil, ErrNoInstance
+	}
+	return set, nil
+}
