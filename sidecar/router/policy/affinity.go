@@ -152,7 +152,7 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 // no reason to queue on chosen, and where it is prefilled is where the
 // index sends its next requests. A short key keeps the two choices: its
 // prefill is too small to queue behind.
-func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *expectation) int {
+func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *prefixindex.Match) int {
 	if len(set) < 2 {
 		return chosen
 	}

@@ -2,24 +2,19 @@ package policy
 
 import (
 	"math"
+	"slices"
 
 	"github.com/warmroute/warmroute/sidecar/router/fleet"
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// The guard moves a request off the instance affinity chose (order[0];
-// the rest of order is the fallback, the parent set first). The
-// concurrency threshold is a limit; the token spill and the all-busy
-// overflow compare costs (cost.go).
-
-// guard applies, in order:
-//   - ejected or at the threshold: the request must leave, along its order
-//     (spillByRequests);
-//   - otherwise, tokens: when home is overloaded, the request leaves for
-//     the first instance along its order, under the threshold and not
-//     overloaded, where its cost, with the cache it loses charged (lost),
-//     is clearly less (clearlyMore). Along the order, like the threshold
-//     spill: the parent set first, warm for the shared part.
-func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *expectation) ([]int, string) {
+// guard moves a request off the instance affinity chose (order[0]; the
+// rest of order is the fallback, the parent set first, warm for the
+// shared part): ejected or at the threshold, it must leave along its order
+// (spillByRequests); else, when home is overloaded, it leaves for the
+// first instance along its order, under the threshold and not overloaded,
+// where its cost with the lost cache charged is clearly less.
+func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *prefixindex.Match) ([]int, string) {
 	home := order[0]
 	switch {
 	case !p.available(t, home):
@@ -35,13 +30,13 @@ func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *expectation)
 	}
 	u.Rank(t.Table, order)
 	s := t.Members[home].Stat
-	stay, own := p.cost(s, x), x.own(s.Token)
+	stay, own := p.cost(s, x), x.Own(s.Token)
 	for i, m := range order[1:] {
 		o := t.Members[m].Stat
 		if !p.available(t, m) || p.overThreshold(t, m) || overloaded(p.tokenLoad(o), avg) {
 			continue
 		}
-		if mine := x.own(o.Token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
+		if mine := x.Own(o.Token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
 			return moveToFront(order, i+1), SpillTokens
 		}
 	}
@@ -49,12 +44,9 @@ func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *expectation)
 }
 
 // overloaded reports whether a token load is clearly more than the
-// average over the request's candidates (avg), and so may send requests
-// away on tokens and takes none: a load within twice the average is one
-// the next few requests even out, not worth the cold prefill of a spill.
-// The cost comparison alone would spill whenever a long prompt makes one
-// queue briefly heavier, trading a cold prefill for a wait that was about
-// to end.
+// candidates' average (avg), and so may send requests away on tokens and
+// takes none. Within twice the average, the next few requests even a load
+// out: a spill would trade a cold prefill for a wait about to end.
 func overloaded(load int64, avg float64) bool {
 	return load > tokenFloor && float64(load) > tokenBalance*avg
 }
@@ -64,7 +56,7 @@ func overloaded(load int64, avg float64) bool {
 // balanceFactor × the average requests in flight; failing that, to the
 // first available one with room (the threshold is the limit, the balance
 // cap a preference); if none, all busy (overflow).
-func (p *Policy) spillByRequests(t *table, order []int, x *expectation, reason string) ([]int, string) {
+func (p *Policy) spillByRequests(t *table, order []int, x *prefixindex.Match, reason string) ([]int, string) {
 	limit := int64(math.Ceil(balanceFactor * float64(sumOver(t, order, inFlight)+1) / float64(len(order))))
 	withRoom := -1
 	for i, m := range order[1:] {
@@ -127,7 +119,7 @@ const overflowStay = 3
 // instance has room: among the available instances within overflowSlack
 // requests of the least loaded, the cheapest; home instead when staysHome
 // says so; the least loaded of all when none is available.
-func (p *Policy) overflow(t *table, order []int, x *expectation) int {
+func (p *Policy) overflow(t *table, order []int, x *prefixindex.Match) int {
 	least := int64(math.MaxInt64)
 	for _, m := range order {
 		if p.available(t, m) {
@@ -144,7 +136,7 @@ func (p *Policy) overflow(t *table, order []int, x *expectation) int {
 	if p.available(t, home) && staysHome(inFlight(t.Members[home].Stat)-least, p.cost(t.Members[home].Stat, x), c) {
 		return 0
 	}
-	return indexOf(order, best)
+	return slices.Index(order, best)
 }
 
 // staysHome reports whether an all-busy request stays home, above rather
@@ -166,13 +158,4 @@ func moveToFront(order []int, i int) []int {
 	copy(order[1:i+1], order[:i])
 	order[0] = v
 	return order
-}
-
-func indexOf(order []int, m int) int {
-	for i, o := range order {
-		if o == m {
-			return i
-		}
-	}
-	return 0
 }

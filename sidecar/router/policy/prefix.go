@@ -6,6 +6,7 @@ import (
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/fleet"
+	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
@@ -65,8 +66,8 @@ func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func
 	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
 
 	m := t.Members[d.order[0]]
-	d.MatchChars = x.hitBytes(m.Stat.Token, d.Spill == SpillNone)
-	d.hit = x.hitFraction(m.Stat.Token, d.Spill == SpillNone)
+	d.MatchChars = x.HitBytes(m.Stat.Token, d.Spill == SpillNone)
+	d.hit = x.HitFraction(m.Stat.Token, d.Spill == SpillNone)
 	// A spill is not remembered, so that the key returns home, where its
 	// cache is, once the overload is over; unless home never had it (see
 	// longAndCold): the prompt then lives only where it went.
@@ -205,7 +206,7 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Un
 // request: the anchor and then geometrically deeper blocks, enough to
 // recognise a long match (a growing conversation) at a fixed cost.
 func recordDepths(out []int, leaf, n int) []int {
-	for step := 0; leaf+step < n && len(out) < maxRecordDepths-1; step = max(1, step*2) {
+	for step := 0; leaf+step < n && len(out) < prefixindex.MaxDepths-1; step = max(1, step*2) {
 		out = append(out, leaf+step)
 	}
 	if last := n - 1; last > leaf && out[len(out)-1] != last {
@@ -213,7 +214,3 @@ func recordDepths(out []int, leaf, n int) []int {
 	}
 	return out
 }
-
-// maxRecordDepths bounds recordDepths: 2^14 blocks is far more than any
-// routing text has.
-const maxRecordDepths = 16

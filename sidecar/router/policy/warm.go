@@ -7,25 +7,12 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// Warming: when a key's next owner would take it cold (a full prefill on
-// the user's request), the request is instead served where the key is
-// warm, and the Choice names the next owner as its warm target. The data
-// plane sends the target a one-token copy of the request; when the copy
-// completes (Warmed) the placement is recorded for the target, one
-// version past the holder's, so the key's next request moves there with
-// its prefix cached. The hottest keys come back first, so they are warmed
-// first. Two events hand keys over this way:
-//   - an instance joins: a key whose first choice it is (the joining
-//     rule, MoveJoining) stays home and warms the joiner, for the joining
-//     period;
-//   - an instance drains (the routing document marks it leaving): it takes
-//     no new keys, but a key the index holds there is still served there,
-//     within the load guard, and warms the member the key would go to with
-//     the drainer gone (MoveHolderLeft), until the drainer leaves the
-//     document.
-//
-// Warming's cost is bounded per target by warmInFlight and warmBudget;
-// past either, the key moves cold as before.
+// Warming (sidecar/README.md, "Warming joiners and leavers"): a request
+// whose key is about to change owner (a joiner's, MoveJoining; a
+// drainer's, MoveHolderLeft) is served where the key is warm, and its
+// Choice names the next owner, which the data plane sends a one-token
+// copy; the copy's completion records the next owner as holding the key.
+// Past a target's warmInFlight or warmBudget, the key moves cold.
 
 const (
 	// warmInFlight is how many warm copies a target may have in flight:

@@ -150,3 +150,63 @@ func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
 	x.young, x.old = make(map[uint64]Entry, x.capacity/2), map[uint64]Entry{}
 	fill(x.putLocked)
 }
+
+// MaxDepths bounds the depths recorded for a request: 2^14 blocks, far
+// more than any routing text has, at the policy's geometric spacing.
+const MaxDepths = 16
+
+// Match is what the index says each instance holds of one request, at the
+// depths recorded for it.
+type Match struct {
+	Prompt    int64 // the request's prompt, in tokens
+	BlockSize int
+	TextBytes int // the routing text's length
+	Hashed    int // blocks hashed
+	// Shared is how many leading blocks are popular (held by any instance
+	// of their set); Seen how many earlier requests carried too.
+	Shared, Seen int
+	n            int
+	depths       [MaxDepths]int
+	entries      [MaxDepths]Entry
+}
+
+// Lookup sets m's entries to those of the hashes at the given depths.
+func (x *Index) Lookup(hashes []uint64, depths []int, m *Match) {
+	m.n = copy(m.depths[:], depths)
+	x.Entries(hashes, m.depths[:m.n], m.entries[:m.n])
+}
+
+// HitBytes is how much of the routing text the instance with the token is
+// expected to hold: the deepest recorded block it was sent (and the
+// blocks before the next recorded depth that others carried too), or
+// (withShared) the popular leading blocks.
+func (m *Match) HitBytes(token uint32, withShared bool) int {
+	match := 0
+	for i := m.n - 1; i >= 0; i-- {
+		if m.entries[i].Has(token) {
+			match = max(m.depths[i]+1, m.Seen)
+			break
+		}
+	}
+	if withShared {
+		match = max(match, m.Shared)
+	}
+	return min(match*m.BlockSize, m.TextBytes)
+}
+
+// HitFraction is the part of the prompt the instance is expected to hold:
+// the part of the hashed text it holds. The rest of the prompt is taken to
+// hit at the same rate, which is right for a long shared document and for
+// a conversation resent turn after turn.
+func (m *Match) HitFraction(token uint32, withShared bool) float64 {
+	hashed := min(m.Hashed*m.BlockSize, m.TextBytes)
+	if hashed == 0 {
+		return 0
+	}
+	return float64(m.HitBytes(token, withShared)) / float64(hashed)
+}
+
+// Own is the prefill the request would bring to the instance.
+func (m *Match) Own(token uint32) int64 {
+	return m.Prompt - int64(float64(m.Prompt)*m.HitFraction(token, true))
+}
