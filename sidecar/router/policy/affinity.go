@@ -7,11 +7,8 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// Affinity: where the anchor goes within its parent set before the guard.
-// A key the index knows stays where it lives; a new key takes one of its
-// two HRW choices by recent share of requests, or, when its prompt is long
-// and new, the member where it costs least. Shares keep every instance
-// within 1.10 × the average (ShareSlack to place, moveSlack to move).
+// Affinity places the anchor within its parent set, before the guard
+// (sidecar/README.md, "How PREFIX_AWARE decides", steps 2–4).
 
 // placementChoices is how far down a new key's order placement may go:
 // the "power of two choices", which balances nearly as well as looking
@@ -27,10 +24,9 @@ const placementChoices = 2
 const stickySlack = 8
 
 // place chooses the anchor's instance in its parent set (or the draining
-// member that holds it, see warm.go), the version of the placement (the
-// entry's own when the key stays where it lives, one more when it goes
-// anywhere else), why a known key moved, and the member the request warms
-// (-1: none; when moved is moveWarm).
+// member that holds it), the placement's version (the entry's own when the
+// key stays, one more when it goes elsewhere), why a known key moved, and
+// the member the request warms (-1: none; when moved is moveWarm).
 func (p *Policy) place(t *table, w walk, allowed []int, model string) (int, uint32, string, int) {
 	var ver uint32
 	if w.choices == placementChoices {
@@ -73,14 +69,11 @@ func (p *Policy) nextOwner(t *table, set []int, m int, moved string) (int, strin
 	return m, moved
 }
 
-// sticky returns the member of set that the index says holds the key (-1
-// if none does), and why that is a move. The key lives on the entry's
-// current holder (or, tied, the one earlier in the key's order), else on
-// its former holder when the current one left the set (MoveHolderLeft).
-// It moves to its first choice while that one is joining the fleet
-// (MoveJoining: the keys plain rendezvous hashing would move, and no
-// others), and off a holder over the move bound onto one of its two
-// choices within ShareSlack (MoveShare, see relieve).
+// sticky returns the member of set the index says holds the key (-1 if
+// none), and why that is a move: its current holder (tied: the earlier in
+// the key's order), else its former one (MoveHolderLeft); its first choice
+// while that one joins (MoveJoining: only the keys plain rendezvous would
+// move); off a holder over the move bound (MoveShare, see relieve).
 func (p *Policy) sticky(t *table, set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
@@ -147,11 +140,10 @@ func (p *Policy) byShare(t *table, set []int, choices int) int {
 }
 
 // coldPlacement moves a new long key (see longAndCold) from chosen to the
-// member of set where it costs least, among those with room (hasRoom) and
-// within the share bound; ties stay with the earlier. Its cache gives it
-// no reason to queue on chosen, and where it is prefilled is where the
-// index sends its next requests. A short key keeps the two choices: its
-// prefill is too small to queue behind.
+// member of set with room and within the share bound where it costs least
+// (ties stay earlier): no cache holds it on chosen, and where it is
+// prefilled is where its next requests go. A short key's prefill is too
+// small to queue behind.
 func (p *Policy) coldPlacement(t *table, set []int, chosen int, x *prefixindex.Match) int {
 	if len(set) < 2 {
 		return chosen

@@ -1,8 +1,6 @@
 package policy
 
-import (
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
-)
+import "github.com/warmroute/warmroute/sidecar/router/fleet"
 
 // Spill reasons, as counted in metrics.
 const (

@@ -20,12 +20,10 @@ type (
 )
 
 // Tuning is what a router may set of the policy: IndexEntries (its
-// memory) and BytesPerToken (the tokenizer). The rest of its parameters
-// are the constants below, whose comments derive them; ShareSlack,
-// ReplicaLoad, SketchWidth and DecayEvery are fields too so that tests and
-// the benchmark's reference rows can vary them (a negative ShareSlack
-// turns share balancing off: pure rendezvous placement). Zero values take
-// the defaults of DefaultTuning.
+// memory) and BytesPerToken (the tokenizer); the rest are the constants
+// below, of which four are fields too for tests and the benchmark's
+// reference rows (a negative ShareSlack: pure rendezvous placement). Zero
+// values take DefaultTuning's.
 type Tuning struct {
 	// IndexEntries bounds the prefix index (~48 bytes each): the router's
 	// memory, which its pod's limit bounds. The default, 2^18 entries
@@ -42,14 +40,11 @@ type Tuning struct {
 	SketchWidth int     // see defaultSketchWidth
 	DecayEvery  int64   // see defaultDecayEvery
 
-	// NoWarm turns off warming (warm.go; the router's --warm=false):
-	// the joining rule then moves keys cold, and a draining instance's
-	// keys leave it at once, cold, as if it had left.
+	// NoWarm turns off warming (the router's --warm=false): keys move
+	// cold, a draining instance's at once.
 	NoWarm bool
-
-	// BenchmarkStrategies accepts the benchmark-only strategies (Baseline,
-	// in builds with the benchstrategies tag), for the router's
-	// --strategy-override (in the same builds).
+	// BenchmarkStrategies accepts the benchmark build's strategies, for
+	// its router's --strategy-override.
 	BenchmarkStrategies bool
 	// Now is the clock used for ejection deadlines (tests replace it).
 	Now func() time.Time
@@ -119,25 +114,17 @@ func DefaultTuning() Tuning {
 
 func (t Tuning) withDefaults() Tuning {
 	d := DefaultTuning()
-	t.IndexEntries = above(t.IndexEntries, 0, d.IndexEntries)
-	t.BytesPerToken = above(t.BytesPerToken, 0, d.BytesPerToken)
+	// Unset or meaningless (at most 0) takes the default.
+	t.IndexEntries = cmp.Or(max(t.IndexEntries, 0), d.IndexEntries)
+	t.BytesPerToken = cmp.Or(max(t.BytesPerToken, 0), d.BytesPerToken)
 	t.ShareSlack = cmp.Or(t.ShareSlack, d.ShareSlack) // negative: off
-	t.ReplicaLoad = above(t.ReplicaLoad, 0, d.ReplicaLoad)
-	t.SketchWidth = above(t.SketchWidth, 0, d.SketchWidth)
-	t.DecayEvery = above(t.DecayEvery, 0, d.DecayEvery)
+	t.ReplicaLoad = cmp.Or(max(t.ReplicaLoad, 0), d.ReplicaLoad)
+	t.SketchWidth = cmp.Or(max(t.SketchWidth, 0), d.SketchWidth)
+	t.DecayEvery = cmp.Or(max(t.DecayEvery, 0), d.DecayEvery)
 	if t.Now == nil {
 		t.Now = d.Now
 	}
 	return t
-}
-
-// above returns the default d when v is at or under bound (unset or
-// meaningless), else v.
-func above[T cmp.Ordered](v, bound, d T) T {
-	if v <= bound {
-		return d
-	}
-	return v
 }
 
 // Request is what the policy knows of a request; Key, what a decision

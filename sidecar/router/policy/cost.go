@@ -30,15 +30,13 @@ func clearlyMore(a, b int64) bool {
 }
 
 // lost is what leaving an instance where the request's own prefill is
-// home for one where it is own costs on top of the cost there: the cache
-// left behind, prefilled cold once more. The request waits for that
-// prefill, and so does every request queued behind it; a prompt cold on
-// both costs nothing more.
+// home for one where it is own adds to the cost there: the cache left
+// behind, prefilled cold once more, which every request queued behind it
+// waits for too.
 func lost(own, home int64) int64 { return max(own-home, 0) }
 
 // cheapest returns the member of set that ok admits where the request
-// costs least, and that cost; the earlier in set on ties; -1 if ok admits
-// none.
+// costs least (the earlier on ties; -1: none), and that cost.
 func (p *Policy) cheapest(t *table, set []int, x *prefixindex.Match, ok func(int) bool) (int, int64) {
 	best, least := -1, int64(0)
 	for _, m := range set {
@@ -52,11 +50,10 @@ func (p *Policy) cheapest(t *table, set []int, x *prefixindex.Match, ok func(int
 	return best, least
 }
 
-// longAndCold returns the request's own prefill on the instance with stat
-// s, and whether it is a long prompt new there: the index records none of
-// it on s and its prefill is at least tokenFloor. Such a prompt has no
-// cache to wait for on s (coldPlacement) and, spilled, lives only where it
-// went, which the index then remembers.
+// longAndCold returns the request's own prefill on s, and whether it is
+// a long prompt new there (none of it indexed on s, at least tokenFloor):
+// no cache to wait for on s (coldPlacement) and, spilled, it lives only
+// where it went, which the index then remembers.
 func (p *Policy) longAndCold(x *prefixindex.Match, s *fleet.Stat) (int64, bool) {
 	if x.HitBytes(s.Token, false) > 0 {
 		return 0, false

@@ -1,15 +1,13 @@
 package policy
 
 import (
+	"slices"
 	"time"
 )
 
-// Health: instances the transport found failing are ejected from new
-// decisions for a while; the policy fails open when every candidate is.
-
-// Eject keeps an instance out of new decisions until the deadline, unless
-// every candidate is ejected (then the policy fails open rather than refuse
-// traffic because of a blip).
+// Eject keeps an instance the transport found failing out of new
+// decisions until the deadline, unless every candidate is ejected: the
+// policy then fails open rather than refuse traffic over a blip.
 func (p *Policy) Eject(id string, until time.Time) {
 	p.stats.Get(id).EjectedUntil.Store(until.UnixNano())
 }
@@ -25,14 +23,9 @@ func (p *Policy) Healthy(id string) bool {
 // healthy drops ejected instances, failing open when none is left.
 func (p *Policy) healthy(t *table, set []int) []int {
 	now := p.tuning.Now().UnixNano()
-	out := make([]int, 0, len(set))
-	for _, i := range set {
-		if t.Members[i].Stat.EjectedUntil.Load() <= now {
-			out = append(out, i)
-		}
-	}
+	out := slices.DeleteFunc(slices.Clone(set), func(m int) bool { return t.Members[m].Stat.EjectedUntil.Load() > now })
 	if len(out) == 0 {
-		return append(out, set...)
+		return slices.Clone(set)
 	}
 	return out
 }

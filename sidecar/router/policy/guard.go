@@ -89,10 +89,9 @@ func (p *Policy) hasRoom(t *table, m int) bool {
 }
 
 // spillRoom is the room under the threshold a spill needs: two requests
-// (one under a threshold of 8, where one is a large part of the room, and
-// a threshold of 1 never has two). An instance with one request of room is
-// full again at once, so its next requests spill too, each a cold prefill:
-// the cascade that is bounded loads' known weakness (arXiv:1908.08762).
+// (one under a threshold of 8, where one is much of the room). With one,
+// an instance is full again at once and its next requests spill too, each
+// a cold prefill: bounded loads' known cascade (arXiv:1908.08762).
 func spillRoom(threshold int64) int64 {
 	if threshold < 8 {
 		return 1
@@ -101,18 +100,16 @@ func spillRoom(threshold int64) int64 {
 }
 
 // overflowSlack is how many more requests in flight than the least loaded
-// an instance may have and still take an all-busy overflow. Counts are
-// whole requests, so 1 is the least slack that lets the cost model choose
-// among near-equals (a warm instance one request busier beats a cold one),
-// while the one chosen ends at most two requests above the least loaded.
+// an instance may have and still take an all-busy overflow: 1, the least
+// that lets the cost model choose among near-equals (a warm instance one
+// request busier beats a cold one), ending at most two above the least.
 const overflowSlack = 1
 
 // overflowStay is how many more requests in flight than the least loaded
-// home may have and still keep an all-busy request unless the cost model
-// says leave. A continuously batching engine runs a few more requests side
-// by side (each costs it decodeTokens, a cached prefix of a few thousand
-// tokens far more); past spillRoom + 1 more, the queue itself is what the
-// request waits for.
+// home may have and keep an all-busy request unless the cost model says
+// leave: a batching engine runs a few more side by side (decodeTokens each,
+// far less than a cached prefix); past spillRoom + 1 more, the request
+// waits for the queue itself.
 const overflowStay = 3
 
 // overflow is the position in order of where a request goes when no
@@ -139,11 +136,10 @@ func (p *Policy) overflow(t *table, order []int, x *prefixindex.Match) int {
 	return slices.Index(order, best)
 }
 
-// staysHome reports whether an all-busy request stays home, above rather
-// than the least loaded by requests, with cost home there and best at the
-// cheapest: within overflowStay, unless home clearly costs more (a short
-// chat behind a long prefill); further above, only when leaving would
-// clearly cost more (a long document cached at home).
+// staysHome reports whether an all-busy request stays home, above the
+// least loaded by requests, costing home there and best at the cheapest:
+// within overflowStay, unless home clearly costs more (a short chat behind
+// a long prefill); further above, only when leaving clearly costs more.
 func staysHome(above, home, best int64) bool {
 	if above <= overflowStay {
 		return !clearlyMore(home, best)

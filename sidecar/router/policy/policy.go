@@ -43,12 +43,10 @@ type Policy struct {
 	// joining).
 	shareEpoch atomic.Int64
 	// pick makes a decision and its charge one step, so that concurrent
-	// decisions cannot all read an instance as under the threshold
-	// (TestConcurrentPicksKeepTheThreshold).
+	// decisions cannot all read an instance as under the threshold.
 	pick sync.Mutex
-	// chain, parent and depths are buffers of the decision in progress
-	// (block hashes, the anchor's parent set, the depths it records),
-	// reused from one decision to the next under pick.
+	// chain, parent and depths are the decision's buffers (block hashes,
+	// the anchor's parent set, the depths it records), reused under pick.
 	chain          []uint64
 	parent, depths []int
 }
@@ -80,25 +78,22 @@ func (p *Policy) LookaheadBytes() int { return lookaheadBytes }
 // IndexEntries is the number of entries in the prefix index.
 func (p *Policy) IndexEntries() int { return p.index.Len() }
 
-// MemoryBytes estimates the memory held by the index and the sketch, both of
-// which are bounded by configuration.
+// MemoryBytes estimates the memory of the index and the sketch.
 func (p *Policy) MemoryBytes() int { return p.index.Len()*prefixindex.EntryBytes + p.pop.Bytes() }
 
-// InFlight returns the number of requests decided here in flight to an
-// instance.
+// InFlight is the requests decided here in flight to an instance.
 func (p *Policy) InFlight(id string) int64 { return p.stats.Get(id).InFlight.Load() }
 
-// PrefillTokens returns the prompt tokens the requests decided here are
+// PrefillTokens is the prompt tokens the requests decided here are
 // estimated to leave an instance to prefill.
 func (p *Policy) PrefillTokens(id string) int64 { return p.stats.Get(id).Prefill.Load() }
 
 // Instances returns the configured instances.
 func (p *Policy) Instances() []Instance {
-	t := p.table.Load()
-	if t == nil {
-		return nil
+	if t := p.table.Load(); t != nil {
+		return t.Cfg.Instances
 	}
-	return t.Cfg.Instances
+	return nil
 }
 
 // allowed is the configuration in force and the instances of it allowed
@@ -127,13 +122,11 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 	return p.record(t, key, &d), nil
 }
 
-// record makes a decision happen: the request counts in flight and in the
-// shares on its instance, and the policy learns the popularity of its
-// blocks and where its key now lives.
+// record makes a decision happen: the request counts in flight (its
+// prefill: the prompt less what the instance is expected to hold) and in
+// the shares, and the policy learns its blocks' popularity and where its
+// key now lives.
 func (p *Policy) record(t *table, key Key, d *decision) *Choice {
-	// The prefill expected on the chosen instance: what of the prompt it is
-	// not expected to hold. Strategies that do not match prefixes know
-	// nothing of the cache and charge the whole prompt.
 	prompt := p.tokensOf(key.PromptBytes)
 	c := fleet.NewChoice(t.Table, d.order, d.unranked, prompt, prompt-int64(float64(prompt)*d.hit), false, d.Decision)
 	p.countShare(t, d.order[0])

@@ -16,8 +16,8 @@ const PrefixAware = routing.StrategyPrefixAware
 
 // prefixAware decides in three steps (sidecar/README.md, "How PREFIX_AWARE
 // decides"): the replica-set walk finds the anchor's parent set, affinity
-// places the anchor in it, and the guard moves the request off that choice
-// when the cost model (cost.go) says it must or clearly should.
+// places it there, and the guard moves the request off when it must or the
+// cost model (cost.go) says it clearly should.
 type prefixAware struct{}
 
 // walk is what the replica-set walk learnt of a request.
@@ -45,7 +45,7 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision 
 // decideWalk places the anchor after the walk w and guards the placement,
 // with the fallback order given by order.
 func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, fleet.Unranked)) decision {
-	depths := recordDepths(p.depths[:0], w.leaf, len(w.hashes))
+	depths := prefixindex.RecordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
 	x := p.expect(key, t.BlockSize, w, depths)
 	placed, ver, moved, warm := p.place(t, w, allowed, key.Model)
@@ -106,20 +106,17 @@ func (p *Policy) learn(l *learning) {
 }
 
 // popularityPrior is added to the request count when turning sketch counts
-// into fractions, so that a router that has seen only a handful of requests
-// does not take every prefix for a dominant one and scatter its first keys:
-// with 32, a prefix that every request carries counts as half the traffic
-// only after 32 requests, a few per instance of a fleet of ten, and the
-// prior weighs under 1 % once the decayed count (about 8k, see
-// defaultDecayEvery) is reached.
+// into fractions, so that a router's first few requests are not each taken
+// for a dominant prefix: with 32, one every request carries counts as half
+// the traffic after 32 requests (a few per instance of ten), and the prior
+// weighs under 1 % of the decayed count (about 8k, see defaultDecayEvery).
 const popularityPrior = 32
 
 // replicaSets walks the block chain. A block carried by a fraction f of
 // recent requests keeps r = ⌈f × N / ReplicaLoad⌉ instances, its HRW
 // winners within the set so far; the first block that keeps one is the
-// anchor, placed within its parent set. sbuf holds the set once it
-// shrinks (until then it is allowed itself, not a copy). The lookahead
-// (past WindowBlocks) is read only when every window block keeps the
+// anchor, placed within its parent set (sbuf holds the set once it
+// shrinks). The lookahead is read only when every window block keeps the
 // whole set: a system prompt longer than the window.
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
 	hashes := key.Window(p.chain[:0])
@@ -200,17 +197,4 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Un
 		}
 	}
 	return order, fleet.Unranked{N: len(order) - ranked, Key: w.hashes[w.leaf]}
-}
-
-// recordDepths appends to out the depths the index remembers for a
-// request: the anchor and then geometrically deeper blocks, enough to
-// recognise a long match (a growing conversation) at a fixed cost.
-func recordDepths(out []int, leaf, n int) []int {
-	for step := 0; leaf+step < n && len(out) < prefixindex.MaxDepths-1; step = max(1, step*2) {
-		out = append(out, leaf+step)
-	}
-	if last := n - 1; last > leaf && out[len(out)-1] != last {
-		out = append(out, last)
-	}
-	return out
 }

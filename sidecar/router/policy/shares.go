@@ -6,14 +6,11 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
-// Shares are each instance's decayed count of recent decisions: what
-// placement balances new keys by and moves known keys off (see sticky).
-
-// seedShares starts instances that joined a running fleet at the average
-// share of the others and marks them joining. At zero, a newcomer would sit
-// far below the average for as long as the counts remember, and take up to
-// twice its fair part of the keys; seeded, it takes the keys whose first
-// choice it is (see sticky): those plain rendezvous hashing would move.
+// seedShares starts instances that joined a running fleet at the others'
+// average share (a share is a decayed count of recent decisions) and marks
+// them joining. At zero, a newcomer would take up to twice its fair part
+// of the keys for as long as the counts remember; seeded, it takes those
+// whose first choice it is (see sticky), as plain rendezvous would.
 func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
 	if len(joined) == 0 || len(joined) == len(t.Members) {
 		return
@@ -38,10 +35,9 @@ func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
 	}
 }
 
-// joining reports whether the instance joined the fleet recently: in the
-// share decay cycle it joined in or the next one, so for DecayEvery to
-// twice that decisions, long enough for the keys that are its first choice
-// to come back once.
+// joining reports whether the instance joined in this share decay cycle
+// or the last (DecayEvery to twice that decisions): long enough for the
+// keys whose first choice it is to come back once.
 func (p *Policy) joining(s *fleet.Stat) bool {
 	j := s.Joined.Load()
 	return j > 0 && p.shareEpoch.Load() < j+1

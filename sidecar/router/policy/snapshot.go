@@ -12,14 +12,12 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// A snapshot carries what the elected picker has learnt (the popularity
-// sketch, the prefix index, the shares) to its successor, which then
-// decides from its first request as the old leader would have. It is gob:
-// pickers of one release are its only writers and readers, and gob checks
-// every length against the bytes it is given, so garbage cannot make
-// Restore allocate much. Its size is bounded by the configuration: about
-// 2×SketchWidth counts and IndexEntries entries, some 4.5 MB with the
-// defaults.
+// A snapshot hands what the elected picker has learnt (sketch, index,
+// shares) to its successor, which then decides as the old leader would
+// have. Gob: pickers of one release write and read it, and gob checks
+// every length against its input, so garbage cannot make Restore allocate
+// much. About 2×SketchWidth counts and IndexEntries entries: some 4.5 MB
+// at the defaults.
 type snapshot struct {
 	Format     int
 	IDs        []string
@@ -72,10 +70,11 @@ func (p *Policy) Restore(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("restore policy snapshot: %w", err)
 	}
-	stats := make([]*fleet.Stat, len(s.IDs))
+	stats, tokens := make([]*fleet.Stat, len(s.IDs)), []uint32{0} // tokens by holder number
 	for i, id := range s.IDs {
 		stats[i] = p.stats.Get(id)
 		stats[i].Share.Store(s.Shares[i])
+		tokens = append(tokens, stats[i].Token)
 	}
 	if t := p.table.Load(); t != nil {
 		var joined []*fleet.Stat
@@ -87,18 +86,12 @@ func (p *Policy) Restore(data []byte) error {
 		p.seedShares(t, joined)
 	}
 	p.shareSince.Store(s.ShareSince)
-	token := func(n uint32) uint32 {
-		if n == 0 {
-			return 0
-		}
-		return stats[n-1].Token
-	}
 	p.index.Reset(func(put func(uint64, prefixindex.Entry)) {
 		for _, e := range s.Entries {
 			if e.A == 0 {
 				continue // its holder had left the fleet
 			}
-			put(e.Hash, prefixindex.Entry{Tok: [2]uint32{token(e.A), token(e.B)}, Ver: e.Ver, Tie: e.Tie})
+			put(e.Hash, prefixindex.Entry{Tok: [2]uint32{tokens[e.A], tokens[e.B]}, Ver: e.Ver, Tie: e.Tie})
 		}
 	})
 	return nil

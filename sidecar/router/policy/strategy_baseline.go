@@ -4,12 +4,10 @@ package policy
 
 import "github.com/warmroute/warmroute/sidecar/router/fleet"
 
-// Baseline is the comparison point for benchmarks, not a value of the
-// routing document: one hash of the first prefixLength, consistent (HRW)
-// placement, overflow to the least loaded instance when over the threshold.
-// It is what a router without block matching or a load-aware walk would do.
-// Only a router built with the benchstrategies tag (test/bench builds it so)
-// has it, and only a policy whose Tuning sets BenchmarkStrategies accepts it.
+// Baseline is the benchmarks' comparison point, in builds with the
+// benchstrategies tag only: HRW placement of one hash of the window,
+// overflow to the least loaded instance over the threshold, what a router
+// without block matching or a load-aware walk would do.
 const Baseline Strategy = "SAGEMAKER_BASELINE"
 
 func init() { benchmarkStrategies[Baseline] = baseline{} }

@@ -82,18 +82,15 @@ func (p *Policy) startDrains(t, old *table) {
 }
 
 // recordWarm charges the warm copy to the target (in flight, budget);
-// its completion records the target as holding the key (l, its own copy
-// of the hashes, the policy's buffers being reused by the next decision),
-// so the key's next request moves there warm.
+// its completion records the target as holding the key (from l, copied:
+// the next decision reuses the buffers), so its next request moves there.
 func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uint32) {
 	if target < 0 {
 		return
 	}
 	s := t.Members[target].Stat
-	// The request's share counts where its key is going: served at home
-	// only until the target is warm, it would otherwise raise home's
-	// share past the move bound and send home's other keys off cold
-	// (MoveShare), the very cost warming saves.
+	// The share counts where the key is going: on home, it would raise
+	// home's share past the move bound and send its other keys off cold.
 	c.Stat().Share.Add(-1)
 	s.Share.Add(1)
 	s.WarmInFlight.Add(1)

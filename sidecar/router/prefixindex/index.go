@@ -152,8 +152,21 @@ func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
 }
 
 // MaxDepths bounds the depths recorded for a request: 2^14 blocks, far
-// more than any routing text has, at the policy's geometric spacing.
+// more than any routing text has, at RecordDepths' geometric spacing.
 const MaxDepths = 16
+
+// RecordDepths appends to out the depths the index remembers for a
+// request: the anchor and then geometrically deeper blocks, enough to
+// recognise a long match (a growing conversation) at a fixed cost.
+func RecordDepths(out []int, leaf, n int) []int {
+	for step := 0; leaf+step < n && len(out) < MaxDepths-1; step = max(1, step*2) {
+		out = append(out, leaf+step)
+	}
+	if last := n - 1; last > leaf && out[len(out)-1] != last {
+		out = append(out, last)
+	}
+	return out
+}
 
 // Match is what the index says each instance holds of one request, at the
 // depths recorded for it.
