@@ -95,6 +95,16 @@ func keyMoves(routers []*harness.Router) moveCounts {
 	return out
 }
 
+// warmCopies is the warm copies the routers sent that their targets
+// answered.
+func warmCopies(routers []*harness.Router) float64 {
+	n := 0.0
+	for _, r := range routers {
+		n += mustMetric(r, "warmroute_router_warm_requests_total", map[string]string{"result": "ok"})
+	}
+	return n
+}
+
 // minus is the moves counted since earlier.
 func (m moveCounts) minus(earlier moveCounts) moveCounts {
 	out := moveCounts{}

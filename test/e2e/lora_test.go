@@ -171,6 +171,9 @@ var _ = Describe("LoRA adapters of the multi-tenant sample", Ordered, func() {
 			doc, err := routingDoc(ctx, loraEndpoint)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(doc.Instances).To(HaveLen(6))
+			// The router routes by the document it has read: until it reads
+			// this one, an adapter's request may still go where it was.
+			g.Expect(mustMetric(router, "warmroute_router_config_generation", nil)).To(BeNumerically(">=", float64(doc.Generation)))
 			after = placed(g)
 		}).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 
