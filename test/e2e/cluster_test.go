@@ -87,22 +87,19 @@ type moveCounts map[string]float64
 // keyMoves reads the routers' key moves now.
 func keyMoves(routers []*harness.Router) moveCounts {
 	out := moveCounts{}
-	for _, r := range routers {
-		for _, reason := range []string{policy.MoveShare, policy.MoveJoining, policy.MoveHolderLeft} {
-			out[reason] += mustMetric(r, "warmroute_router_key_moves_total", map[string]string{"reason": reason})
-		}
+	for _, reason := range []string{policy.MoveShare, policy.MoveJoining, policy.MoveHolderLeft} {
+		out[reason] = sumMetric(routers, "warmroute_router_key_moves_total", map[string]string{"reason": reason})
 	}
 	return out
 }
 
-// warmCopies is the warm copies the routers sent that their targets
-// answered.
-func warmCopies(routers []*harness.Router) float64 {
-	n := 0.0
+// sumMetric is a metric's value summed over the routers.
+func sumMetric(routers []*harness.Router, name string, labels map[string]string) float64 {
+	sum := 0.0
 	for _, r := range routers {
-		n += mustMetric(r, "warmroute_router_warm_requests_total", map[string]string{"result": "ok"})
+		sum += mustMetric(r, name, labels)
 	}
-	return n
+	return sum
 }
 
 // minus is the moves counted since earlier.

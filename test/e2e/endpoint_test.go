@@ -206,7 +206,8 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		}
 		before := settle(4)
 		Expect(before).To(HaveLen(groups * len(routers)))
-		movesBefore, warmedBefore := keyMoves(routers), warmCopies(routers)
+		warmedOK := map[string]string{"result": "ok"}
+		movesBefore, warmedBefore := keyMoves(routers), sumMetric(routers, "warmroute_router_warm_requests_total", warmedOK)
 
 		By("scaling out 4 → 5")
 		scale(ctx, endpoint, 5)
@@ -214,7 +215,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 		movedOut, betweenOld, sideways := moves(before, after, nil)
 		newShare := fraction(after, func(inst string) bool { return !contains(before, inst) })
 		keysMoved := keyMoves(routers).minus(movesBefore)
-		warmed := warmCopies(routers) - warmedBefore
+		warmed := sumMetric(routers, "warmroute_router_warm_requests_total", warmedOK) - warmedBefore
 		GinkgoWriter.Printf("4→5: %.1f%% of %d (prefix group, router) pairs moved (minimum possible 20.0%%, moved to the new instance %.1f%%), %.1f%% between surviving instances; placement %s; keys the routers moved by reason %v\n",
 			100*movedOut, len(after), 100*newShare, 100*betweenOld, describe(after), keysMoved)
 		Expect(betweenOld).To(BeNumerically("<=", 0.02), "groups moved between instances that stayed: %v (keys the routers moved by reason: %v)", sideways, keysMoved)
@@ -299,11 +300,7 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 
 		By("writing a malformed routing document into the ConfigMap (the operator puts it right)")
 		rejected := func() float64 {
-			var sum float64
-			for _, r := range routers {
-				sum += mustMetric(r, "warmroute_router_config_reloads_total", map[string]string{"result": "rejected"})
-			}
-			return sum
+			return sumMetric(routers, "warmroute_router_config_reloads_total", map[string]string{"result": "rejected"})
 		}
 		before := rejected()
 		var cm corev1.ConfigMap

@@ -171,9 +171,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 		spills := func() map[string]float64 {
 			out := map[string]float64{}
 			for _, reason := range reasons {
-				for _, r := range routers {
-					out[reason] += mustMetric(r, "warmroute_router_spills_total", map[string]string{"reason": reason})
-				}
+				out[reason] = sumMetric(routers, "warmroute_router_spills_total", map[string]string{"reason": reason})
 			}
 			return out
 		}
