@@ -20,6 +20,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY api/ api/
 COPY controllers/ controllers/
 COPY webhooks/ webhooks/
+COPY internal/ internal/
 COPY cmd/ cmd/
 
 # CGO off: a static binary that needs no libc in the final image.
