@@ -10,6 +10,8 @@ SHELL := /usr/bin/env bash -o pipefail
 
 IMG ?= ghcr.io/warmroute/warmroute-operator:v0.1.0
 ROUTER_IMG ?= ghcr.io/warmroute/warmroute-router:v0.1.0
+LORA_AGENT_IMG ?= ghcr.io/warmroute/warmroute-lora-agent:v0.1.0
+SIM_IMG ?= ghcr.io/warmroute/warmroute-vllmsim:v0.1.0
 VERSION ?= 0.1.0
 
 LOCALBIN ?= $(CURDIR)/bin
@@ -17,10 +19,12 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 GINKGO ?= $(LOCALBIN)/ginkgo
 HELM ?= $(LOCALBIN)/helm
+CRANE ?= $(LOCALBIN)/crane
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.7.1
 HELM_VERSION ?= v4.3.2
+CRANE_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/google/go-containerregistry)
 GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 
 # Go test flags; FUZZTIME is how long each fuzz target runs in `make test`:
@@ -151,10 +155,24 @@ undeploy: kustomize ## Remove the operator from the cluster.
 
 ##@ Images and the OLM bundle
 
-# Images cannot be built on machines without a container engine; these
-# targets are what a release (or CI with docker/podman) runs.
+# `make images` needs Go only (hack/images: static binaries on a minimal
+# base, no container engine, no registry). The docker-* and bundle-*
+# targets are for machines with docker or podman.
 CONTAINER_TOOL ?= docker
 PLATFORMS ?= linux/amd64,linux/arm64
+IMAGES_DIR ?= $(LOCALBIN)/images
+
+.PHONY: images
+images: ## Build the operator (IMG), router (ROUTER_IMG), LoRA agent (LORA_AGENT_IMG) and vLLM simulator (SIM_IMG) images without Docker: IMAGES_DIR/images.tar (this machine's arch) and IMAGES_DIR/oci/<name> (PLATFORMS).
+	go run ./hack/images/cmd/images -out $(IMAGES_DIR) -version $(VERSION) -platforms $(PLATFORMS) \
+	  -operator $(IMG) -router $(ROUTER_IMG) -lora-agent $(LORA_AGENT_IMG) -simulator $(SIM_IMG)
+
+.PHONY: images-push
+images-push: crane ## Push the OCI layouts of `make images` (all PLATFORMS) to IMG, ROUTER_IMG, LORA_AGENT_IMG and SIM_IMG with crane.
+	$(CRANE) push $(IMAGES_DIR)/oci/operator $(IMG)
+	$(CRANE) push $(IMAGES_DIR)/oci/router $(ROUTER_IMG)
+	$(CRANE) push $(IMAGES_DIR)/oci/lora-agent $(LORA_AGENT_IMG)
+	$(CRANE) push $(IMAGES_DIR)/oci/vllmsim $(SIM_IMG)
 BUNDLE_IMG ?= ghcr.io/warmroute/warmroute-operator-bundle:v$(VERSION)
 # OLM update channels of the bundle; REPLACES names the CSV this version
 # upgrades from (e.g. warmroute.v0.1.0), empty for the first release.
@@ -217,6 +235,11 @@ $(GINKGO): | $(LOCALBIN)
 helm: $(HELM) ## Install helm into ./bin (~2 min the first time on 2 cores).
 $(HELM): | $(LOCALBIN)
 	$(call go-install-tool,$(HELM),helm.sh/helm/v4/cmd/helm,$(HELM_VERSION))
+
+.PHONY: crane
+crane: $(CRANE) ## Install crane into ./bin (same go-containerregistry version as go.mod).
+$(CRANE): | $(LOCALBIN)
+	$(call go-install-tool,$(CRANE),github.com/google/go-containerregistry/cmd/crane,$(CRANE_VERSION))
 
 # go-install-tool installs package $2 at version $3 as $1 and keeps a versioned
 # copy, so that a version bump in this file reinstalls it.

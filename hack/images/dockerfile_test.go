@@ -193,10 +193,9 @@ func (c dockerCopy) place(f string) (string, bool) {
 	return "", false
 }
 
-// parseDockerfile reads the COPY/ADD sources and the packages `go build`
-// compiles, joining continuation lines and dropping comments as Docker's
-// parser does.
-func parseDockerfile(t *testing.T, file string) dockerfile {
+// dockerInstructions are the instructions of a Dockerfile, continuation
+// lines joined and comments dropped as Docker's parser does.
+func dockerInstructions(t *testing.T, file string) []string {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -220,8 +219,15 @@ func parseDockerfile(t *testing.T, file string) dockerfile {
 		}
 		cur.Reset()
 	}
+	return instructions
+}
+
+// parseDockerfile reads the COPY/ADD sources and the packages `go build`
+// compiles.
+func parseDockerfile(t *testing.T, file string) dockerfile {
+	t.Helper()
 	var df dockerfile
-	for _, ins := range instructions {
+	for _, ins := range dockerInstructions(t, file) {
 		keyword, rest, _ := strings.Cut(ins, " ")
 		switch strings.ToUpper(keyword) {
 		case "COPY", "ADD":

@@ -43,7 +43,9 @@ type Refs struct {
 // Target is one of warmroute's images: which main packages go into it and
 // the labels it carries.
 type Target struct {
-	Ref string
+	// Name is the image's short name: its OCI layout is oci/<Name>.
+	Name string
+	Ref  string
 	// Binaries are placed at /<Name>; the first is the entrypoint.
 	Binaries []Binary
 	// Title, Description: org.opencontainers.image.{title,description}.
@@ -64,6 +66,7 @@ type Binary struct {
 func Targets(refs Refs) []Target {
 	loraAgent := Binary{Name: "lora-agent", Package: "./sidecar/cmd/lora-agent"}
 	return []Target{{
+		Name:            "operator",
 		Ref:             refs.Operator,
 		Binaries:        []Binary{{Name: "manager", Package: "./cmd"}},
 		Title:           "warmroute-operator",
@@ -71,6 +74,7 @@ func Targets(refs Refs) []Target {
 		Summary:         "warmroute operator",
 		LongDescription: "Turns LLMEndpoint resources into vLLM Deployments behind a prefix-aware router.",
 	}, {
+		Name:            "router",
 		Ref:             refs.Router,
 		Binaries:        []Binary{{Name: "router", Package: "./sidecar/cmd/router"}, loraAgent},
 		Title:           "warmroute-router",
@@ -78,6 +82,7 @@ func Targets(refs Refs) []Target {
 		Summary:         "warmroute router",
 		LongDescription: "Routes each request to the vLLM instance whose prefix cache holds its prompt's beginning.",
 	}, {
+		Name:            "lora-agent",
 		Ref:             refs.LoRAAgent,
 		Binaries:        []Binary{loraAgent},
 		Title:           "warmroute-lora-agent",
@@ -85,6 +90,7 @@ func Targets(refs Refs) []Target {
 		Summary:         "warmroute LoRA agent",
 		LongDescription: "Loads and unloads one vLLM instance's LoRA adapters as the routing document places them, and reports what is loaded.",
 	}, {
+		Name:            "vllmsim",
 		Ref:             refs.Simulator,
 		Binaries:        []Binary{{Name: "vllmsim", Package: "./test/vllmsim/cmd/vllmsim"}},
 		Title:           "warmroute-vllmsim",

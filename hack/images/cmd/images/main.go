@@ -21,7 +21,8 @@ limitations under the License.
 //	images.tar          the images for -local-arch, one docker-save tarball
 //	                    for `ctr -n k8s.io images import` or
 //	                    `kind load image-archive`
-//	oci/<name>/         one OCI layout per image, an index over -platforms,
+//	oci/<name>/         one OCI layout per image (operator, router,
+//	                    lora-agent, vllmsim), an index over -platforms,
 //	                    for `crane push oci/<name> <ref>`
 //	bin/linux_<arch>/   the static binaries
 package main
@@ -32,7 +33,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -82,16 +82,10 @@ func run() error {
 		return fmt.Errorf("-local-arch %s is not in -platforms %s", *localArch, *platforms)
 	}
 	targets := images.Targets(refs)
-	layouts := map[string]string{}
 	for _, t := range targets {
 		if _, err := name.NewTag(t.Ref); err != nil {
 			return fmt.Errorf("image reference %q: %w", t.Ref, err)
 		}
-		n := layoutName(t.Ref)
-		if other, ok := layouts[n]; ok {
-			return fmt.Errorf("images %s and %s would share the layout oci/%s", other, t.Ref, n)
-		}
-		layouts[n] = t.Ref
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -126,7 +120,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("image %s: %w", t.Ref, err)
 		}
-		dir := filepath.Join(*out, "oci", layoutName(t.Ref))
+		dir := filepath.Join(*out, "oci", t.Name)
 		if err := images.WriteLayout(dir, t.Ref, idx); err != nil {
 			return err
 		}
@@ -137,14 +131,4 @@ func run() error {
 		fmt.Printf("%s\t%s\t%s\n", t.Ref, digest, dir)
 	}
 	return nil
-}
-
-// layoutName is the last path element of ref's repository
-// ("warmroute-router" for ghcr.io/warmroute/warmroute-router:v0.1.0).
-func layoutName(ref string) string {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return ref
-	}
-	return path.Base(tag.RepositoryStr())
 }
