@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,12 +57,17 @@ func BuildGo(ctx context.Context, moduleDir, pkg, goos, goarch, out string, ldfl
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build %s for %s/%s in %s: %w\n%s", pkg, goos, goarch, moduleDir, err, strings.TrimSpace(stderr.String()))
 	}
-	info, err := os.Stat(out)
+	// go build -o of a package that is not main writes its archive.
+	f, err := os.Open(out)
 	if err != nil {
-		return fmt.Errorf("go build %s for %s/%s: %w (is it a main package?)", pkg, goos, goarch, err)
+		return fmt.Errorf("go build %s for %s/%s: %w", pkg, goos, goarch, err)
 	}
-	if !info.Mode().IsRegular() {
-		return fmt.Errorf("go build %s for %s/%s: %s is not a regular file", pkg, goos, goarch, out)
+	defer f.Close()
+	magic := make([]byte, len(archiveMagic))
+	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == archiveMagic {
+		return fmt.Errorf("go build %s for %s/%s: not a main package", pkg, goos, goarch)
 	}
 	return nil
 }
+
+const archiveMagic = "!<arch>\n"

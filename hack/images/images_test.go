@@ -365,3 +365,13 @@ func configName(t *testing.T, img v1.Image) v1.Hash {
 	}
 	return d
 }
+
+// TestBuildGoRefusesLibraryPackage: go build -o of a package that is not
+// main writes its archive, which would make an image that cannot start.
+func TestBuildGoRefusesLibraryPackage(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "hrw")
+	err := BuildGo(context.Background(), repoRoot(t), "./api/hrw", "linux", runtime.GOARCH, out)
+	if err == nil || !strings.Contains(err.Error(), "not a main package") {
+		t.Errorf("BuildGo(./api/hrw): %v, want an error saying it is not a main package", err)
+	}
+}
