@@ -375,3 +375,38 @@ func TestBuildGoRefusesLibraryPackage(t *testing.T) {
 		t.Errorf("BuildGo(./api/hrw): %v, want an error saying it is not a main package", err)
 	}
 }
+
+// TestDefaultRefsMatchWhatIsDeployed: the images `make images` tags are the
+// ones the Makefile passes, the operator runs by default (its
+// --router-image, also the LoRA agent's image) and config/ deploys, so that
+// a cluster that imported images.tar runs them without a pull.
+func TestDefaultRefsMatchWhatIsDeployed(t *testing.T) {
+	root := repoRoot(t)
+	read := func(file string) string {
+		data, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	find := func(file, pattern string) string {
+		m := regexp.MustCompile(pattern).FindStringSubmatch(read(file))
+		if m == nil {
+			t.Fatalf("%s: no match for %s", file, pattern)
+		}
+		return strings.Join(m[1:], ":")
+	}
+	for _, c := range []struct{ where, got, want string }{
+		{"Makefile IMG", find("Makefile", `(?m)^IMG \?= (\S+)$`), DefaultRefs.Operator},
+		{"Makefile ROUTER_IMG", find("Makefile", `(?m)^ROUTER_IMG \?= (\S+)$`), DefaultRefs.Router},
+		{"Makefile LORA_AGENT_IMG", find("Makefile", `(?m)^LORA_AGENT_IMG \?= (\S+)$`), DefaultRefs.LoRAAgent},
+		{"Makefile SIM_IMG", find("Makefile", `(?m)^SIM_IMG \?= (\S+)$`), DefaultRefs.Simulator},
+		{"cmd/main.go defaultRouterImage", find("cmd/main.go", `defaultRouterImage\s*=\s*"([^"]+)"`), DefaultRefs.Router},
+		{"config/manager RELATED_IMAGE_ROUTER", find("config/manager/manager.yaml", `RELATED_IMAGE_ROUTER\s+value: (\S+)`), DefaultRefs.Router},
+		{"config/manager kustomization image", find("config/manager/kustomization.yaml", `newName: (\S+)\s+newTag: (\S+)`), DefaultRefs.Operator},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s is %s, but make images tags %s", c.where, c.got, c.want)
+		}
+	}
+}
