@@ -59,6 +59,17 @@ func NewCA(name string) (*CA, error) {
 // Issue signs a certificate for a server (dnsNames, ips) or, with neither,
 // a client, and returns the certificate and key in PEM.
 func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(pkix.Name{CommonName: commonName}, dnsNames, ips)
+}
+
+// IssueUser signs a client certificate for a user in groups: the API
+// server reads the user from the common name and the groups from the
+// organizations.
+func (ca *CA) IssueUser(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(pkix.Name{CommonName: user, Organization: groups}, nil, nil)
+}
+
+func (ca *CA) issue(subject pkix.Name, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -69,7 +80,7 @@ func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: commonName},
+		Subject:      subject,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -82,7 +93,7 @@ func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue %s: %w", commonName, err)
+		return nil, nil, fmt.Errorf("issue %s: %w", subject.CommonName, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
