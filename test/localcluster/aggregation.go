@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -104,34 +105,48 @@ func (ca *CA) issue(subject pkix.Name, dnsNames []string, ips []net.IP) (certPEM
 }
 
 // enableAggregation gives the API server what forwarding to aggregated
-// API servers needs: a proxy client certificate and the CA aggregated
-// servers check it against (published in kube-system's
-// extension-apiserver-authentication ConfigMap), and routing to a
-// Service's endpoints instead of its cluster IP, which nothing here
-// implements.
+// API servers needs (aggregationArgs), and routing to a Service's
+// endpoints instead of its cluster IP, which nothing here implements.
 func enableAggregation(env *envtest.Environment, dir string) error {
-	ca, err := NewCA("front-proxy-ca")
+	flags, err := aggregationArgs(dir)
 	if err != nil {
 		return err
 	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for _, f := range flags {
+		name, value, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		args.Set(name, value)
+	}
+	args.Set("enable-aggregator-routing", "true")
+	return nil
+}
+
+// aggregationArgs writes a proxy client certificate and the CA aggregated
+// servers check it against (published in kube-system's
+// extension-apiserver-authentication ConfigMap) into dir, and returns the
+// API server flags that use them.
+func aggregationArgs(dir string) ([]string, error) {
+	ca, err := NewCA("front-proxy-ca")
+	if err != nil {
+		return nil, err
+	}
 	cert, key, err := ca.Issue(ProxyClientName, nil, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	files := map[string][]byte{"front-proxy-ca.crt": ca.PEM, "front-proxy-client.crt": cert, "front-proxy-client.key": key}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	args := env.ControlPlane.GetAPIServer().Configure()
-	args.Set("requestheader-client-ca-file", filepath.Join(dir, "front-proxy-ca.crt"))
-	args.Set("requestheader-allowed-names", ProxyClientName)
-	args.Set("requestheader-username-headers", "X-Remote-User")
-	args.Set("requestheader-group-headers", "X-Remote-Group")
-	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-	args.Set("proxy-client-cert-file", filepath.Join(dir, "front-proxy-client.crt"))
-	args.Set("proxy-client-key-file", filepath.Join(dir, "front-proxy-client.key"))
-	args.Set("enable-aggregator-routing", "true")
-	return nil
+	return []string{
+		"--requestheader-client-ca-file=" + filepath.Join(dir, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + ProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + filepath.Join(dir, "front-proxy-client.crt"),
+		"--proxy-client-key-file=" + filepath.Join(dir, "front-proxy-client.key"),
+	}, nil
 }

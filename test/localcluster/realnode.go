@@ -102,6 +102,12 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 	}
 	n.phase("network and mount namespaces ready (node IP %s, pods %s, Services %s)", NodeIP, PodSubnet, ServiceCIDR)
 
+	// The API server reaches aggregated APIs (the operator's custom
+	// metrics) and webhooks through their Services' ClusterIPs.
+	aggArgs, err := aggregationArgs(c.WorkDir)
+	if err != nil {
+		return fmt.Errorf("configure the aggregation layer: %w", err)
+	}
 	sock := filepath.Join(c.WorkDir, "apiserver.sock")
 	steps := []struct {
 		name, bin string
@@ -114,7 +120,7 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 			"--initial-cluster=default=http://127.0.0.1:2380", "--unsafe-no-fsync",
 		}},
 		{"apiserver-bridge", "socat", []string{"UNIX-LISTEN:" + sock + ",fork,unlink-early", fmt.Sprintf("TCP:127.0.0.1:%d", apiServerPort)}},
-		{"kube-apiserver", filepath.Join(opts.BinDir, "kube-apiserver"), apiServerArgs(files)},
+		{"kube-apiserver", filepath.Join(opts.BinDir, "kube-apiserver"), append(apiServerArgs(files), aggArgs...)},
 	}
 	for _, s := range steps {
 		if err := c.runInside(s.name, s.bin, s.args); err != nil {
