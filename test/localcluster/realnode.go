@@ -282,6 +282,34 @@ func (c *Cluster) startNamespace() error {
 		return err
 	}
 	c.node.netNS = ns
+	return c.node.startReaper()
+}
+
+// startReaper starts a watchdog that does what stop does if this process
+// dies without calling it (`go test -timeout`, a crash): the components
+// die with it (Pdeathsig), but containerd's shims and the containers do
+// not. It exits by itself once the holder is gone.
+func (n *realNode) startReaper() error {
+	var ctrls []string
+	for _, c := range cgroupControllers {
+		ctrls = append(ctrls, filepath.Join("/sys/fs/cgroup", c, n.cgroupRoot))
+	}
+	script := fmt.Sprintf(`owner=%d holder=%d ns='%s' cgroups='%s'
+while kill -0 $owner 2>/dev/null; do kill -0 $holder 2>/dev/null || exit 0; sleep 1; done
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  for p in /proc/[0-9]*; do [ "$(readlink $p/ns/net 2>/dev/null)" = "$ns" ] && kill -9 ${p#/proc/} 2>/dev/null; done
+  for d in $cgroups; do [ -d $d ] && find $d -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null; done
+  sleep 1
+done
+for d in $cgroups; do [ -d $d ] && find $d -depth -type d -exec rmdir {} + 2>/dev/null; done
+exit 0`, os.Getpid(), n.holder.Pid(), n.netNS, strings.Join(ctrls, " "))
+	cmd := exec.Command("/bin/sh", "-c", script)
+	// Its own session: not in the test's process group, not killed with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the real node's reaper: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/warmroute/warmroute/controllers"
@@ -125,6 +126,48 @@ spec:
 			g.Expect(code).To(Equal(200))
 			g.Expect(string(raw)).To(ContainSubstring(`"chat.completion"`))
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("has the two router pods elect one picker through the endpoint's Lease", func(ctx SpecContext) {
+		pods, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.Set{controllers.LabelEndpoint: endpointName, controllers.LabelRole: "router"}.String(),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			lease, err := kube.CoordinationV1().Leases(endpointNamespace).Get(ctx, endpointName+"-router", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+			var ips []string
+			for _, p := range pods.Items {
+				ips = append(ips, p.Status.PodIP)
+			}
+			// The identity ends in "@<pick address>", the picker pod's IP.
+			g.Expect(holder).To(SatisfyAny(
+				ContainSubstring("@"+ips[0]+":"), ContainSubstring("@"+ips[1]+":")), "holder %q, router pods at %v", holder, ips)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("gives each ServiceAccount the rights the README's RBAC table lists, and no more", func(ctx SpecContext) {
+		operator := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
+		router := "system:serviceaccount:" + endpointNamespace + ":" + endpointName + "-router"
+		for _, row := range []struct {
+			as, verb, resource string
+			want               string
+		}{
+			{operator, "create", "deployments", "yes"},
+			{operator, "patch", "pods", "yes"},
+			{operator, "create", "secrets", "yes"},
+			{operator, "get", "secrets", "no"},
+			{router, "get", "configmaps/" + endpointName + "-routing", "yes"},
+			{router, "update", "leases.coordination.k8s.io/" + endpointName + "-router", "yes"},
+			{router, "update", "leases.coordination.k8s.io/another", "no"},
+			{router, "get", "secrets", "no"},
+			{router, "create", "deployments", "no"},
+		} {
+			// can-i exits 1 when the answer is no.
+			out, _ := kubectl(ctx, "", "auth", "can-i", row.verb, row.resource, "-n", endpointNamespace, "--as="+row.as)
+			Expect(strings.TrimSpace(out)).To(Equal(row.want), "%s may %s %s", row.as, row.verb, row.resource)
+		}
 	})
 })
 
