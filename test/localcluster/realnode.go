@@ -57,6 +57,9 @@ func RealNodeMissing() string {
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		return "a real node needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins)"
 	}
+	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
+		return "a real node needs the kernel's br_netfilter (kube-proxy's rules must see traffic between pods on the bridge)"
+	}
 	for _, c := range cgroupControllers {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "cgroup.procs")); err != nil {
 			return fmt.Sprintf("a real node needs the cgroup v1 %s hierarchy at /sys/fs/cgroup/%s", c, c)
@@ -203,6 +206,7 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 		"--hostname-override=" + realNodeName,
 		"--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
 		"--enable-cni=false", "--enable-ipv6=false",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--metrics-port=0", "--health-port=0",
 	}); err != nil {
 		return err
@@ -259,6 +263,9 @@ func (c *Cluster) startNamespace() error {
 		"ip link set cni0 up",
 		"ip route add " + ServiceCIDR + " dev cni0 src " + NodeIP,
 		"echo 1 > /proc/sys/net/ipv4/ip_forward",
+		// Replies between two pods on the bridge must pass iptables too,
+		// or a reply to a ClusterIP connection skips kube-proxy's un-DNAT.
+		"echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables",
 		"touch " + ready,
 		"exec sleep infinity",
 	}, "\n")
