@@ -136,9 +136,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c.WorkDir = opts.WorkDir
+	// Stop what started when a step fails; each failure returns a nil
+	// Cluster, so the deferred call keeps its own reference.
+	started := c
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
+			_ = started.Stop()
 		}
 	}()
 

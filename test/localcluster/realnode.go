@@ -37,7 +37,6 @@ type realNode struct {
 	bridge     net.Listener
 	bridgeWG   sync.WaitGroup
 	nodeBin    string
-	workDir    string
 	log        io.Writer
 	start      time.Time
 }
@@ -78,7 +77,7 @@ func (n *realNode) phase(format string, args ...any) {
 // startRealNode starts every component in order and returns once the node
 // is Ready.
 func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
-	n := &realNode{nodeBin: opts.NodeBinDir, workDir: c.WorkDir, log: opts.Log, start: time.Now()}
+	n := &realNode{nodeBin: opts.NodeBinDir, log: opts.Log, start: time.Now()}
 	c.node = n
 	n.cgroupRoot = "/warmroute-" + filepath.Base(c.WorkDir)
 	n.phase("starting a real node in %s", c.WorkDir)
@@ -295,14 +294,14 @@ func (c *Cluster) startNamespace() error {
 // startReaper starts a watchdog that does what stop does if this process
 // dies without calling it (`go test -timeout`, a crash): the components
 // die with it (Pdeathsig), but containerd's shims and the containers do
-// not. It exits by itself once the holder is gone.
+// not. After a clean stop (the holder gone first) it finds nothing left.
 func (n *realNode) startReaper() error {
 	var ctrls []string
 	for _, c := range cgroupControllers {
 		ctrls = append(ctrls, filepath.Join("/sys/fs/cgroup", c, n.cgroupRoot))
 	}
 	script := fmt.Sprintf(`owner=%d holder=%d ns='%s' cgroups='%s'
-while kill -0 $owner 2>/dev/null; do kill -0 $holder 2>/dev/null || exit 0; sleep 1; done
+while kill -0 $owner 2>/dev/null && kill -0 $holder 2>/dev/null; do sleep 1; done
 for i in 1 2 3 4 5 6 7 8 9 10; do
   for p in /proc/[0-9]*; do [ "$(readlink $p/ns/net 2>/dev/null)" = "$ns" ] && kill -9 ${p#/proc/} 2>/dev/null; done
   for d in $cgroups; do [ -d $d ] && find $d -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null; done

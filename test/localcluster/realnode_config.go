@@ -45,8 +45,9 @@ const (
 type realNodeFiles struct {
 	dir        string
 	cgroupRoot string
-	// kubeconfigs by identity; "admin-host" reaches the API server from
-	// the host through the bridged socket, the others from inside.
+	// hostAPIServer is the API server's URL on the host, through the
+	// bridged socket: the "kubeconfig" file's. The others are for the
+	// components inside the namespace.
 	hostAPIServer string
 }
 
