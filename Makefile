@@ -79,11 +79,11 @@ controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-ma
 	@hack/build-controlplane.sh >/dev/null
 
 .PHONY: test
-test: vet verify-generated controlplane test-unit test-fuzz test-e2e ## Run every test: unit, integration (real API server), fuzz smoke, end-to-end.
+test: vet verify-generated controlplane test-unit test-fuzz test-e2e test-node ## Run every test: unit, integration (real API server), fuzz smoke, end-to-end (KWOK and real node).
 
 .PHONY: test-unit
-test-unit: controlplane helm kustomize ## Run unit and integration tests (real API server from the local control plane; the install tests use bin/helm and bin/kustomize).
-	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+test-unit: controlplane node helm kustomize ## Run unit and integration tests (real API server from the local control plane; the install tests use bin/helm and bin/kustomize; test/localcluster starts a real node once).
+	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/node)
 
 .PHONY: test-fuzz
 test-fuzz: ## Run each fuzz target for FUZZTIME.
@@ -92,6 +92,14 @@ test-fuzz: ## Run each fuzz target for FUZZTIME.
 .PHONY: test-e2e
 test-e2e: controlplane ginkgo ## Run the end-to-end tests on a local cluster (KWOK nodes, simulated vLLM).
 	@if [ -d test/e2e ]; then KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" $(GINKGO) -v --timeout=40m ./test/e2e; else echo "no e2e suite yet"; fi
+
+.PHONY: node
+node: controlplane ## Build (or find cached) the real node's binaries (containerd, kube-router, CoreDNS) and install its Debian packages when missing.
+	@hack/build-node.sh >/dev/null
+
+.PHONY: test-node
+test-node: controlplane node ginkgo ## Run the end-to-end tests that need a real kubelet node (test/node; skipped, saying why, where the machine cannot run one).
+	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" WARMROUTE_NODE_ASSETS="$$(hack/build-node.sh)" $(GINKGO) -v --timeout=30m ./test/node
 
 ##@ Build
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) and kubectl of the same Kubernetes version from the Go
-# module proxy into a cache directory outside the checkout, so that fresh
-# clones (CI) reuse it. Prints the directory. A cache built before kubectl was
-# added gains kubectl alone: every binary is built only when it is missing.
+# kube-scheduler, kwok), kubectl, and the node's kubelet and kube-proxy of the
+# same Kubernetes version from the Go module proxy into a cache directory
+# outside the checkout, so that fresh clones (CI) reuse it. Prints the
+# directory. A cache built before kubectl or the kubelet was added gains those
+# alone: every binary is built only when it is missing.
 #
 # Cold: ~25 minutes on 2 cores (kube-apiserver dominates), 26 for a first
 # `make demo` on a fresh machine. Warm: instant.
@@ -17,9 +18,16 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 
 here=$(cd "$(dirname "$0")" && pwd)
+name=build-controlplane
+# shellcheck source=lib/phases.sh
+. "$here/lib/phases.sh"
 cache_root=${WARMROUTE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warmroute}
 dest="$cache_root/controlplane/kube-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
-bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml kubectl)
+# kubectl: the demo prints kubectl commands; with this one they work where
+# only Go is installed, against a server of the same version. kubelet and
+# kube-proxy: the real node of test/localcluster (Options.RealNode).
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+bins=(etcd kwok kwok-stages.yaml "${k8s_bins[@]}")
 
 complete() {
   for b in "${bins[@]}"; do [ -s "$dest/$b" ] || return 1; done
@@ -29,7 +37,6 @@ if complete; then echo "$dest"; exit 0; fi
 
 mkdir -p "$cache_root"
 exec 9>"$cache_root/controlplane.lock"
-log() { echo "build-controlplane: $*" >&2; }
 log "waiting for the build lock"; flock 9
 if complete; then echo "$dest"; exit 0; fi
 
@@ -37,52 +44,21 @@ mkdir -p "$dest"
 tmp=$(mktemp -d "$dest/.build.XXXXXX")
 buildlog="$cache_root/controlplane-build.log"
 : >"$buildlog"
-heartbeat=
+phases_begin
 trap '[ -z "$heartbeat" ] || kill "$heartbeat" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # Cold minutes of each phase on 2 cores. The first Kubernetes binary
 # compiles the packages the others share, so kube-apiserver is built first
 # and carries that cost.
-declare -A cold=([download]=4 [etcd]=1 [kwok]=3 [kube-apiserver]=13 [kube-controller-manager]=2 [kube-scheduler]=1 [kubectl]=2)
+declare -A cold=([download]=4 [etcd]=1 [kwok]=3 [kube-apiserver]=13 [kube-controller-manager]=2 [kube-scheduler]=1 [kubectl]=2 [kubelet]=2 [kube-proxy]=1)
 declare -A todo=()
 [ -s "$dest/etcd" ] || todo[etcd]=1
 { [ -s "$dest/kwok" ] && [ -s "$dest/kwok-stages.yaml" ]; } || todo[kwok]=1
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do [ -s "$dest/$b" ] || todo[$b]=1; done
+for b in "${k8s_bins[@]}"; do [ -s "$dest/$b" ] || todo[$b]=1; done
 todo[download]=1
 # With kube-apiserver built the modules are mostly in the module cache.
 [ -n "${todo[kube-apiserver]:-}" ] || cold[download]=1
 total=0; for p in "${!todo[@]}"; do total=$((total + cold[$p])); done
-done_min=0 # cold minutes of the phases finished
-started=$SECONDS
-
-every=${PROGRESS_EVERY:-60} # seconds between "still building" lines
-clock() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
-# share prints the rough share done when a phase of cold minutes $1 has run
-# for $2 seconds: its part counts in proportion, at most 95% of it.
-share() {
-  local part=$(($2 * 100 / ($1 * 60)))
-  ((part > 95)) && part=95
-  echo $(((done_min * 100 + $1 * part) / total))
-}
-phase() { # phase NAME DESCRIPTION COMMAND...: runs COMMAND with its output in the log
-  local name=$1 what=$2; shift 2
-  local start=$SECONDS
-  log "[$(printf '%3d' "$(share 1 0)")% $(clock $((SECONDS - started)))] $what (~${cold[$name]} min cold)"
-  ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM
-    while sleep "$every" & nap=$!; wait "$nap"; do
-      log "[$(printf '%3d' "$(share "${cold[$name]}" $((SECONDS - start)))")% $(clock $((SECONDS - started)))] still $what"
-    done ) &
-  heartbeat=$!
-  if ! "$@" >>"$buildlog" 2>&1; then
-    kill "$heartbeat"; heartbeat=
-    log "failed: $what; the last lines of $buildlog:"
-    tail -n 20 "$buildlog" >&2
-    exit 1
-  fi
-  kill "$heartbeat"; heartbeat=
-  done_min=$((done_min + cold[$name]))
-  log "[$(printf '%3d' $((done_min * 100 / total)))% $(clock $((SECONDS - started)))] done: $what in $(clock $((SECONDS - start)))"
-}
 
 log "building the control plane into $dest (~$total min on 2 cores; go's output goes to $buildlog)"
 
@@ -123,9 +99,7 @@ build_k8s() {
 phase download "downloading Go modules (about 2 GB when none are cached)" download
 [ -z "${todo[etcd]:-}" ] || phase etcd "building etcd $ETCD_VERSION" build_etcd
 [ -z "${todo[kwok]:-}" ] || phase kwok "building kwok $KWOK_VERSION" build_kwok
-# kubectl: the demo prints kubectl commands; with this one they work where
-# only Go is installed, against a server of the same version.
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in "${k8s_bins[@]}"; do
   [ -z "${todo[$b]:-}" ] || phase "$b" "building $b $KUBE_VERSION" build_k8s "$b"
 done
 

@@ -62,7 +62,7 @@ const (
 )
 
 const (
-	injectCAFrom = "cert-manager.io/inject-ca-from"
+	InjectCAFrom = "cert-manager.io/inject-ca-from"
 	// installOwner is the field manager of what the harness applies.
 	installOwner = "warmroute-harness"
 	// operatorTokenLifetime outlasts any run of the suites (the e2e
@@ -93,24 +93,9 @@ type installation struct {
 // into dir and picks the operator's ports. The custom metrics API's
 // APIService is left out unless customMetrics: nothing would serve it.
 func renderInstall(repoRoot, dir string, customMetrics bool) (*installation, error) {
-	// bin/kustomize's order: Namespaces first, webhook configurations last.
-	opts := krusty.MakeDefaultOptions()
-	opts.Reorder = krusty.ReorderOptionLegacy
-	var objs []*unstructured.Unstructured
-	for _, d := range []string{"default", "admission"} {
-		res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, "config", d))
-		if err != nil {
-			return nil, fmt.Errorf("kustomize build config/%s: %w", d, err)
-		}
-		y, err := res.AsYaml()
-		if err != nil {
-			return nil, err
-		}
-		o, err := manifests.DecodeAll(bytes.NewReader(y))
-		if err != nil {
-			return nil, fmt.Errorf("config/%s: %w", d, err)
-		}
-		objs = append(objs, o...)
+	objs, err := Kustomize(repoRoot, "default", "admission")
+	if err != nil {
+		return nil, err
 	}
 	in := &installation{certDirs: map[string]string{}, ports: map[string]int{}}
 	var deployment *appsv1.Deployment
@@ -185,11 +170,11 @@ func renderInstall(repoRoot, dir string, customMetrics bool) (*installation, err
 				continue
 			}
 		}
-		if from, ok := o.GetAnnotations()[injectCAFrom]; ok {
+		if from, ok := o.GetAnnotations()[InjectCAFrom]; ok {
 			if !issued[from] {
-				return nil, fmt.Errorf("%s %s: %s names %q, which is no Certificate of config/default", o.GetKind(), o.GetName(), injectCAFrom, from)
+				return nil, fmt.Errorf("%s %s: %s names %q, which is no Certificate of config/default", o.GetKind(), o.GetName(), InjectCAFrom, from)
 			}
-			if err := injectCA(o, ca.PEM); err != nil {
+			if err := InjectCA(o, ca.PEM); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
 			}
 		}
@@ -200,6 +185,31 @@ func renderInstall(repoRoot, dir string, customMetrics bool) (*installation, err
 		}
 	}
 	return in, nil
+}
+
+// Kustomize builds the kustomizations config/<dir> of each dir, with the
+// kustomize API bin/kustomize is built from, in bin/kustomize's order:
+// Namespaces first, webhook configurations last.
+func Kustomize(repoRoot string, dirs ...string) ([]*unstructured.Unstructured, error) {
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	var objs []*unstructured.Unstructured
+	for _, d := range dirs {
+		res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, "config", d))
+		if err != nil {
+			return nil, fmt.Errorf("kustomize build config/%s: %w", d, err)
+		}
+		y, err := res.AsYaml()
+		if err != nil {
+			return nil, err
+		}
+		o, err := manifests.DecodeAll(bytes.NewReader(y))
+		if err != nil {
+			return nil, fmt.Errorf("config/%s: %w", d, err)
+		}
+		objs = append(objs, o...)
+	}
+	return objs, nil
 }
 
 // pickPorts gives each named port of the manager container that a
@@ -262,12 +272,12 @@ func managerContainer(d *appsv1.Deployment) *corev1.Container {
 	return nil
 }
 
-// injectCA does cert-manager's CA injection: the caBundle of every webhook
+// InjectCA does cert-manager's CA injection: the caBundle of every webhook
 // of a webhook configuration, or an APIService's.
-func injectCA(o *unstructured.Unstructured, caPEM []byte) error {
+func InjectCA(o *unstructured.Unstructured, caPEM []byte) error {
 	ca := base64.StdEncoding.EncodeToString(caPEM)
 	a := o.GetAnnotations()
-	delete(a, injectCAFrom)
+	delete(a, InjectCAFrom)
 	o.SetAnnotations(a)
 	switch o.GetKind() {
 	case "APIService":

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -59,6 +60,17 @@ func NewCA(name string) (*CA, error) {
 // Issue signs a certificate for a server (dnsNames, ips) or, with neither,
 // a client, and returns the certificate and key in PEM.
 func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(pkix.Name{CommonName: commonName}, dnsNames, ips)
+}
+
+// IssueUser signs a client certificate for a user in groups: the API
+// server reads the user from the common name and the groups from the
+// organizations.
+func (ca *CA) IssueUser(user string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(pkix.Name{CommonName: user, Organization: groups}, nil, nil)
+}
+
+func (ca *CA) issue(subject pkix.Name, dnsNames []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -69,7 +81,7 @@ func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: commonName},
+		Subject:      subject,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -82,7 +94,7 @@ func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("issue %s: %w", commonName, err)
+		return nil, nil, fmt.Errorf("issue %s: %w", subject.CommonName, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
@@ -93,34 +105,48 @@ func (ca *CA) Issue(commonName string, dnsNames []string, ips []net.IP) (certPEM
 }
 
 // enableAggregation gives the API server what forwarding to aggregated
-// API servers needs: a proxy client certificate and the CA aggregated
-// servers check it against (published in kube-system's
-// extension-apiserver-authentication ConfigMap), and routing to a
-// Service's endpoints instead of its cluster IP, which nothing here
-// implements.
+// API servers needs (aggregationArgs), and routing to a Service's
+// endpoints instead of its cluster IP, which nothing here implements.
 func enableAggregation(env *envtest.Environment, dir string) error {
-	ca, err := NewCA("front-proxy-ca")
+	flags, err := aggregationArgs(dir)
 	if err != nil {
 		return err
 	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for _, f := range flags {
+		name, value, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		args.Set(name, value)
+	}
+	args.Set("enable-aggregator-routing", "true")
+	return nil
+}
+
+// aggregationArgs writes a proxy client certificate and the CA aggregated
+// servers check it against (published in kube-system's
+// extension-apiserver-authentication ConfigMap) into dir, and returns the
+// API server flags that use them.
+func aggregationArgs(dir string) ([]string, error) {
+	ca, err := NewCA("front-proxy-ca")
+	if err != nil {
+		return nil, err
+	}
 	cert, key, err := ca.Issue(ProxyClientName, nil, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	files := map[string][]byte{"front-proxy-ca.crt": ca.PEM, "front-proxy-client.crt": cert, "front-proxy-client.key": key}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	args := env.ControlPlane.GetAPIServer().Configure()
-	args.Set("requestheader-client-ca-file", filepath.Join(dir, "front-proxy-ca.crt"))
-	args.Set("requestheader-allowed-names", ProxyClientName)
-	args.Set("requestheader-username-headers", "X-Remote-User")
-	args.Set("requestheader-group-headers", "X-Remote-Group")
-	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-	args.Set("proxy-client-cert-file", filepath.Join(dir, "front-proxy-client.crt"))
-	args.Set("proxy-client-key-file", filepath.Join(dir, "front-proxy-client.key"))
-	args.Set("enable-aggregator-routing", "true")
-	return nil
+	return []string{
+		"--requestheader-client-ca-file=" + filepath.Join(dir, "front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + ProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + filepath.Join(dir, "front-proxy-client.crt"),
+		"--proxy-client-key-file=" + filepath.Join(dir, "front-proxy-client.key"),
+	}, nil
 }

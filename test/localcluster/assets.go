@@ -17,19 +17,26 @@ import (
 // the cache that hack/build-controlplane.sh fills (building it the first
 // time, which takes ~20 minutes). Tests call it so that a bare `go test`
 // works as well as `make test`.
-func BinDir() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+func BinDir() (string, error) { return cachedBinaries("KUBEBUILDER_ASSETS", "build-controlplane.sh") }
+
+// NodeBinDir finds the real node's binaries other than Kubernetes' own
+// (containerd, kube-router, CoreDNS): $WARMROUTE_NODE_ASSETS when set, else
+// the cache that hack/build-node.sh fills (~5 minutes the first time).
+func NodeBinDir() (string, error) { return cachedBinaries("WARMROUTE_NODE_ASSETS", "build-node.sh") }
+
+func cachedBinaries(env, script string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(filepath.Join(root, "hack", "build-controlplane.sh"))
+	cmd := exec.Command(filepath.Join(root, "hack", script))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("hack/build-controlplane.sh: %w", err)
+		return "", fmt.Errorf("hack/%s: %w", script, err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }

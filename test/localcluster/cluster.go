@@ -1,10 +1,17 @@
 // Package localcluster starts a working Kubernetes cluster on this machine
-// from binaries built by hack/build-controlplane.sh: etcd and kube-apiserver
-// (through controller-runtime's envtest), kube-controller-manager,
-// kube-scheduler, and KWOK playing the kubelet for fake GPU nodes.
+// from binaries built by hack/build-controlplane.sh, in one of two shapes.
 //
-// Pods get IPs inside a loopback range (127.1.0.0/16 by default), so a test
-// can bind a real server on each pod's own address and send it traffic.
+// By default: etcd and kube-apiserver (through controller-runtime's
+// envtest), kube-controller-manager, kube-scheduler, and KWOK playing the
+// kubelet for fake GPU nodes. Pods get IPs inside a loopback range
+// (127.1.0.0/16 by default), so a test can bind a real server on each pod's
+// own address and send it traffic.
+//
+// With Options.RealNode (realnode.go): the whole cluster inside network and
+// mount namespaces of its own, with one real kubelet node (containerd,
+// runc, bridge CNI, kube-proxy, kube-router for NetworkPolicy, CoreDNS from
+// hack/build-node.sh) that runs the pod specs as containers; the host
+// reaches the API server through a bridged socket.
 package localcluster
 
 import (
@@ -12,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,6 +72,22 @@ type Options struct {
 	// webhooks backed by a Service, both reached through the Service's
 	// EndpointSlices' addresses (nothing here implements cluster IPs).
 	Aggregation bool
+
+	// RealNode runs the cluster with one real kubelet node instead of KWOK
+	// (see realnode.go); the fields above other than BinDir, WorkDir and
+	// CRDDirectoryPaths do not apply. RealNodeMissing says whether this
+	// machine can.
+	RealNode bool
+	// NodeBinDir holds containerd, ctr, the runc shim, kube-router and
+	// CoreDNS; default $WARMROUTE_NODE_ASSETS, else hack/build-node.sh's
+	// cache (see NodeBinDir).
+	NodeBinDir string
+	// Images are docker-save archives loaded into the node's containerd
+	// before the kubelet starts (Cluster.LoadImages loads more later).
+	Images []string
+	// Log receives the real node's startup phases with their elapsed time;
+	// default os.Stderr.
+	Log io.Writer
 }
 
 // Full is the option set for a cluster that runs Deployments end to end.
@@ -84,6 +108,7 @@ type Cluster struct {
 	procs        []*process.Process
 	envPIDs      []int
 	ownedWorkDir bool
+	node         *realNode
 }
 
 // State is what `localcluster down` needs to stop a cluster another process
@@ -111,11 +136,29 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c.WorkDir = opts.WorkDir
+	// Stop what started when a step fails; each failure returns a nil
+	// Cluster, so the deferred call keeps its own reference.
+	started := c
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
+			_ = started.Stop()
 		}
 	}()
+
+	if opts.RealNode {
+		if opts.NodeBinDir == "" {
+			if opts.NodeBinDir, err = NodeBinDir(); err != nil {
+				return nil, err
+			}
+		}
+		if err := c.startRealNode(ctx, opts); err != nil {
+			return nil, err
+		}
+		if err := c.installCRDs(opts.CRDDirectoryPaths); err != nil {
+			return nil, err
+		}
+		return c, c.writeState()
+	}
 
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory: opts.BinDir,
@@ -187,6 +230,12 @@ func (o *Options) defaults() {
 	if o.PodCIDR == "" {
 		o.PodCIDR = "127.1.0.1/16"
 	}
+	if o.NodeBinDir == "" {
+		o.NodeBinDir = os.Getenv("WARMROUTE_NODE_ASSETS")
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
 }
 
 func controllerManagerArgs(kubeconfig string) []string {
@@ -226,7 +275,13 @@ func kwokArgs(kubeconfig string, o Options) []string {
 }
 
 func (c *Cluster) run(name, binDir string, args []string) error {
-	p, err := process.Start(name, filepath.Join(binDir, name), args, c.WorkDir)
+	return c.startProcess(name, filepath.Join(binDir, name), args)
+}
+
+// startProcess starts bin as one of the cluster's processes, logging to
+// WorkDir/<name>.log.
+func (c *Cluster) startProcess(name, bin string, args []string, env ...string) error {
+	p, err := process.Start(name, bin, args, c.WorkDir, env...)
 	if err != nil {
 		return err
 	}
@@ -319,6 +374,14 @@ func (c *Cluster) writeState() error {
 // until each is gone. It is safe to call more than once.
 func (c *Cluster) Stop() error {
 	var errs []error
+	// A real node's components need no graceful stop: everything of it
+	// is killed at once and its namespaces go with it.
+	if c.node != nil {
+		if err := c.node.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		c.node = nil
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		if err := c.procs[i].Stop(5 * time.Second); err != nil {
 			errs = append(errs, err)

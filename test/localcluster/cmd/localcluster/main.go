@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,7 +57,13 @@ func up(args []string) error {
 	workDir := fs.String("workdir", defaultWorkDir(), "directory for the kubeconfig, logs and state")
 	nodes := fs.Int("nodes", 2, "fake GPU nodes")
 	gpus := fs.Int("gpus-per-node", 8, "nvidia.com/gpu capacity per node")
+	realNode := fs.Bool("real-node", false, "one real kubelet node in namespaces of its own instead of the fake GPU nodes (needs root)")
 	_ = fs.Parse(args)
+	if *realNode {
+		if missing := localcluster.RealNodeMissing(); missing != "" {
+			return errors.New(missing)
+		}
+	}
 
 	if _, err := os.Stat(filepath.Join(*workDir, "state.json")); err == nil {
 		return fmt.Errorf("a cluster already runs from %s; run `localcluster down --workdir %s` first", *workDir, *workDir)
@@ -66,7 +73,7 @@ func up(args []string) error {
 		return err
 	}
 	opts := localcluster.Full()
-	opts.BinDir, opts.WorkDir, opts.Nodes, opts.GPUsPerNode = bin, *workDir, *nodes, *gpus
+	opts.BinDir, opts.WorkDir, opts.Nodes, opts.GPUsPerNode, opts.RealNode = bin, *workDir, *nodes, *gpus, *realNode
 	if root, err := localcluster.RepoRoot(); err == nil {
 		opts.CRDDirectoryPaths = []string{filepath.Join(root, "config", "crd", "bases")}
 	}
@@ -83,7 +90,11 @@ func up(args []string) error {
 		_ = c.Stop()
 		_ = os.Remove(filepath.Join(*workDir, "state.json"))
 	}()
-	fmt.Printf("local cluster up in %s: %d fake GPU nodes, pods on %s\n", time.Since(start).Round(time.Millisecond), opts.Nodes, opts.PodCIDR)
+	if *realNode {
+		fmt.Printf("local cluster up in %s: one real node, pods on %s\n", time.Since(start).Round(time.Millisecond), localcluster.PodSubnet)
+	} else {
+		fmt.Printf("local cluster up in %s: %d fake GPU nodes, pods on %s\n", time.Since(start).Round(time.Millisecond), opts.Nodes, opts.PodCIDR)
+	}
 	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get nodes\n", c.KubeconfigPath)
 	fmt.Printf("stop with Ctrl-C or `make demo-down`; logs in %s\n", *workDir)
 	<-ctx.Done()

@@ -1,0 +1,257 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/warmroute/warmroute/controllers"
+	"github.com/warmroute/warmroute/hack/images"
+	"github.com/warmroute/warmroute/test/harness"
+	"github.com/warmroute/warmroute/test/localcluster"
+)
+
+const (
+	operatorNamespace = "warmroute-system"
+	operatorName      = "warmroute-controller-manager"
+	// endpointNamespace enforces the restricted Pod Security Standard, as
+	// the namespaces of the README's examples do.
+	endpointNamespace = "llm"
+	endpointName      = "chat"
+	modelName         = "sim-chat"
+)
+
+var _ = Describe("warmroute on a real node", Ordered, func() {
+	It("installs from config/default without cert-manager; the manager pod runs its image and serves the webhooks", func(ctx SpecContext) {
+		manifest, err := installManifest()
+		Expect(err).NotTo(HaveOccurred())
+		out, err := kubectl(ctx, manifest, "apply", "--server-side", "-f", "-")
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Print(out)
+
+		start := time.Now()
+		_, err = kubectl(ctx, "", "-n", operatorNamespace, "rollout", "status", "deployment/"+operatorName, "--timeout=3m")
+		Expect(err).NotTo(HaveOccurred(), describePods(ctx, operatorNamespace))
+		AddReportEntry("operator pods Ready after", time.Since(start).Round(100*time.Millisecond).String())
+
+		pods, err := kube.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			Expect(p.Spec.Containers[0].Image).To(Equal(images.DefaultRefs.Operator))
+			Expect(p.Spec.ServiceAccountName).To(Equal(operatorName))
+			Expect(p.Status.PodIP).To(HavePrefix("10.244.0."), "a pod IP from the bridge")
+		}
+	})
+
+	It("refuses, in a restricted namespace, a pod that breaks the standard (Pod Security admission)", func(ctx SpecContext) {
+		_, err := kubectl(ctx, "", "create", "namespace", endpointNamespace)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = kubectl(ctx, "", "label", "namespace", endpointNamespace, "pod-security.kubernetes.io/enforce=restricted")
+		Expect(err).NotTo(HaveOccurred())
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: endpointNamespace},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: localcluster.PauseImage}}},
+		}
+		_, err = kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create: %v", err)
+		Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted:latest"`))
+	})
+
+	It("runs an LLMEndpoint's vLLM and router pods from the operator's specs and answers a chat completion through the router Service", func(ctx SpecContext) {
+		endpoint := fmt.Sprintf(`apiVersion: serving.warmroute.dev/v1alpha1
+kind: LLMEndpoint
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  replicas: 2
+  model:
+    name: %s
+    uri: hf://sim/chat
+    image: %s
+    gpus: 0
+`, endpointName, endpointNamespace, modelName, vllmImage)
+		start := time.Now()
+		_, err := kubectl(ctx, endpoint, "apply", "-f", "-")
+		Expect(err).NotTo(HaveOccurred())
+		for _, d := range []string{endpointName + "-vllm", endpointName + "-router"} {
+			_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
+			Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
+		}
+		AddReportEntry("vLLM and router pods Ready after", time.Since(start).Round(100*time.Millisecond).String())
+
+		for role, want := range map[string]int{"vllm": 2, "router": 2} {
+			pods, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
+				LabelSelector: labels.Set{controllers.LabelEndpoint: endpointName, controllers.LabelRole: role}.String(),
+			})
+			Expect(err).NotTo(HaveOccurred())
+			ready := 0
+			for _, p := range pods.Items {
+				for _, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			Expect(ready).To(Equal(want), "Ready %s pods", role)
+		}
+
+		// From the host through the API server's service proxy: the API
+		// server (inside the cluster's namespace) connects to a router pod
+		// of the Service.
+		body := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "Hello from a real node"}], "max_tokens": 8}`, modelName)
+		Eventually(func(g Gomega) {
+			res := kube.CoreV1().RESTClient().Post().
+				Namespace(endpointNamespace).Resource("services").Name(endpointName+":http").
+				SubResource("proxy").Suffix("v1/chat/completions").
+				SetHeader("Content-Type", "application/json").
+				Body([]byte(body)).Do(ctx)
+			var code int
+			res.StatusCode(&code)
+			raw, err := res.Raw()
+			g.Expect(err).NotTo(HaveOccurred(), "status %d: %s", code, raw)
+			g.Expect(code).To(Equal(200))
+			g.Expect(string(raw)).To(ContainSubstring(`"chat.completion"`))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("has the two router pods elect one picker through the endpoint's Lease", func(ctx SpecContext) {
+		pods, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.Set{controllers.LabelEndpoint: endpointName, controllers.LabelRole: "router"}.String(),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			lease, err := kube.CoordinationV1().Leases(endpointNamespace).Get(ctx, endpointName+"-router", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+			var ips []string
+			for _, p := range pods.Items {
+				ips = append(ips, p.Status.PodIP)
+			}
+			// The identity ends in "@<pick address>", the picker pod's IP.
+			g.Expect(holder).To(SatisfyAny(
+				ContainSubstring("@"+ips[0]+":"), ContainSubstring("@"+ips[1]+":")), "holder %q, router pods at %v", holder, ips)
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("gives each ServiceAccount the rights the README's RBAC table lists, and no more", func(ctx SpecContext) {
+		operator := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
+		router := "system:serviceaccount:" + endpointNamespace + ":" + endpointName + "-router"
+		for _, row := range []struct {
+			as, verb, resource string
+			want               string
+		}{
+			{operator, "create", "deployments", "yes"},
+			{operator, "patch", "pods", "yes"},
+			{operator, "create", "secrets", "yes"},
+			{operator, "get", "secrets", "no"},
+			{router, "get", "configmaps/" + endpointName + "-routing", "yes"},
+			{router, "update", "leases.coordination.k8s.io/" + endpointName + "-router", "yes"},
+			{router, "update", "leases.coordination.k8s.io/another", "no"},
+			{router, "get", "secrets", "no"},
+			{router, "create", "deployments", "no"},
+		} {
+			// can-i exits 1 when the answer is no.
+			out, _ := kubectl(ctx, "", "auth", "can-i", row.verb, row.resource, "-n", endpointNamespace, "--as="+row.as)
+			Expect(strings.TrimSpace(out)).To(Equal(row.want), "%s may %s %s", row.as, row.verb, row.resource)
+		}
+	})
+})
+
+// installManifest is config/default and config/admission as a user
+// without cert-manager installs them: the Certificates and their Issuer
+// left out, each Certificate's Secret created from a CA of the user's own,
+// and that CA written into the caBundle of every object that asks
+// cert-manager to inject it.
+func installManifest() (string, error) {
+	objs, err := harness.Kustomize(repoRoot, "default", "admission")
+	if err != nil {
+		return "", err
+	}
+	ca, err := localcluster.NewCA("warmroute-webhook-ca")
+	if err != nil {
+		return "", err
+	}
+	var secrets, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Certificate":
+			s, err := certificateSecret(o, ca)
+			if err != nil {
+				return "", err
+			}
+			secrets = append(secrets, s)
+			continue
+		case "Issuer":
+			continue
+		}
+		if _, ok := o.GetAnnotations()[harness.InjectCAFrom]; ok {
+			if err := harness.InjectCA(o, ca.PEM); err != nil {
+				return "", fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+		}
+		rest = append(rest, o)
+	}
+	// The Namespace first, then the Secrets the manager pod mounts.
+	var buf bytes.Buffer
+	for _, o := range append(append(rest[:1:1], secrets...), rest[1:]...) {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			return "", err
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	if rest[0].GetKind() != "Namespace" {
+		return "", fmt.Errorf("config/default starts with a %s, not its Namespace", rest[0].GetKind())
+	}
+	return buf.String(), nil
+}
+
+// certificateSecret is the kubernetes.io/tls Secret cert-manager would
+// write for a Certificate.
+func certificateSecret(cert *unstructured.Unstructured, ca *localcluster.CA) (*unstructured.Unstructured, error) {
+	name, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	if name == "" || len(dnsNames) == 0 {
+		return nil, fmt.Errorf("Certificate %s: no secretName or dnsNames", cert.GetName())
+	}
+	crt, key, err := ca.Issue(dnsNames[0], dnsNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cert.GetNamespace()},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.PEM},
+	}
+	b, err := yaml.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	return u, yaml.Unmarshal(b, &u.Object)
+}
+
+// describePods is what a failed wait shows: each pod's phase, conditions
+// and container states, and the namespace's recent events.
+func describePods(ctx context.Context, namespace string) string {
+	pods, _ := kubectl(ctx, "", "-n", namespace, "get", "pods", "-o", "wide")
+	events, _ := kubectl(ctx, "", "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
+	desc, _ := kubectl(ctx, "", "-n", namespace, "describe", "pods")
+	return strings.Join([]string{pods, events, desc}, "\n")
+}
