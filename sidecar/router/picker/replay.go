@@ -76,9 +76,9 @@ func (p *peer) accept(seq uint64, now time.Time) bool {
 // for one, so only key holders add entries.
 type peers struct {
 	keys Keys
-	// started is when this process began answering: a call signed before
-	// was not for it, and would be a replay it cannot otherwise tell
-	// (its windows start empty).
+	// started is when this process began answering, to the millisecond
+	// of a call's time: a call signed before was not for it, and would be
+	// a replay it cannot otherwise tell (its windows start empty).
 	started time.Time
 
 	mu    sync.Mutex
@@ -87,7 +87,7 @@ type peers struct {
 }
 
 func newPeers(keys Keys, now time.Time) *peers {
-	return &peers{keys: keys, started: now, swept: now, byID: map[sessionID]*peer{}}
+	return &peers{keys: keys, started: time.UnixMilli(now.UnixMilli()), swept: now, byID: map[sessionID]*peer{}}
 }
 
 // get is the session's peer, new if unknown; silent sessions are dropped
