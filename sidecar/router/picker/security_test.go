@@ -225,7 +225,7 @@ func TestSilentReplicaExpiresUnderAFixedPicker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = tk // never done: the replica dies with it
+	_ = tk              // never done: the replica dies with it
 	follower.Follow("") // and says nothing more
 	l := leader.leading()
 	if n := l.open(); n != 1 {
