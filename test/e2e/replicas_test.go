@@ -151,7 +151,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 
 	It("refuse the pick API to a pod that is not a router of this endpoint", func() {
 		leader := routers[leaderOf(routers)]
-		for _, header := range []string{"", "v1 " + strconv.FormatInt(time.Now().UnixMilli(), 10) + " 00ff not-a-router"} {
+		for _, header := range []string{"", "v2 00112233445566778899aabbccddeeff 1 " + strconv.FormatInt(time.Now().UnixMilli(), 10) + " 00ff not-a-router"} {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+leader.PickAddr+picker.PathPick, bytes.NewReader([]byte{1, 0}))
 			Expect(err).NotTo(HaveOccurred())
 			if header != "" {

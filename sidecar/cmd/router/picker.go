@@ -91,12 +91,14 @@ func (p *pickerFlags) routerOptions() (mode string, keys picker.Keys, err error)
 	return mode, keys, nil
 }
 
-// pickServer is the pick API's listener (nil without --pick-listen).
+// pickServer is the pick API's listener (nil without --pick-listen), with
+// limits of its own (picker.Server): its peers are sibling replicas,
+// whose calls are small and fast, not clients.
 func pickServer(f *flags, r *proxy.Router, log logr.Logger) *http.Server {
 	if f.picker.listen == "" {
 		return nil
 	}
-	return listenerServer(f.picker.listen, f, r.Picker().Handler(), log.WithName("pick"))
+	return r.Picker().Server(f.picker.listen, proxy.StdLogger(log.WithName("pick").WithName("http")))
 }
 
 // startElection runs this replica as a candidate for picker when --lease

@@ -1,6 +1,8 @@
 package picker
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,26 +14,42 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
-// Every call of the pick API is signed with a key only this endpoint's
-// router pods hold: the operator generates it once per endpoint, keeps it
-// in a Secret, and mounts it in the router pods (and nowhere else). The
-// signature is an HMAC-SHA256 over the method, path, caller, time and body;
-// the picker refuses a call without one, with a wrong one, or older than
-// maxSkew, and signs its answer over the caller's signature and the
-// answer's body, so that a replica follows only its sibling's decisions.
+// The pick API trusts nothing but the endpoint's key, which only this
+// endpoint's router pods hold: the operator generates it once per
+// endpoint, keeps it in a Secret, and mounts it in the router pods (and
+// nowhere else). Both directions prove it:
+//
+//   - A call's header carries an HMAC-SHA256 over method, path, caller,
+//     the caller's session, the call's sequence number in that session, the
+//     time and the body's length. The picker checks it before reading a
+//     byte of the body, refuses calls more than maxSkew from its clock, and
+//     refuses a sequence number it has seen in the session (replayWindow),
+//     so a captured call cannot be played again.
+//   - Bodies, calls and answers of every status, are sealed with AES-GCM
+//     under a key derived for the caller's session; the answer's
+//     additional data is the call's MAC and the status, so an answer is
+//     this very call's, from a holder of the key. A replica acts on no
+//     answer that does not open: an impostor's 404 or 409 is a failed call,
+//     and the request falls back.
+//   - Plaintexts are padded to a size bucket (pad), so an observer of the
+//     pod network learns neither hashes, model nor instance names, nor a
+//     prompt's length beyond its power of two.
 
-// AuthHeader carries a call's signature: "v1 <unix ms> <hex mac> <caller>".
+// AuthHeader carries a call's signature: "v2 <session> <seq> <unix ms>
+// <hex mac> <caller>".
 const AuthHeader = "X-Warmroute-Pick-Auth"
 
-// answerHeader carries the picker's signature of its answer.
-const answerHeader = "X-Warmroute-Pick-Answer"
+// wireVersion is the first field of AuthHeader and the paths' version.
+const wireVersion = "v2"
 
 // maxSkew is how far a call's time may be from the picker's clock: pod
 // clocks in a cluster agree to well under a second, and a call takes
-// milliseconds; a captured call cannot be replayed after it.
+// milliseconds. It bounds how long the picker must remember a session's
+// sequence numbers (sessionTTL).
 const maxSkew = 30 * time.Second
 
 // minSecretBytes is the least key material accepted: 128 bits.
@@ -39,9 +57,12 @@ const minSecretBytes = 16
 
 // Keys are derived from the endpoint's secret, one per use, so that the
 // block-hash seed (kept out of the routing document, which anyone who can
-// read ConfigMaps can read) and the signing key never coincide.
+// read ConfigMaps can read), the signing key and the sealing key never
+// coincide.
 type Keys struct {
 	sign []byte
+	// seal derives each session's AEAD key (sessionAEAD).
+	seal []byte
 	// HashSeed keys the block hashes (policy.Config.HashSeed): without
 	// the secret, a hash says nothing of the text it stands for.
 	HashSeed uint64
@@ -53,7 +74,11 @@ func DeriveKeys(secret []byte) (Keys, error) {
 		return Keys{}, fmt.Errorf("pick key: %d bytes, want at least %d", len(secret), minSecretBytes)
 	}
 	seed := derive(secret, "warmroute block hashes v1")
-	return Keys{sign: derive(secret, "warmroute pick api v1"), HashSeed: binary.LittleEndian.Uint64(seed)}, nil
+	return Keys{
+		sign:     derive(secret, "warmroute pick api v2 sign"),
+		seal:     derive(secret, "warmroute pick api v2 seal"),
+		HashSeed: binary.LittleEndian.Uint64(seed),
+	}, nil
 }
 
 // LoadKeys reads the secret from a mounted file (trailing whitespace
@@ -72,63 +97,6 @@ func derive(secret []byte, label string) []byte {
 	return m.Sum(nil)
 }
 
-func (k Keys) mac(parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, k.sign)
-	for _, p := range parts {
-		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
-		m.Write(n[:])
-		m.Write(p)
-	}
-	return m.Sum(nil)
-}
-
-// signCall sets the signature of a call by caller with body.
-func (k Keys) signCall(req *http.Request, caller string, body []byte, now time.Time) string {
-	ts := strconv.FormatInt(now.UnixMilli(), 10)
-	mac := hex.EncodeToString(k.mac([]byte(req.Method), []byte(req.URL.Path), []byte(caller), []byte(ts), body))
-	req.Header.Set(AuthHeader, "v1 "+ts+" "+mac+" "+caller)
-	return mac
-}
-
-var errUnauthenticated = errors.New("pick API call not signed with this endpoint's key")
-
-// verifyCall checks a call's signature and returns its caller and mac.
-func (k Keys) verifyCall(req *http.Request, body []byte, now time.Time) (caller, mac string, err error) {
-	f := strings.SplitN(req.Header.Get(AuthHeader), " ", 4)
-	if len(f) != 4 || f[0] != "v1" || f[3] == "" {
-		return "", "", errUnauthenticated
-	}
-	ms, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return "", "", errUnauthenticated
-	}
-	if d := now.Sub(time.UnixMilli(ms)); d > maxSkew || d < -maxSkew {
-		return "", "", fmt.Errorf("%w: signed %s from the picker's clock", errUnauthenticated, d.Round(time.Millisecond))
-	}
-	got, err := hex.DecodeString(f[2])
-	want := k.mac([]byte(req.Method), []byte(req.URL.Path), []byte(f[3]), []byte(f[1]), body)
-	if err != nil || !hmac.Equal(got, want) {
-		return "", "", errUnauthenticated
-	}
-	return f[3], f[2], nil
-}
-
-// signAnswer signs the picker's answer to the call with mac.
-func (k Keys) signAnswer(h http.Header, callMAC string, body []byte) {
-	h.Set(answerHeader, hex.EncodeToString(k.mac([]byte(callMAC), body)))
-}
-
-// verifyAnswer checks that an answer comes from a holder of the key and
-// answers this very call.
-func (k Keys) verifyAnswer(h http.Header, callMAC string, body []byte) error {
-	got, err := hex.DecodeString(h.Get(answerHeader))
-	if err != nil || !hmac.Equal(got, k.mac([]byte(callMAC), body)) {
-		return errors.New("pick API answer not signed with this endpoint's key")
-	}
-	return nil
-}
-
 // RandomKeys are keys of this process's own, for a router that decides
 // alone and shares hashes with nobody.
 func RandomKeys() Keys {
@@ -140,3 +108,158 @@ func RandomKeys() Keys {
 
 // Zero reports whether k holds no key.
 func (k Keys) Zero() bool { return len(k.sign) == 0 }
+
+// sessionID names one process's calls: random, so that two processes
+// (a replica and its restarted self, under the same pod name) never share
+// a sequence, nor a sealing key and nonce.
+type sessionID [16]byte
+
+// session is a caller's side of its calls: its id, the AEAD keyed for it,
+// and the sequence numbering its calls (never 0, never reused).
+type session struct {
+	id   sessionID
+	aead cipher.AEAD
+	seq  atomic.Uint64
+}
+
+func (k Keys) newSession() *session {
+	s := &session{}
+	_, _ = rand.Read(s.id[:])
+	s.aead = k.sessionAEAD(s.id)
+	return s
+}
+
+// sessionAEAD is AES-256-GCM under a key derived for the session: nonces
+// are the direction and the call's sequence number, unique per key.
+func (k Keys) sessionAEAD(id sessionID) cipher.AEAD {
+	m := hmac.New(sha256.New, k.seal)
+	m.Write(id[:])
+	block, err := aes.NewCipher(m.Sum(nil))
+	if err != nil {
+		panic(err) // a 32-byte key is always valid
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return aead
+}
+
+// Directions, the first byte of a nonce: a call and its answer share the
+// sequence number.
+const (
+	dirCall   byte = 1
+	dirAnswer byte = 2
+)
+
+func nonce(dir byte, seq uint64) []byte {
+	var n [12]byte
+	n[0] = dir
+	binary.LittleEndian.PutUint64(n[4:], seq)
+	return n[:]
+}
+
+// callHeader is what a call's AuthHeader says.
+type callHeader struct {
+	caller  string
+	session sessionID
+	seq     uint64
+	at      time.Time
+	// mac is the header's MAC, the additional data of the body and of
+	// the answer.
+	mac []byte
+}
+
+func (k Keys) callMAC(method, path, caller string, id sessionID, seq uint64, ms string, length int64) []byte {
+	m := hmac.New(sha256.New, k.sign)
+	for _, p := range [][]byte{[]byte(method), []byte(path), []byte(caller), id[:],
+		binary.LittleEndian.AppendUint64(nil, seq), []byte(ms), binary.LittleEndian.AppendUint64(nil, uint64(length))} {
+		m.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(p))))
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// signCall signs a call by caller whose body is length bytes (sealed).
+func (k Keys) signCall(req *http.Request, caller string, s *session, seq uint64, length int64, now time.Time) []byte {
+	ms := strconv.FormatInt(now.UnixMilli(), 10)
+	mac := k.callMAC(req.Method, req.URL.Path, caller, s.id, seq, ms, length)
+	req.Header.Set(AuthHeader, wireVersion+" "+hex.EncodeToString(s.id[:])+" "+strconv.FormatUint(seq, 10)+" "+ms+" "+hex.EncodeToString(mac)+" "+caller)
+	return mac
+}
+
+var errUnauthenticated = errors.New("pick API call not signed with this endpoint's key")
+
+// verifyCall checks a call's header, before its body is read: the body's
+// length is the request's Content-Length, which the MAC covers.
+func (k Keys) verifyCall(req *http.Request, now time.Time) (callHeader, error) {
+	f := strings.SplitN(req.Header.Get(AuthHeader), " ", 6)
+	if len(f) != 6 || f[0] != wireVersion || f[5] == "" || req.ContentLength < 0 {
+		return callHeader{}, errUnauthenticated
+	}
+	h := callHeader{caller: f[5]}
+	id, err := hex.DecodeString(f[1])
+	if err != nil || len(id) != len(h.session) {
+		return callHeader{}, errUnauthenticated
+	}
+	copy(h.session[:], id)
+	if h.seq, err = strconv.ParseUint(f[2], 10, 64); err != nil || h.seq == 0 {
+		return callHeader{}, errUnauthenticated
+	}
+	ms, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil {
+		return callHeader{}, errUnauthenticated
+	}
+	h.at = time.UnixMilli(ms)
+	if d := now.Sub(h.at); d > maxSkew || d < -maxSkew {
+		return callHeader{}, fmt.Errorf("%w: signed %s from the picker's clock", errUnauthenticated, d.Round(time.Millisecond))
+	}
+	got, err := hex.DecodeString(f[4])
+	h.mac = k.callMAC(req.Method, req.URL.Path, h.caller, h.session, h.seq, f[3], req.ContentLength)
+	if err != nil || !hmac.Equal(got, h.mac) {
+		return callHeader{}, errUnauthenticated
+	}
+	return h, nil
+}
+
+// answerAD is an answer's additional data: the call's MAC and the status,
+// so that neither an answer to another call nor another status passes.
+func answerAD(callMAC []byte, status int) []byte {
+	return binary.BigEndian.AppendUint16(append([]byte(nil), callMAC...), uint16(status))
+}
+
+// Padding. A sealed body is as long as its bucket: the next power of two
+// from minBucket, and past maxBucket the next multiple of it. A pick's
+// size then says only its prompt's power of two, at worst twice the bytes
+// on loopback or a pod network, which a pick's few KB do not notice; a
+// handoff's megabytes are rounded to maxBucket.
+const (
+	minBucket = 256
+	maxBucket = 64 << 10
+)
+
+// padded is body with its length in front, in a buffer of its bucket's
+// size, with room after it for the AEAD's tag.
+func padded(body []byte, overhead int) []byte {
+	n := binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(body))) + len(body)
+	size := minBucket
+	for size < n && size < maxBucket {
+		size *= 2
+	}
+	if n > size {
+		size = (n + maxBucket - 1) / maxBucket * maxBucket
+	}
+	b := make([]byte, 0, size+overhead)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	b = append(b, body...)
+	return b[:size]
+}
+
+// unpadded is the body within an opened plaintext.
+func unpadded(plain []byte) ([]byte, error) {
+	n, k := binary.Uvarint(plain)
+	if k <= 0 || n > uint64(len(plain)-k) {
+		return nil, fmt.Errorf("%w: padding", errMalformed)
+	}
+	return plain[k : k+int(n)], nil
+}

@@ -45,50 +45,70 @@ type remoteConn struct {
 	addr    string
 	replica string
 	keys    Keys
+	session *session
 	client  *http.Client
 }
 
 // errNotLeader is the picker's answer when it does not lead (any more).
 var errNotLeader = errors.New("the replica asked is not the elected picker")
 
-// Status codes of the pick API's refusals that a replica tells apart.
+// Status codes of the pick API's refusals that a replica tells apart,
+// in answers sealed with the endpoint's key only.
 const (
 	statusUnknownModel = http.StatusNotFound
 	statusNoInstance   = http.StatusConflict
 	statusNotLeader    = http.StatusServiceUnavailable
 )
 
+// errUnsealed is an answer that does not open with the endpoint's key:
+// not the picker's, whatever its status says, so the replica falls back.
+var errUnsealed = errors.New("pick API answer not sealed with this endpoint's key")
+
 func (c *remoteConn) call(ctx context.Context, path string, body []byte, limit int64) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+path, bytes.NewReader(body))
+	aead := c.session.aead
+	seq := c.session.seq.Add(1)
+	plain := padded(body, aead.Overhead())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	mac := c.keys.signCall(req, c.replica, body, time.Now())
+	mac := c.keys.signCall(req, c.replica, c.session, seq, int64(len(plain)+aead.Overhead()), time.Now())
+	sealed := aead.Seal(plain[:0], nonce(dirCall, seq), plain, mac)
+	req.Body = io.NopCloser(bytes.NewReader(sealed))
+	req.ContentLength = int64(len(sealed))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(sealed)), nil }
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	in, err := io.ReadAll(io.LimitReader(resp.Body, limit+int64(aead.Overhead())+1))
 	if err != nil {
 		return nil, err
 	}
+	if int64(len(in)) > limit+int64(aead.Overhead()) {
+		return nil, fmt.Errorf("pick API %s: %s: answer over %d bytes", path, resp.Status, limit)
+	}
+	opened, err := aead.Open(in[:0], nonce(dirAnswer, seq), in, answerAD(mac, resp.StatusCode))
+	if err != nil {
+		return nil, fmt.Errorf("pick API %s: %s: %w", path, resp.Status, errUnsealed)
+	}
+	out, err := unpadded(opened)
+	if err != nil {
+		return nil, fmt.Errorf("pick API %s: %w", path, err)
+	}
 	switch resp.StatusCode {
 	case http.StatusOK:
+		return out, nil
 	case statusUnknownModel:
 		return nil, policy.ErrUnknownModel
 	case statusNoInstance:
 		return nil, policy.ErrNoInstance
 	case statusNotLeader:
 		return nil, errNotLeader
-	default:
-		return nil, fmt.Errorf("pick API %s: %s: %s", path, resp.Status, strings.TrimSpace(string(out)))
 	}
-	if err := c.keys.verifyAnswer(resp.Header, mac, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return nil, fmt.Errorf("pick API %s: %s: %s", path, resp.Status, strings.TrimSpace(string(out)))
 }
 
 func (c *remoteConn) pick(ctx context.Context, req pickRequest) (answer, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -87,10 +86,7 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 		ReleaseOnCancel: true,
 		Name:            e.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				p.startTerm()
-				go p.expireLoop(ctx)
-			},
+			OnStartedLeading: func(context.Context) { p.startTerm() },
 			OnStoppedLeading: func() { p.stepDown() },
 			OnNewLeader:      func(string) {},
 		},
@@ -115,23 +111,15 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 	go func() {
 		tick := time.NewTicker(e.RetryPeriod / 4)
 		defer tick.Stop()
-		following := "-"
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			id := le.GetLeader()
-			if le.IsLeader() || id == following {
-				continue
+			if !le.IsLeader() {
+				p.track(le.GetLeader(), self)
 			}
-			following = id
-			if id == self {
-				continue // this replica's term is starting
-			}
-			p.opts.Log.Info("following the elected picker", "leader", id)
-			p.Follow(addressOf(id))
 		}
 	}()
 	for ctx.Err() == nil {
@@ -181,8 +169,9 @@ func (p *Picker) handOver(holder func(context.Context) (string, error), self str
 	for {
 		id, err := holder(ctx)
 		if err == nil && id != "" && id != self {
-			c := &remoteConn{addr: addressOf(id), replica: p.opts.Replica, keys: p.opts.Keys, client: &http.Client{Transport: p.opts.Transport}}
-			err := c.handoff(ctx, snap)
+			// Sealed: a successor without the key, which any holder of
+			// the Lease's update right can name, reads nothing of it.
+			err := p.remote(addressOf(id)).handoff(ctx, snap)
 			if err == nil {
 				p.opts.Metrics.Handoffs.WithLabelValues("sent", "ok").Inc()
 				return

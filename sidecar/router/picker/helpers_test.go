@@ -2,6 +2,7 @@ package picker
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -64,10 +65,18 @@ func leaderAndFollower(t testing.TB, n int) (leader, follower *Picker) {
 	return leader, follower
 }
 
-// serve runs p's pick API on loopback.
+// serve runs p's pick API on loopback, with the pick listener's server
+// (limits and timeouts) as the router runs it.
 func serve(t testing.TB, p *Picker) *httptest.Server {
 	t.Helper()
-	s := httptest.NewServer(p.Handler())
+	return serveWith(t, p.Server("", nil))
+}
+
+func serveWith(t testing.TB, srv *http.Server) *httptest.Server {
+	t.Helper()
+	s := httptest.NewUnstartedServer(nil)
+	s.Config = srv
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }

@@ -24,6 +24,7 @@ type ledger struct {
 	warm    bool
 
 	mu      sync.Mutex
+	expired time.Time // when expire last ran
 	tickets map[ticketKey]*policy.Choice
 	// dropped remembers, for ticketTTL, the requests a replica said were
 	// done before their pick arrived: a pick call that timed out on the
@@ -50,7 +51,7 @@ type ticketKey struct {
 const ticketTTL = 10 * heartbeatEvery
 
 func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) {
-	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), tries: tries, started: time.Now(),
+	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), tries: tries, started: time.Now(), expired: time.Now(),
 		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}, warms: map[ticketKey]*policy.Choice{}}
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
@@ -93,10 +94,16 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 	return a, nil
 }
 
-// apply applies a replica's events in order.
+// apply applies a replica's events in order. Every decision and every
+// call passes here, so this is where silent replicas expire: whoever the
+// picker is (elected or fixed), counts are never older than ticketTTL at
+// the moment they decide something.
 func (l *ledger) apply(replica string, evs []event, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if now.Sub(l.expired) >= heartbeatEvery {
+		l.expire(now)
+	}
 	l.seen[replica] = now
 	for _, e := range evs {
 		k := ticketKey{replica, e.Seq}
@@ -159,9 +166,9 @@ func (l *ledger) receive(snap []byte, now time.Time) error {
 }
 
 // expire releases the requests of replicas silent since before now − ttl.
+// Called with l.mu held.
 func (l *ledger) expire(now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.expired = now
 	for k, at := range l.dropped {
 		if now.Sub(at) > ticketTTL {
 			delete(l.dropped, k)

@@ -72,6 +72,10 @@ type Picker struct {
 	opts Options
 	cfg  atomic.Pointer[policy.Config]
 	seq  atomic.Uint64
+	// session signs and seals this replica's calls; peers are the
+	// sessions of the callers its pick API answered.
+	session *session
+	peers   *peers
 
 	mu sync.Mutex
 	// cur is the picker asked now (nil: none known, fall back).
@@ -116,7 +120,8 @@ func New(opts Options) *Picker {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Picker{opts: opts, open: map[uint64]*Ticket{}, done: make(chan struct{})}
+	return &Picker{opts: opts, session: opts.Keys.newSession(), peers: newPeers(opts.Keys, time.Now()),
+		open: map[uint64]*Ticket{}, done: make(chan struct{})}
 }
 
 // Update installs a routing configuration, in this replica's policy and in
@@ -416,6 +421,10 @@ func (p *Picker) failed(l *link, err error) {
 func (p *Picker) use(c conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.useLocked(c)
+}
+
+func (p *Picker) useLocked(c conn) {
 	if p.cur != nil {
 		p.cur.cancel()
 		p.cur = nil
@@ -504,7 +513,42 @@ func (p *Picker) Follow(addr string) {
 		p.use(nil)
 		return
 	}
-	p.use(&remoteConn{addr: addr, replica: p.opts.Replica, keys: p.opts.Keys, client: &http.Client{Transport: p.opts.Transport}})
+	p.use(p.remote(addr))
+}
+
+// remote is the pick API of the replica at addr, as this replica calls it.
+func (p *Picker) remote(addr string) *remoteConn {
+	return &remoteConn{addr: addr, replica: p.opts.Replica, keys: p.opts.Keys, session: p.session, client: &http.Client{Transport: p.opts.Transport}}
+}
+
+// track points this replica at the picker the Lease names (holder, while
+// another replica leads). It compares the Lease with the picker this
+// replica asks now, not with the Lease it saw last: a term ends (stepDown,
+// which drops the link) up to the renew deadline after the Lease moved,
+// and whichever of the two comes first, the next look at the Lease sets
+// the link right.
+func (p *Picker) track(holder, self string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if holder == self || p.lead != nil {
+		return // this replica's term is starting, or not over yet
+	}
+	want := addressOf(holder)
+	asked := ""
+	if p.cur != nil {
+		if rc, ok := p.cur.conn.(*remoteConn); ok {
+			asked = rc.addr
+		}
+	}
+	if want == asked {
+		return
+	}
+	p.opts.Log.Info("following the elected picker", "leader", holder)
+	if want == "" {
+		p.useLocked(nil)
+		return
+	}
+	p.useLocked(p.remote(want))
 }
 
 // stepDown ends this replica's term: it stops deciding (callers get 503
@@ -522,23 +566,6 @@ func (p *Picker) stepDown() []byte {
 	p.opts.Metrics.Leader.Set(0)
 	p.use(nil)
 	return snap
-}
-
-// expireLoop releases the requests of silent replicas while this replica
-// leads.
-func (p *Picker) expireLoop(ctx context.Context) {
-	tick := time.NewTicker(heartbeatEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			if l := p.leading(); l != nil {
-				l.expire(now)
-			}
-		}
-	}
 }
 
 // Metrics are the picker's metrics.

@@ -252,8 +252,7 @@ func TestHandoff(t *testing.T) {
 		t.Fatalf("index entries: %d restored of %d", successor.leading().policy.IndexEntries(), oldPolicy.IndexEntries())
 	}
 	// A second handoff into the same term is refused.
-	c := &remoteConn{addr: addr, replica: "router-2", keys: keys, client: &http.Client{}}
-	if err := c.handoff(ctx, snap); err == nil {
+	if err := newReplica(t, "router-2", keys, cfg).remote(addr).handoff(ctx, snap); err == nil {
 		t.Error("a second handoff was taken")
 	}
 

@@ -3,115 +3,239 @@ package picker
 import (
 	"errors"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
-// Handler serves the pick API on the pick listener: picks and events while
-// this replica leads (503 otherwise, so callers fall back or find the new
-// leader), and the state its predecessor hands it when it steps down. Every call must be signed with the endpoint's key (auth.go);
-// anything else gets 401 and no information.
+// serverLimits bound what a peer of the pick port can hold: its
+// connections, and how long it may take to send a request. Only a caller
+// that signed its header gets its body read at all (authenticated).
+type serverLimits struct {
+	// conns is the most connections open at once; more are closed as
+	// they come, so their callers fall back at once.
+	conns int64
+	// readHeader bounds the wait for a request's header, read the whole
+	// request (a handoff's megabytes included), write the answer, idle a
+	// kept-alive connection between calls.
+	readHeader, read, write, idle time.Duration
+}
+
+// defaultServerLimits: a replica keeps at most NewTransport's 256 idle
+// connections to the picker and opens one per concurrent call, so 1,024
+// serve four busy replicas, or many quiet ones, and cost at most a few
+// tens of MB (a connection's buffers and goroutine are about 16 KB). A
+// header and a pick come in one packet; 2 s is a stalled peer. A 64 MiB
+// handoff takes under a second on a pod network; 10 s is a stalled one.
+// Idle connections live longer than the client's IdleConnTimeout (30 s),
+// so the client, not the picker, closes them, and never sends a call on a
+// connection the picker is closing.
+var defaultServerLimits = serverLimits{conns: 1024, readHeader: 2 * time.Second, read: 10 * time.Second, write: 10 * time.Second, idle: 60 * time.Second}
+
+// maxHeaderBytes: a pick API header is a few hundred bytes.
+const maxHeaderBytes = 16 << 10
+
+// Server is the pick listener's server on addr: the pick API (Handler)
+// under serverLimits. errorLog takes net/http's own errors (nil: the
+// standard logger).
+func (p *Picker) Server(addr string, errorLog *log.Logger) *http.Server {
+	return newServer(addr, p.Handler(), defaultServerLimits, errorLog)
+}
+
+func newServer(addr string, h http.Handler, lim serverLimits, errorLog *log.Logger) *http.Server {
+	var open atomic.Int64
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read,
+		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog,
+		ConnState: func(c net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				if open.Add(1) > lim.conns {
+					_ = c.Close() // its goroutine sees it closed, and reports StateClosed
+				}
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
+		}}
+}
+
+// Handler serves the pick API: picks and events while this replica leads
+// (503 otherwise, so callers fall back or find the new leader), and the
+// state its predecessor hands it when it steps down. Every call must be
+// signed with the endpoint's key, and every answer is sealed with it
+// (auth.go); anything else gets 401 and no information. Calls of the
+// previous wire version get 426, which their replicas treat as a failed
+// call (they fall back), never as a refusal to act on.
 func (p *Picker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathPick, p.servePick)
 	mux.HandleFunc("POST "+PathEvents, p.serveEvents)
 	mux.HandleFunc("POST "+PathHandoff, p.serveHandoff)
+	mux.HandleFunc("/pick/v1/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "this picker speaks pick API "+wireVersion+" only: upgrade the router", http.StatusUpgradeRequired)
+	})
 	return mux
 }
 
-// authenticated reads a call's body and checks its signature.
-func (p *Picker) authenticated(w http.ResponseWriter, req *http.Request) (caller, mac string, body []byte, ok bool) {
-	limit := int64(maxBodyBytes)
-	if req.URL.Path == PathHandoff {
-		limit = maxSnapshotMB << 20
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
-	if err != nil {
-		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return "", "", nil, false
-	}
-	caller, mac, err = p.opts.Keys.verifyCall(req, body, time.Now())
-	if err != nil {
-		p.opts.Metrics.refused()
-		http.Error(w, "unauthenticated", http.StatusUnauthorized)
-		return "", "", nil, false
-	}
-	return caller, mac, body, true
+// call is an authenticated call: its header checked, its body read and
+// opened.
+type call struct {
+	callHeader
+	peer *peer
+	body []byte
 }
 
-func (p *Picker) reply(w http.ResponseWriter, mac string, out []byte) {
-	p.opts.Keys.signAnswer(w.Header(), mac, out)
+// Body limits per path: a pick or a batch of events is a few KB (the
+// decoders' limits are far above), a handoff a snapshot.
+func bodyLimit(path string) int64 {
+	if path == PathHandoff {
+		return maxSnapshotMB<<20 + maxBucket
+	}
+	return maxBodyBytes
+}
+
+// authenticated checks a call's header, then reads and opens its body:
+// a caller without the key gets 401 before a byte of its body is read,
+// and its connection is closed.
+func (p *Picker) authenticated(w http.ResponseWriter, req *http.Request) (c call, ok bool) {
+	now := time.Now()
+	h, err := p.opts.Keys.verifyCall(req, now)
+	if err == nil && h.at.Before(p.peers.started) {
+		err = errReplayed
+	}
+	var pr *peer
+	if err == nil {
+		if pr = p.peers.get(h.session, now); !pr.fresh(h.seq) {
+			err = errReplayed
+		}
+	}
+	if err != nil {
+		p.refuse(w, err)
+		return call{}, false
+	}
+	c = call{callHeader: h, peer: pr}
+	if limit := bodyLimit(req.URL.Path); req.ContentLength > limit+int64(pr.aead.Overhead()) {
+		w.Header().Set("Connection", "close")
+		p.replyError(w, c, http.StatusRequestEntityTooLarge, "body of "+strconv.FormatInt(req.ContentLength, 10)+" bytes, the most is "+strconv.FormatInt(limit, 10))
+		return call{}, false
+	}
+	buf := make([]byte, req.ContentLength)
+	if _, err := io.ReadFull(req.Body, buf); err != nil {
+		w.Header().Set("Connection", "close")
+		p.replyError(w, c, http.StatusBadRequest, "read body: "+err.Error())
+		return call{}, false
+	}
+	plain, err := pr.aead.Open(buf[:0], nonce(dirCall, h.seq), buf, h.mac)
+	if err != nil {
+		p.refuse(w, errUnauthenticated)
+		return call{}, false
+	}
+	if !pr.accept(h.seq, now) {
+		p.refuse(w, errReplayed)
+		return call{}, false
+	}
+	if c.body, err = unpadded(plain); err != nil {
+		p.replyError(w, c, http.StatusBadRequest, err.Error())
+		return call{}, false
+	}
+	return c, true
+}
+
+var errReplayed = errors.New("pick API call replayed")
+
+// refuse answers a call that is not a key holder's, or not new: 401, no
+// information, and the connection closed, so that it holds nothing.
+func (p *Picker) refuse(w http.ResponseWriter, err error) {
+	p.opts.Metrics.refused()
+	p.opts.Log.V(1).Info("pick API call refused", "error", err.Error())
+	w.Header().Set("Connection", "close")
+	http.Error(w, "unauthenticated", http.StatusUnauthorized)
+}
+
+// reply seals the answer to c.
+func (p *Picker) reply(w http.ResponseWriter, c call, status int, out []byte) {
+	aead := c.peer.aead
+	plain := padded(out, aead.Overhead())
+	sealed := aead.Seal(plain[:0], nonce(dirAnswer, c.seq), plain, answerAD(c.mac, status))
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
-	_, _ = w.Write(out)
+	w.Header().Set("Content-Length", strconv.Itoa(len(sealed)))
+	w.WriteHeader(status)
+	_, _ = w.Write(sealed)
+}
+
+func (p *Picker) replyError(w http.ResponseWriter, c call, status int, msg string) {
+	p.reply(w, c, status, []byte(msg))
 }
 
 // toLeader is authenticated for the calls only the leader answers.
-func (p *Picker) toLeader(w http.ResponseWriter, req *http.Request) (l *ledger, caller, mac string, body []byte, ok bool) {
-	caller, mac, body, ok = p.authenticated(w, req)
+func (p *Picker) toLeader(w http.ResponseWriter, req *http.Request) (*ledger, call, bool) {
+	c, ok := p.authenticated(w, req)
 	if !ok {
-		return nil, "", "", nil, false
+		return nil, call{}, false
 	}
-	if l = p.leading(); l == nil {
-		http.Error(w, errNotLeader.Error(), statusNotLeader)
-		return nil, "", "", nil, false
+	l := p.leading()
+	if l == nil {
+		p.replyError(w, c, statusNotLeader, errNotLeader.Error())
+		return nil, call{}, false
 	}
-	return l, caller, mac, body, true
+	return l, c, true
 }
 
 func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
-	l, caller, mac, body, ok := p.toLeader(w, req)
+	l, c, ok := p.toLeader(w, req)
 	if !ok {
 		return
 	}
-	pr, err := decodePick(body)
+	pr, err := decodePick(c.body)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		p.replyError(w, c, http.StatusBadRequest, err.Error())
 		return
 	}
-	a, err := l.pick(caller, pr, time.Now())
+	a, err := l.pick(c.caller, pr, time.Now())
 	switch {
 	case errors.Is(err, policy.ErrUnknownModel):
-		http.Error(w, err.Error(), statusUnknownModel)
+		p.replyError(w, c, statusUnknownModel, err.Error())
 		return
 	case err != nil:
-		http.Error(w, err.Error(), statusNoInstance)
+		p.replyError(w, c, statusNoInstance, err.Error())
 		return
 	}
 	var buf [512]byte
-	p.reply(w, mac, a.append(buf[:0]))
+	p.reply(w, c, http.StatusOK, a.append(buf[:0]))
 }
 
 func (p *Picker) serveEvents(w http.ResponseWriter, req *http.Request) {
-	l, caller, mac, body, ok := p.toLeader(w, req)
+	l, c, ok := p.toLeader(w, req)
 	if !ok {
 		return
 	}
-	evs, err := decodeEvents(body)
+	evs, err := decodeEvents(c.body)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		p.replyError(w, c, http.StatusBadRequest, err.Error())
 		return
 	}
-	l.apply(caller, evs, time.Now())
+	l.apply(c.caller, evs, time.Now())
 	w8 := writer(nil)
 	w8.fixed(l.epoch)
-	p.reply(w, mac, w8)
+	p.reply(w, c, http.StatusOK, w8)
 }
 
 func (p *Picker) serveHandoff(w http.ResponseWriter, req *http.Request) {
-	l, caller, mac, body, ok := p.toLeader(w, req)
+	l, c, ok := p.toLeader(w, req)
 	if !ok {
 		return
 	}
-	if err := l.receive(body, time.Now()); err != nil {
+	if err := l.receive(c.body, time.Now()); err != nil {
 		p.opts.Metrics.Handoffs.WithLabelValues("received", "refused").Inc()
-		http.Error(w, err.Error(), http.StatusConflict)
+		p.replyError(w, c, http.StatusConflict, err.Error())
 		return
 	}
 	p.opts.Metrics.Handoffs.WithLabelValues("received", "restored").Inc()
-	p.opts.Log.Info("restored the old leader's state", "from", caller, "indexEntries", l.policy.IndexEntries())
-	p.reply(w, mac, nil)
+	p.opts.Log.Info("restored the old leader's state", "from", c.caller, "indexEntries", l.policy.IndexEntries())
+	p.reply(w, c, http.StatusOK, nil)
 }

@@ -15,9 +15,9 @@ import (
 
 // Paths of the pick API, on the pick listener only.
 const (
-	PathPick    = "/pick/v1/pick"
-	PathEvents  = "/pick/v1/events"
-	PathHandoff = "/pick/v1/handoff"
+	PathPick    = "/pick/" + wireVersion + "/pick"
+	PathEvents  = "/pick/" + wireVersion + "/events"
+	PathHandoff = "/pick/" + wireVersion + "/handoff"
 )
 
 // Limits on what a decoder accepts, far above anything a router sends.
