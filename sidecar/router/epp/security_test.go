@@ -127,18 +127,20 @@ func TestDecisionEndsAtItsDeadline(t *testing.T) {
 	body := chat(strings.Repeat("a long prompt. ", 100<<10/15))
 	var streams []extprocv3.ExternalProcessor_ProcessClient
 	for range 19 {
-		_, stream := f.partial(waitCtx(t), t, body, true)
+		// No deadline of the client's: the streams stay open until the
+		// picker ends them.
+		_, stream := f.partial(context.Background(), t, body, true)
 		_, err := stream.Recv()
 		must(t, err)
 		bodySentBack(t, stream)
 		streams = append(streams, stream)
 	}
+	waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 && f.prefill() == 0 })
 	for _, stream := range streams {
 		if _, err := stream.Recv(); status.Code(err) != codes.DeadlineExceeded {
 			t.Fatalf("an unanswered decision's stream ended with %v, want DeadlineExceeded", err)
 		}
 	}
-	waitFor(t, "nothing in flight", func() bool { return f.inFlight() == 0 && f.prefill() == 0 })
 }
 
 // TestSlowBodyTimesOut: --body-read-timeout holds on the protocol as on
