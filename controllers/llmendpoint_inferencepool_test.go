@@ -19,6 +19,7 @@ package controllers
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -175,6 +176,10 @@ var _ = Describe("InferencePool mode", Ordered, func() {
 			ep.Spec.Router.InferencePool = &v1alpha1.InferencePoolOptions{FailureMode: v1alpha1.EndpointPickerFailOpen}
 			ep.Spec.Router.Auth = &v1alpha1.RouterAuth{Mode: v1alpha1.RouterAuthAPIKeys, APIKeys: &v1alpha1.APIKeysAuth{SecretName: "keys"}}
 		}, "spec.router.inferencePool.failureMode", "must be FailClose with spec.router.auth"),
+		Entry("a picker TLS Secret name that names no Secret", func(ep *v1alpha1.LLMEndpoint) {
+			inInferencePoolMode(ep)
+			ep.Spec.Router.InferencePool = &v1alpha1.InferencePoolOptions{TLSSecretName: "Picker_TLS"}
+		}, "spec.router.inferencePool.tlsSecretName"),
 		Entry("an unknown failure mode", func(ep *v1alpha1.LLMEndpoint) {
 			inInferencePoolMode(ep)
 			ep.Spec.Router.InferencePool = &v1alpha1.InferencePoolOptions{FailureMode: "FailSoft"}
@@ -269,3 +274,48 @@ var _ = Describe("InferencePool mode", Ordered, func() {
 		}).Should(Equal("http://gw." + ns + ".svc"))
 	})
 })
+
+// TestRouterEPPTLS: with spec.router.inferencePool.tlsSecretName the
+// routers serve the picker protocol with mutual TLS from the Secret's
+// files, mounted as a directory; without it they are told --epp-insecure
+// (the router refuses to serve plaintext otherwise); Standalone gets
+// neither.
+func TestRouterEPPTLS(t *testing.T) {
+	withTLS := func(ep *v1alpha1.LLMEndpoint) {
+		ep.Spec.Router.InferencePool = &v1alpha1.InferencePoolOptions{TLSSecretName: "chat-picker-tls"}
+	}
+	for _, tc := range []struct {
+		name       string
+		ep         *v1alpha1.LLMEndpoint
+		wantArgs   []string
+		wantSecret string
+	}{
+		{"mutual TLS from the Secret", newEndpoint(inInferencePoolMode, withTLS), []string{
+			"--epp-tls-cert-file=/etc/warmroute/epp-tls/tls.crt", "--epp-tls-key-file=/etc/warmroute/epp-tls/tls.key",
+			"--epp-client-ca-file=/etc/warmroute/epp-tls/ca.crt"}, "chat-picker-tls"},
+		{"no Secret: plaintext, said so", newEndpoint(inInferencePoolMode), []string{"--epp-insecure"}, ""},
+		{"Standalone", newEndpoint(), nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := buildRouterDeployment(tc.ep, testOptions).Spec.Template.Spec
+			c := pod.Containers[0]
+			var got []string
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--epp-") && !strings.HasPrefix(a, "--epp-listen") {
+					got = append(got, a)
+				}
+			}
+			if !cmp.Equal(tc.wantArgs, got) {
+				t.Errorf("epp args %v, want %v", got, tc.wantArgs)
+			}
+			mounted := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+				return v.Secret != nil && v.Secret.SecretName == tc.wantSecret
+			}) && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.MountPath == "/etc/warmroute/epp-tls" && m.SubPath == ""
+			})
+			if mounted != (tc.wantSecret != "") {
+				t.Errorf("Secret %q mounted %v: volumes %v mounts %v", tc.wantSecret, mounted, pod.Volumes, c.VolumeMounts)
+			}
+		})
+	}
+}

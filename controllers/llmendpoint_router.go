@@ -138,6 +138,8 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 	tenancyArgs, tenancyVolumes, tenancyMounts, tenancyEnv := routerTenancy(ep)
 	pickArgs, pickVolume, pickMount := routerPicker(ep)
 	frontArgs, frontPort := routerFrontDoor(ep)
+	eppArgs, eppVolumes, eppMounts := routerEPPTLS(ep)
+	frontArgs = append(frontArgs, eppArgs...)
 	container := corev1.Container{
 		Name:  "router",
 		Image: image,
@@ -158,7 +160,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		// directory mounts when the ConfigMap changes.
 		VolumeMounts: append([]corev1.VolumeMount{{
 			Name: "routing", MountPath: routerConfigDir, ReadOnly: true,
-		}, pickMount}, tenancyMounts...),
+		}, pickMount}, append(tenancyMounts, eppMounts...)...),
 		ReadinessProbe:           httpProbe(routerReadinessPath, "metrics", 5, 2),
 		LivenessProbe:            httpProbe(routerHealthPath, "metrics", 10, 3),
 		SecurityContext:          readOnlyRootSecurityContext(),
@@ -171,7 +173,7 @@ func buildRouterDeployment(ep *v1alpha1.LLMEndpoint, opts Options) *appsv1.Deplo
 		TerminationGracePeriodSeconds: ptr.To(int64(routerDrainSeconds + routerShutdownSeconds + 10)),
 		AutomountServiceAccountToken:  ptr.To(true),
 		Containers:                    []corev1.Container{container},
-		Volumes:                       append([]corev1.Volume{routingConfigMapVolume(ep), pickVolume}, tenancyVolumes...),
+		Volumes:                       append([]corev1.Volume{routingConfigMapVolume(ep), pickVolume}, append(tenancyVolumes, eppVolumes...)...),
 		SecurityContext:               restrictedPodSecurityContext(nil),
 	})
 }

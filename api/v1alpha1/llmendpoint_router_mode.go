@@ -60,6 +60,21 @@ type InferencePoolOptions struct {
 	// +kubebuilder:default=FailClose
 	// +optional
 	FailureMode EndpointPickerFailureMode `json:"failureMode,omitempty"`
+
+	// tlsSecretName names a Secret of the endpoint's namespace holding the
+	// picker's serving certificate and key (tls.crt, tls.key) and the CA
+	// that signs the Gateway's client certificates (ca.crt): a cert-manager
+	// Certificate's Secret with its CA bundle. The routers then answer the
+	// Endpoint Picker Protocol only to a caller with such a client
+	// certificate, and read the files again when the Secret changes.
+	// Without it they serve the protocol in plaintext to whatever the
+	// router NetworkPolicy admits (spec.networkPolicy.routerFrom), and
+	// every placement and tenant's salted body is answered to any caller
+	// that reaches the port.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
 }
 
 // RouterModeOf is spec.router.mode or its default, Standalone.

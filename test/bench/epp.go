@@ -98,7 +98,7 @@ func (c *Config) runEPP(ctx context.Context, spec WorkloadSpec, w workload.Workl
 	if err != nil {
 		return EPPRun{}, err
 	}
-	f, err := c.startFleet(ctx, dir, policy.PrefixAware, spec.TimeScale, c.router, "--epp-listen", addr[0])
+	f, err := c.startFleet(ctx, dir, policy.PrefixAware, spec.TimeScale, c.router, "--epp-listen", addr[0], "--epp-insecure")
 	if err != nil {
 		return EPPRun{}, err
 	}

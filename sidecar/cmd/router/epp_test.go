@@ -9,15 +9,18 @@ import (
 
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/warmroute/warmroute/sidecar/router/epp"
+	"github.com/warmroute/warmroute/sidecar/router/epp/epptest"
 )
 
-// TestEPPListener: with --epp-listen the router serves the ext_proc
-// service's gRPC health (the protocol itself is tested in router/epp), and
-// shuts it down with the rest.
+// TestEPPListener: with --epp-listen and its TLS files the router serves
+// the ext_proc service's gRPC health to a gateway with a client
+// certificate (the protocol itself is tested in router/epp), to no
+// plaintext caller, and shuts it down with the rest.
 func TestEPPListener(t *testing.T) {
 	t.Run("beside the proxy", func(t *testing.T) { testEPPListener(t, false) })
 	// An InferencePool's picker (the operator's mode InferencePool).
@@ -27,8 +30,10 @@ func TestEPPListener(t *testing.T) {
 func testEPPListener(t *testing.T, pickerOnly bool) {
 	backend := httptest.NewServer(http.NotFoundHandler())
 	defer backend.Close()
+	pki := epptest.NewPKI(t)
 	addr := freeAddr(t)
-	args := []string{"--epp-listen", addr, "--drain-delay", "0"}
+	args := []string{"--epp-listen", addr, "--drain-delay", "0",
+		"--epp-tls-cert-file", pki.CertFile, "--epp-tls-key-file", pki.KeyFile, "--epp-client-ca-file", pki.CAFile}
 	proxyAddr := freeAddr(t)
 	if pickerOnly {
 		args = append(args, "--listen=")
@@ -39,14 +44,19 @@ func testEPPListener(t *testing.T, pickerOnly bool) {
 	if _, err := net.Dial("tcp", proxyAddr); (err == nil) == pickerOnly {
 		t.Errorf("picker only %v: dial the proxy address: %v", pickerOnly, err)
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	check := func(creds credentials.TransportCredentials) (*healthpb.HealthCheckResponse, error) {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		return healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceName})
 	}
-	defer cc.Close()
-	h, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceName})
-	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+	if h, err := check(credentials.NewTLS(pki.GatewayTLS(t))); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health %v %v", h, err)
+	}
+	if h, err := check(insecure.NewCredentials()); err == nil {
+		t.Fatalf("a plaintext caller was answered: %v", h)
 	}
 	cancel()
 	if err := <-done; err != nil {

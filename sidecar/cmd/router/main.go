@@ -30,7 +30,7 @@ import (
 
 type flags struct {
 	configDir, configFile, configMap, kubeconfig string
-	listen, metricsListen, eppListen             string
+	listen, metricsListen                        string
 	maxBodyBytes, maxBufferedBytes               int64
 	maxHeaderBytes                               int
 	bodyReadTimeout, streamIdleTimeout           time.Duration
@@ -46,6 +46,7 @@ type flags struct {
 	picker                                       pickerFlags
 	tenancy                                      tenancyFlags
 	upstream                                     upstreamFlags
+	epp                                          eppFlags
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -58,7 +59,6 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
 	fs.StringVar(&f.listen, "listen", ":8080", "traffic address (\"\": no proxy, picker only: needs --epp-listen)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
-	fs.StringVar(&f.eppListen, "epp-listen", "", "address of the Endpoint Picker Protocol (Envoy ext_proc v3 gRPC, with gRPC health) for a Gateway's InferencePool (\"\": not served)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
 	fs.Int64Var(&f.maxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, on the traffic and metrics listeners (431 above)")
@@ -88,6 +88,7 @@ func parseFlags(args []string) (*flags, error) {
 	f.picker.register(fs)
 	f.tenancy.register(fs)
 	f.upstream.register(fs)
+	f.epp.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -98,7 +99,7 @@ func parseFlags(args []string) (*flags, error) {
 	if f.configDir != "" && f.configFile != "" {
 		return nil, errors.New("--config-dir and --config-file are exclusive")
 	}
-	if f.listen == "" && f.eppListen == "" {
+	if f.listen == "" && f.epp.listen == "" {
 		return nil, errors.New("--listen and --epp-listen are both empty: serve the proxy, the Endpoint Picker Protocol, or both")
 	}
 	if s := policy.Strategy(f.strategyOverride); s != "" {
@@ -113,6 +114,9 @@ func parseFlags(args []string) (*flags, error) {
 		return nil, err
 	}
 	if err := f.tenancy.validate(); err != nil {
+		return nil, err
+	}
+	if err := f.epp.validate(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -249,7 +253,7 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 			}
 		}()
 	}
-	stopEPP, err := serveEPP(f.eppListen, r, log, errc)
+	stopEPP, err := serveEPP(watchCtx, f, r, log, errc)
 	if err != nil {
 		return err
 	}

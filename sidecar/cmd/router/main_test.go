@@ -34,8 +34,14 @@ func TestParseFlags(t *testing.T) {
 		{[]string{}, false},
 		{[]string{"--config-dir", "a", "--config-file", "b"}, false},
 		{[]string{"--config-dir", "a", "--strategy-override", "FASTEST"}, false},
-		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002"}, true}, // picker only
-		{[]string{"--config-dir", "a", "--listen="}, false},                         // serves nothing
+		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002", "--epp-tls-cert-file", "c", "--epp-tls-key-file", "k", "--epp-client-ca-file", "ca"}, true}, // picker only
+		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002", "--epp-insecure"}, true},
+		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002"}, false},                                                        // no TLS, not said insecure
+		{[]string{"--config-dir", "a", "--listen=", "--epp-listen", ":9002", "--epp-tls-cert-file", "c", "--epp-tls-key-file", "k"}, false}, // no client CA
+		{[]string{"--config-dir", "a", "--epp-listen", ":9002", "--epp-insecure", "--epp-client-ca-file", "ca"}, false},
+		{[]string{"--config-dir", "a", "--epp-insecure"}, false}, // no --epp-listen
+		{[]string{"--config-dir", "a", "--epp-listen", ":9002", "--epp-insecure", "--epp-max-streams", "0"}, false},
+		{[]string{"--config-dir", "a", "--listen="}, false}, // serves nothing
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091", "--pick-key-file", "/k", "--pod-name", "r0"}, true},
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1:9091"}, false}, // no key
 		{[]string{"--config-dir", "a", "--picker", "10.0.0.1", "--pick-key-file", "/k"}, false},

@@ -15,8 +15,16 @@ import (
 // same decision called in process (BenchmarkDecide): one whole exchange
 // on a fresh ext_proc stream over loopback, as a gateway makes it, without
 // the backend. The difference is what the protocol costs.
+// It runs over mutual TLS, as the router serves it, and in plaintext
+// (--epp-insecure): the difference is what TLS costs per exchange on a
+// warm connection.
 func BenchmarkProtocolExchange(b *testing.B) {
-	f := newFixture(b, 3, proxy.Options{})
+	b.Run("mTLS", func(b *testing.B) { benchmarkExchange(b, setup{}) })
+	b.Run("plaintext", func(b *testing.B) { benchmarkExchange(b, setup{plaintext: true}) })
+}
+
+func benchmarkExchange(b *testing.B, su setup) {
+	f := newFixtureWith(b, 3, proxy.Options{}, su)
 	body := chat("a benchmark prompt of moderate length, the same every time")
 	ctx := context.Background()
 	for b.Loop() {

@@ -10,15 +10,22 @@
 // request's load accounting: the first token at the first response body
 // chunk, the end at the response's end of stream or when the stream ends
 // early.
+//
+// The port trusts no caller it has not authenticated: the router serves it
+// with TLS and a required client certificate (tls.go), and the gateway's
+// answer never carries vLLM's key. Each stream is one request, bounded in
+// time (Options) and in what it may hold; a protocol violation ends it.
 package epp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -53,16 +60,59 @@ const (
 	LivenessService = "liveness"
 )
 
+// Options bound what one stream may take. Zero values take the defaults.
+type Options struct {
+	// BodyReadTimeout bounds the time from the stream's start to the
+	// request body's end: the proxy's --body-read-timeout (408 after).
+	BodyReadTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait from the decision to the
+	// response headers (--response-header-timeout).
+	ResponseHeaderTimeout time.Duration
+	// StreamIdleTimeout bounds the silence between messages once the
+	// response began (--stream-idle-timeout).
+	StreamIdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request's header block, names and values
+	// (431 above): the proxy's --max-header-bytes.
+	MaxHeaderBytes int
+	// MaxStreams bounds the streams open at once on the server; past it a
+	// stream is refused with RESOURCE_EXHAUSTED.
+	MaxStreams int
+}
+
+// Defaults of Options: the proxy's timeouts and header limit, and a
+// stream bound sized for the gateway's concurrency (each request in flight
+// through the gateway holds one stream for its whole response; 4096 is
+// 16 vLLM instances at vLLM's default 256 running sequences each) with a
+// memory cost (about two goroutines and a message each) of tens of MiB.
+const (
+	DefaultMaxHeaderBytes = 64 << 10
+	DefaultMaxStreams     = 4096
+)
+
+func (o Options) withDefaults() Options {
+	o.BodyReadTimeout = cmp.Or(max(o.BodyReadTimeout, 0), proxy.DefaultBodyReadTimeout)
+	o.ResponseHeaderTimeout = cmp.Or(max(o.ResponseHeaderTimeout, 0), proxy.DefaultResponseHeaderTimeout)
+	o.StreamIdleTimeout = cmp.Or(max(o.StreamIdleTimeout, 0), proxy.DefaultStreamIdleTimeout)
+	o.MaxHeaderBytes = cmp.Or(max(o.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
+	o.MaxStreams = cmp.Or(max(o.MaxStreams, 0), DefaultMaxStreams)
+	return o
+}
+
 // Server is the ext_proc service in front of a router.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	healthpb.UnimplementedHealthServer
-	router *proxy.Router
-	log    logr.Logger
+	router  *proxy.Router
+	log     logr.Logger
+	opts    Options
+	streams chan struct{} // a slot per open stream
 }
 
 // New returns the service for r.
-func New(r *proxy.Router, log logr.Logger) *Server { return &Server{router: r, log: log} }
+func New(r *proxy.Router, log logr.Logger, opts Options) *Server {
+	opts = opts.withDefaults()
+	return &Server{router: r, log: log, opts: opts, streams: make(chan struct{}, opts.MaxStreams)}
+}
 
 // Register adds the ext_proc and health services to g.
 func (s *Server) Register(g *grpc.Server) {
@@ -97,33 +147,105 @@ type exchange struct {
 	body    []byte
 	held    int64
 	decided *proxy.Decided
-	// began: request headers came; ended: the request is counted.
-	began, ended bool
+	// began: request headers came; placed: the request was decided (it
+	// stays true once the decision ended); ended: the request is counted.
+	began, placed, ended bool
+	// start is the stream's start, placedAt the decision's time.
+	start, placedAt time.Time
 	// status is the response's :status, 0 before the response headers.
 	status int
 	// prefilled: the first response body chunk has passed.
 	prefilled bool
 }
 
-// Process serves one HTTP request's stream. Whatever way it ends, the
-// request's accounting ends with it.
+// received is one Recv's outcome.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// Process serves one HTTP request's stream. Whatever way it ends (the
+// gateway closes it, a deadline of Options passes, the gateway breaks the
+// protocol), the request's accounting ends with it.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	x := &exchange{s: s, stream: stream, header: http.Header{}}
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		return status.Error(codes.ResourceExhausted, "the picker serves as many streams as it may")
+	}
+	x := &exchange{s: s, stream: stream, header: http.Header{}, start: time.Now()}
 	defer func() { x.finish(x.cut()) }()
+	// Recv blocks with no deadline of its own: it runs apart, so that a
+	// deadline ends the stream (returning cancels the stream's context,
+	// which ends the Recv), and every other step stays on this goroutine.
+	msgs := make(chan received)
+	ctx := stream.Context()
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case msgs <- received{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(x.deadline(time.Now()))
+	defer timer.Stop()
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		select {
+		case m := <-msgs:
+			if errors.Is(m.err, io.EOF) || status.Code(m.err) == codes.Canceled {
+				return nil
+			}
+			if m.err != nil {
+				return m.err
+			}
+			done, err := x.handle(m.req)
+			if err != nil || done {
+				return err
+			}
+			timer.Reset(x.deadline(time.Now()))
+		case <-timer.C:
+			return x.expire()
+		case <-ctx.Done(): // the gateway cancelled the stream
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		done, err := x.handle(req)
-		if err != nil || done {
-			return err
 		}
 	}
 }
+
+// deadline is how long the stream may wait for its next message, at now:
+// the request (headers and body) must be whole within BodyReadTimeout of
+// the stream's start, the response must begin within
+// ResponseHeaderTimeout of the decision, and then no message may be
+// further apart than StreamIdleTimeout.
+func (x *exchange) deadline(now time.Time) time.Duration {
+	o := x.s.opts
+	switch {
+	case !x.placed:
+		return x.start.Add(o.BodyReadTimeout).Sub(now)
+	case x.status == 0 && !x.ended:
+		return x.placedAt.Add(o.ResponseHeaderTimeout).Sub(now)
+	}
+	return o.StreamIdleTimeout
+}
+
+// expire ends a stream whose deadline passed: before the decision the
+// request is answered 408, as the proxy answers a slow body; after it the
+// stream is cut, which ends the request's accounting.
+func (x *exchange) expire() error {
+	if !x.placed {
+		return x.immediate(x.s.router.BodyTimedOut())
+	}
+	return status.Error(codes.DeadlineExceeded, "the gateway sent nothing within the stream's deadline")
+}
+
+// violation ends a stream that broke the protocol's order.
+func violation(msg string) error { return status.Error(codes.InvalidArgument, msg) }
 
 // finish ends the request's accounting, gives back its body budget and
 // counts it under outcome; calling it again is harmless.
@@ -154,17 +276,32 @@ func (x *exchange) cut() string {
 func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	switch m := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if x.began {
+			return true, violation("one request per stream: request headers came twice")
+		}
 		x.began = true
-		x.readHeaders(m.RequestHeaders.GetHeaders())
+		if !x.readHeaders(m.RequestHeaders.GetHeaders()) {
+			return true, x.immediate(headersTooLarge())
+		}
+		// Who the caller is decides whether its body is held at all.
+		if refused := x.s.router.Admit(x.header); refused != nil {
+			return true, x.immediate(refused)
+		}
 		x.subset = subsetHint(req.GetMetadataContext())
 		if m.RequestHeaders.GetEndOfStream() {
 			return x.decide(noBody)
 		}
 		return false, nil // answered with the body, once it is whole
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if !x.began || x.placed {
+			return true, violation("a request body outside the request")
+		}
 		return x.requestBody(m.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		if x.decided == nil {
+		if !x.began {
+			return true, violation("request trailers before the request headers")
+		}
+		if !x.placed {
 			if done, err := x.decide(trailersFollow); done || err != nil {
 				return done, err
 			}
@@ -172,6 +309,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if !x.placed || x.status != 0 {
+			return true, violation("response headers before the decision, or twice")
+		}
 		x.status = responseStatus(m.ResponseHeaders.GetHeaders())
 		x.served(req.GetMetadataContext())
 		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
@@ -180,6 +320,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		if !x.placed {
+			return true, violation("a response body before the decision")
+		}
 		b := m.ResponseBody
 		if x.decided != nil && !x.prefilled && len(b.GetBody()) > 0 {
 			x.prefilled = true
@@ -191,6 +334,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if !x.placed {
+			return true, violation("response trailers before the decision")
+		}
 		x.finish(proxy.StatusOutcome(x.status))
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -220,9 +366,15 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
-func (x *exchange) readHeaders(hm *corev3.HeaderMap) {
+// readHeaders reads the request's headers; false when they exceed
+// MaxHeaderBytes.
+func (x *exchange) readHeaders(hm *corev3.HeaderMap) bool {
+	n := 0
 	for _, h := range hm.GetHeaders() {
 		v := headerValue(h)
+		if n += len(h.GetKey()) + len(v); n > x.s.opts.MaxHeaderBytes {
+			return false
+		}
 		switch k := strings.ToLower(h.GetKey()); k {
 		case ":method":
 			x.method = v
@@ -234,6 +386,14 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) {
 			}
 		}
 	}
+	return true
+}
+
+// headersTooLarge is net/http's answer to headers over its limit, the
+// proxy's.
+func headersTooLarge() *proxy.Refusal {
+	return &proxy.Refusal{Status: http.StatusRequestHeaderFieldsTooLarge, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body: []byte("431 Request Header Fields Too Large")}
 }
 
 // requestBody holds a chunk within the router's limits; at the end of
@@ -272,7 +432,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	if refused != nil {
 		return true, x.immediate(refused)
 	}
-	x.decided = d
+	x.decided, x.placed, x.placedAt = d, true, time.Now()
 	if x.subset != nil && !x.inSubset() {
 		return true, x.immediate(noEndpoint())
 	}
@@ -287,9 +447,6 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
 	mut.RemoveHeaders = d.RemoveHeaders
-	if d.Authorization != "" {
-		mut.SetHeaders = append(mut.SetHeaders, header("authorization", d.Authorization))
-	}
 	md, err := structpb.NewStruct(map[string]any{MetadataNamespace: map[string]any{DestinationHeader: addr}})
 	if err != nil {
 		return true, err

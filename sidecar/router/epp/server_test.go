@@ -3,6 +3,7 @@ package epp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,25 +23,39 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/epp/epptest"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
 
-// fixture is a router serving the protocol on loopback, a real ext_proc
-// client to it, and simulated vLLM instances.
+// fixture is a router serving the protocol on loopback with mutual TLS
+// (a test CA's certificates), a real ext_proc client to it holding a
+// gateway's client certificate, and simulated vLLM instances.
 type fixture struct {
 	router *proxy.Router
 	client extprocv3.ExternalProcessorClient
 	health healthpb.HealthClient
 	sims   map[string]*vllmsim.Server // by address
 	ids    map[string]string          // addresses by instance id
+	addr   string                     // the protocol's address
+	// upstreamKey is vLLM's key, which the gateway adds to what it sends
+	// on (the picker never hands it out).
+	upstreamKey string
+	pki         *epptest.PKI // nil in plaintext
+}
+
+// setup is how a fixture serves the protocol.
+type setup struct {
+	epp       Options
+	plaintext bool // no TLS (--epp-insecure)
 }
 
 func startSims(t testing.TB, n int, apiKey string) (map[string]*vllmsim.Server, map[string]string) {
@@ -74,6 +89,11 @@ func document(instances map[string]string) *routingv1alpha1.Document {
 
 func newFixture(t testing.TB, n int, opts proxy.Options) *fixture {
 	t.Helper()
+	return newFixtureWith(t, n, opts, setup{})
+}
+
+func newFixtureWith(t testing.TB, n int, opts proxy.Options, su setup) *fixture {
+	t.Helper()
 	sims, ids := startSims(t, n, opts.UpstreamAPIKey)
 	opts.AllowLoopbackBackends = true
 	r := proxy.New(opts)
@@ -84,16 +104,32 @@ func newFixture(t testing.TB, n int, opts proxy.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	New(r, logr.Discard()).Register(g)
+	f := &fixture{router: r, sims: sims, ids: ids, addr: lis.Addr().String(), upstreamKey: opts.UpstreamAPIKey}
+	creds := insecure.NewCredentials()
+	var serverTLS *tls.Config
+	if !su.plaintext {
+		f.pki = epptest.NewPKI(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		serverTLS, err = ServerTLS(ctx, f.pki.CertFile, f.pki.KeyFile, f.pki.CAFile, logr.Discard())
+		must(t, err)
+		creds = credentials.NewTLS(f.pki.GatewayTLS(t))
+	}
+	g := NewGRPCServer(New(r, logr.Discard(), su.epp), serverTLS)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := f.dial(t, creds)
+	f.client, f.health = extprocv3.NewExternalProcessorClient(cc), healthpb.NewHealthClient(cc)
+	return f
+}
+
+// dial is a connection to the protocol's address with creds.
+func (f *fixture) dial(t testing.TB, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(creds))
+	must(t, err)
 	t.Cleanup(func() { _ = cc.Close() })
-	return &fixture{router: r, client: extprocv3.NewExternalProcessorClient(cc), health: healthpb.NewHealthClient(cc), sims: sims, ids: ids}
+	return cc
 }
 
 // inFlight is the router's count of requests in flight over all instances.
@@ -105,9 +141,10 @@ func (f *fixture) inFlight() float64 {
 
 // result is what the gateway saw of one request.
 type result struct {
-	status   int    // the immediate response's status, or the backend's
-	endpoint string // x-gateway-destination-endpoint
-	body     []byte // the response body
+	status   int         // the immediate response's status, or the backend's
+	endpoint string      // x-gateway-destination-endpoint
+	body     []byte      // the response body
+	header   http.Header // an immediate response's headers
 	decided  time.Duration
 	// sent and forwarded are the body and headers the gateway sent on.
 	sent      []byte
@@ -151,7 +188,7 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	resp, err := stream.Recv()
 	must(t, err)
 	if im := resp.GetImmediateResponse(); im != nil {
-		return result{status: int(im.GetStatus().GetCode()), body: im.GetBody()}
+		return result{status: int(im.GetStatus().GetCode()), body: im.GetBody(), header: immediateHeader(im)}
 	}
 	var res result
 	mut := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
@@ -174,7 +211,10 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 	res.sent = sent
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+res.endpoint+"/v1/chat/completions", bytes.NewReader(sent))
 	must(t, err)
-	hreq.Header = fwd
+	hreq.Header = fwd.Clone()
+	if f.upstreamKey != "" { // the gateway's own credential injection
+		hreq.Header.Set("Authorization", "Bearer "+f.upstreamKey)
+	}
 	hr, err := http.DefaultClient.Do(hreq)
 	must(t, err)
 	defer hr.Body.Close()
@@ -194,6 +234,15 @@ func (f *fixture) gatewayRequest(ctx context.Context, t *testing.T, body []byte,
 		t.Fatalf("stream did not end: %v", err)
 	}
 	return res
+}
+
+// immediateHeader is the headers an immediate response sets.
+func immediateHeader(im *extprocv3.ImmediateResponse) http.Header {
+	h := http.Header{}
+	for _, o := range im.GetHeaders().GetSetHeaders() {
+		h.Add(o.GetHeader().GetKey(), headerValue(o.GetHeader()))
+	}
+	return h
 }
 
 // bodySentBack reads the request body the processor streams on, to its
@@ -468,8 +517,10 @@ func TestReplicaAsksThePicker(t *testing.T) {
 }
 
 // TestTenancyThroughTheProtocol: with API keys the picker refuses a
-// request without one, and has the gateway send on the body with the
-// tenant's cache_salt, without the client's key and with vLLM's own.
+// request without one (401 naming its scheme, as the proxy answers), and
+// has the gateway send on the body with the tenant's cache_salt, without
+// the client's key; vLLM's own key is never in the answer (the gateway
+// adds it).
 func TestTenancyThroughTheProtocol(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "acme"), []byte(keyAcme), 0o600))
@@ -481,8 +532,8 @@ func TestTenancyThroughTheProtocol(t *testing.T) {
 	f := newFixture(t, 2, proxy.Options{Auth: tenancy.Auth{Keys: ks}, Salts: salts, UpstreamAPIKey: "vllm-own-key"})
 	ctx := context.Background()
 	body := chat("hello")
-	if res := f.gatewayRequest(ctx, t, body, nil); res.status != http.StatusUnauthorized {
-		t.Fatalf("without a key: status %d", res.status)
+	if res := f.gatewayRequest(ctx, t, body, nil); res.status != http.StatusUnauthorized || res.header.Get("Www-Authenticate") == "" {
+		t.Fatalf("without a key: status %d, headers %v", res.status, res.header)
 	}
 	res := f.gatewayRequest(ctx, t, body, nil, "Authorization", "Bearer "+keyAcme, "X-Prefix-Aware-Id", "bravo")
 	if res.status != http.StatusOK {
@@ -491,8 +542,8 @@ func TestTenancyThroughTheProtocol(t *testing.T) {
 	if want := fmt.Sprintf(`"cache_salt":%q`, salts.Salt("acme")); !bytes.Contains(res.sent, []byte(want)) {
 		t.Fatalf("body sent on %s, want %s in it", res.sent, want)
 	}
-	if got := res.forwarded.Get("Authorization"); got != "Bearer vllm-own-key" {
-		t.Fatalf("Authorization sent on %q", got)
+	if got := res.forwarded.Get("Authorization"); got != "" {
+		t.Fatalf("Authorization sent on %q: neither the client's key nor vLLM's may be in the answer", got)
 	}
 	if got := res.forwarded.Get("X-Prefix-Aware-Id"); got != "" {
 		t.Fatalf("tenant header sent on: %q", got)

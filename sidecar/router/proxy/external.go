@@ -11,6 +11,7 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
 // Decided is a request the router placed for a caller that forwards it
@@ -25,10 +26,9 @@ type Decided struct {
 	Body [][]byte
 	// RemoveHeaders are the request's headers vLLM must not see (the
 	// tenant's, the client's credentials: tenancy.Auth.Strip), lower case.
+	// vLLM's own key (Options.UpstreamAPIKey) is never part of the answer:
+	// the gateway adds it (README, InferencePool).
 	RemoveHeaders []string
-	// Authorization replaces the client's Authorization header when it is
-	// not "" (see Options.UpstreamAPIKey).
-	Authorization string
 	router        *Router
 	strategy      string
 }
@@ -73,10 +73,31 @@ func refusal(bad *badRequest) *Refusal {
 	return &Refusal{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
 }
 
-// TooLarge is the refusal of a body over MaxBodyBytes.
-func (r *Router) TooLarge() *Refusal {
-	return refusal(invalid(http.StatusRequestEntityTooLarge, "request_too_large", "", "request body exceeds the router's limit"))
+// Admit identifies the caller from the request's headers alone, as the
+// proxy does before it reads a body: nil, or the refusal (401 with
+// WWW-Authenticate, 400) to answer before any body is held.
+func (r *Router) Admit(h http.Header) *Refusal {
+	_, refused := r.admit(h)
+	return refused
 }
+
+func (r *Router) admit(h http.Header) (tenancy.Identity, *Refusal) {
+	rec := httptest.NewRecorder()
+	id, bad := r.identify(rec, &http.Request{Header: h})
+	if bad == nil {
+		return id, nil
+	}
+	bad.write(rec)
+	rec.Header().Del("Connection") // hop-by-hop: the gateway's own business
+	return id, &Refusal{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+}
+
+// TooLarge is the refusal of a body over MaxBodyBytes.
+func (r *Router) TooLarge() *Refusal { return refusal(r.bodyRefusal(errBodyTooLarge)) }
+
+// BodyTimedOut is the refusal of a body that took longer than
+// BodyReadTimeout.
+func (r *Router) BodyTimedOut() *Refusal { return refusal(r.bodyRefusal(errBodyTimeout)) }
 
 // MaxBodyBytes is the largest request body the router accepts.
 func (r *Router) MaxBodyBytes() int64 { return r.opts.MaxBodyBytes }
@@ -107,11 +128,11 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	if st == nil {
 		return nil, refusal(noConfig)
 	}
-	id, bad := r.identify(httptest.NewRecorder(), &http.Request{Header: h})
-	if bad != nil {
-		return nil, refusal(bad)
+	id, refused := r.admit(h)
+	if refused != nil {
+		return nil, refused
 	}
-	d := &Decided{Authorization: r.upstreamAuth, router: r, strategy: string(st.strategy)}
+	d := &Decided{router: r, strategy: string(st.strategy)}
 	kept := h.Clone()
 	r.opts.Auth.Strip(kept)
 	for k := range h {
@@ -121,6 +142,7 @@ func (r *Router) Decide(ctx context.Context, method, path string, h http.Header,
 	}
 	var key policy.Key
 	var x extract.Request
+	var bad *badRequest
 	ep, inference := inferencePath(method, path)
 	if inference {
 		x, bad = r.extractRouting(st, ep, body, id)

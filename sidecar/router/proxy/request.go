@@ -49,18 +49,23 @@ func (r *Router) readRequest(w http.ResponseWriter, req *http.Request) (body []b
 	}
 	// The body may be left unread: close the connection after answering.
 	w.Header().Set("Connection", "close")
+	return nil, held, r.bodyRefusal(err)
+}
+
+// bodyRefusal is the answer to a body readBody refused.
+func (r *Router) bodyRefusal(err error) *badRequest {
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		return nil, held, invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
+		return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
 			fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes))
 	case errors.Is(err, errBodyTimeout):
-		return nil, held, invalid(http.StatusRequestTimeout, "request_timeout", "",
+		return invalid(http.StatusRequestTimeout, "request_timeout", "",
 			fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
 	case errors.Is(err, errOverBudget):
-		return nil, held, &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
+		return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
 			msg: "the router is holding as many request bodies as it may; retry shortly", retryAfter: 1}
 	}
-	return nil, held, invalid(http.StatusBadRequest, "", "", "could not read the request body")
+	return invalid(http.StatusBadRequest, "", "", "could not read the request body")
 }
 
 // policyRequest is what the policy is told of an extracted request.
