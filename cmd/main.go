@@ -18,18 +18,21 @@ limitations under the License.
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -71,6 +74,7 @@ func main() {
 		maxConcurrentReconciles             int
 		leaderElectionNamespace             string
 		webhookAddr, webhookCertDir         string
+		watchNamespaces                     string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, e.g. :8443 (HTTPS) or :8080 (HTTP); 0 disables it.")
 	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, authenticated and authorized through the API server.")
@@ -82,6 +86,7 @@ func main() {
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
 	var pods podFlags
 	pods.bind(flag.CommandLine)
+	flag.StringVar(&watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv), "Namespaces (comma-separated) whose LLMEndpoints the operator reconciles, and the only ones it reads or writes; empty: every namespace. Default $"+watchNamespacesEnv+". Its RBAC must match: see README, \"Namespaced mode\".")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LLMEndpoints reconciled in parallel.")
 	var metricsAPI metricsAPIFlags
 	metricsAPI.bind(flag.CommandLine)
@@ -112,6 +117,22 @@ func main() {
 		log.Error(err, "bad --webhook-bind-address")
 		os.Exit(1)
 	}
+	namespaces, err := parseWatchNamespaces(watchNamespaces)
+	if err != nil {
+		log.Error(err, "bad --watch-namespaces")
+		os.Exit(1)
+	}
+	cacheOpts := controllers.CacheOptions()
+	if len(namespaces) > 0 {
+		// Informers per namespace: the operator then lists and watches
+		// nothing outside them, which its namespaced RBAC would refuse.
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, n := range namespaces {
+			cacheOpts.DefaultNamespaces[n] = cache.Config{}
+		}
+	}
+	log.Info("watching", "namespaces", cmp.Or(strings.Join(namespaces, ","), "all"))
+
 	webhookServer := webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts})
 
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
@@ -121,11 +142,13 @@ func main() {
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          enableLeaderElection,
 		LeaderElectionNamespace: leaderElectionNamespace,
-		LeaderElectionID:        "warmroute-operator.serving.warmroute.dev",
+		// config/rbac/leader_election_role.yaml grants update on this
+		// Lease by name.
+		LeaderElectionID: "warmroute-operator.serving.warmroute.dev",
 		// The manager exits right after losing the lease, so it can give
 		// it up at once on shutdown.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         cacheOpts,
 	})
 	if err != nil {
 		log.Error(err, "unable to create the manager")
@@ -151,7 +174,7 @@ func main() {
 		os.Exit(1)
 	}
 	if *enableWebhooks {
-		if err := webhooks.SetupLLMEndpointWebhookWithManager(mgr); err != nil {
+		if err := webhooks.SetupLLMEndpointWebhookWithManager(mgr, namespaces); err != nil {
 			log.Error(err, "unable to set up the webhooks", "webhook", "LLMEndpoint")
 			os.Exit(1)
 		}

@@ -49,7 +49,7 @@ func build(t *testing.T, dir string) resmap.ResMap {
 }
 
 func TestEveryOverlayBuilds(t *testing.T) {
-	for _, dir := range []string{"crd", "rbac", "manager", "webhook", "certmanager", "prometheus", "samples", "scorecard", "admission", "default", "manifests"} {
+	for _, dir := range []string{"crd", "rbac", "manager", "webhook", "certmanager", "prometheus", "samples", "scorecard", "admission", "default", "namespaced", "manifests"} {
 		t.Run(dir, func(t *testing.T) {
 			if n := build(t, dir).Size(); n == 0 {
 				t.Fatalf("config/%s builds to nothing", dir)

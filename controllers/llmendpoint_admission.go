@@ -42,9 +42,10 @@ const LoRAAgentPolicy = "warmroute-lora-agent"
 
 // The operator reads the policy and its binding by name only: the cache
 // lists and watches them with a metadata.name field selector, which is what
-// RBAC's resourceNames allow for list and watch.
-//
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch,resourceNames=warmroute-lora-agent
+// RBAC's resourceNames allow for list and watch. They are cluster-scoped,
+// so the permission is not among the markers (config/rbac/role.yaml holds
+// only what the namespaced mode grants per watched namespace) but in
+// config/rbac/cluster_role.yaml, bound cluster-wide in every mode.
 
 // admissionPolicyCache restricts the cache of the policy kinds to the one
 // policy and binding the operator looks at.

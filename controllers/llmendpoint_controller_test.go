@@ -72,6 +72,7 @@ func ownedObjects(ep *v1alpha1.LLMEndpoint) []client.Object {
 		&corev1.ServiceAccount{ObjectMeta: meta(routerName(ep))},
 		&rbacv1.Role{ObjectMeta: meta(routerName(ep))},
 		&rbacv1.RoleBinding{ObjectMeta: meta(routerName(ep))},
+		&rbacv1.RoleBinding{ObjectMeta: meta(routerLeaseBindingName(ep))},
 		&appsv1.Deployment{ObjectMeta: meta(routerName(ep))},
 		&corev1.Service{ObjectMeta: meta(routerServiceName(ep))},
 		&networkingv1.NetworkPolicy{ObjectMeta: meta(vllmName(ep))},

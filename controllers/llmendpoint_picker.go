@@ -44,11 +44,24 @@ const (
 	pickKeyBytes     = 32
 )
 
-// The operator creates the Lease and grants the routers get and update on
-// it; granting needs holding (RBAC escalation check). It watches the
-// Lease's annotations only (llmendpoint_scaletozero.go): the routers renew
-// it every second.
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create;get;update
+// The operator creates the Lease, reads it (its annotations drive scale to
+// and from zero, llmendpoint_scaletozero.go) and never writes it again: the
+// routers renew it every second. Granting the routers update on it through
+// a Role would need the operator to hold update on Leases itself (Kubernetes'
+// RBAC escalation check: a Role may grant only what its creator holds),
+// which cannot be limited by name and so would reach every Lease in the
+// cluster, kube-system's leader elections included. Instead the install
+// ships the ClusterRole RouterClusterRole with that one rule, and the
+// operator binds it in the endpoint's namespace, which needs only bind on
+// that ClusterRole by name. The routers' own Role keeps get by name.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=create;get
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=warmroute-router
+
+// RouterClusterRole is the ClusterRole every install method ships
+// (config/rbac/router_role.yaml) that lets the routers renew their election
+// Lease: update on Leases, bound per endpoint in its namespace. The name is
+// fixed because the operator's bind permission names it.
+const RouterClusterRole = "warmroute-router"
 
 // routerLeaseName is the endpoint's Lease for the picker election.
 func routerLeaseName(ep *v1alpha1.LLMEndpoint) string { return routerName(ep) }
@@ -93,14 +106,28 @@ func routerCreatedOnce(ep *v1alpha1.LLMEndpoint) ([]client.Object, error) {
 	return []client.Object{salt, key, buildRouterLease(ep)}, nil
 }
 
-// leaseRule lets the routers read and renew their one Lease.
+// leaseRule lets the routers read their one Lease; RouterClusterRole lets
+// them renew it.
 func leaseRule(ep *v1alpha1.LLMEndpoint) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{
 		APIGroups:     []string{"coordination.k8s.io"},
 		Resources:     []string{"leases"},
 		ResourceNames: []string{routerLeaseName(ep)},
-		Verbs:         []string{"get", "update"},
+		Verbs:         []string{"get"},
 	}
+}
+
+// routerLeaseBindingName names the RoleBinding of RouterClusterRole to the
+// endpoint's routers.
+func routerLeaseBindingName(ep *v1alpha1.LLMEndpoint) string { return routerName(ep) + "-lease" }
+
+// buildRouterLeaseBinding binds RouterClusterRole to the routers'
+// ServiceAccount in the endpoint's namespace.
+func buildRouterLeaseBinding(ep *v1alpha1.LLMEndpoint) *rbacv1.RoleBinding {
+	rb := newRoleBinding(objectMeta(ep, routerLeaseBindingName(ep), roleRouter, "warmroute-router"))
+	rb.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RouterClusterRole}
+	rb.Subjects[0].Name = routerName(ep)
+	return rb
 }
 
 // routerPicker is what the router Deployment needs for the election: the

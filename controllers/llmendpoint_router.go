@@ -77,7 +77,7 @@ func buildRouterServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccount 
 
 // buildRouterRole lets the routers read their one ConfigMap through the
 // API (a watch reloads faster than the kubelet refreshes a mounted volume)
-// and elect their picker with their one Lease.
+// and their one Lease (buildRouterLeaseBinding lets them renew it).
 func buildRouterRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
 	return newRole(objectMeta(ep, routerName(ep), roleRouter, "warmroute-router"), readRoutingConfigMap(ep), leaseRule(ep))
 }
@@ -254,7 +254,7 @@ func buildRouterService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
 }
 
 // reconcileRouter creates the cache salt and pick key Secrets and the
-// Lease, then applies the router's ServiceAccount, Role, RoleBinding,
+// Lease, then applies the router's ServiceAccount, Role, RoleBindings,
 // Deployment and Service, in the order the pods need them.
 func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha1.LLMEndpoint) error {
 	if err := r.reconcileCreatedOnce(ctx, ep); err != nil {
@@ -264,6 +264,7 @@ func (r *LLMEndpointReconciler) reconcileRouter(ctx context.Context, ep *v1alpha
 		buildRouterServiceAccount(ep),
 		buildRouterRole(ep),
 		buildRouterRoleBinding(ep),
+		buildRouterLeaseBinding(ep),
 		buildRouterDeployment(ep, r.Options),
 		buildRouterService(ep),
 	)

@@ -114,8 +114,9 @@ func TestBuildRouterRBAC(t *testing.T) {
 	wantRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{routingConfigMapName(ep)}, Verbs: []string{"get", "list", "watch"},
 	}, {
-		// The one Lease, read and renewed; the operator creates it.
-		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{routerLeaseName(ep)}, Verbs: []string{"get", "update"},
+		// The one Lease, read; the operator creates it, and the binding
+		// below lets the routers renew it.
+		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{routerLeaseName(ep)}, Verbs: []string{"get"},
 	}}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("role rules (-want +got):\n%s", diff)
@@ -126,7 +127,17 @@ func TestBuildRouterRBAC(t *testing.T) {
 	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != sa.Name || rb.Subjects[0].Namespace != "team" {
 		t.Errorf("subjects %+v, want the ServiceAccount %s", rb.Subjects, sa.Name)
 	}
-	for _, obj := range []metav1.Object{sa, role, rb} {
+	lease := buildRouterLeaseBinding(ep)
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: RouterClusterRole}); lease.RoleRef != want {
+		t.Errorf("lease binding roleRef %+v, want %+v", lease.RoleRef, want)
+	}
+	if len(lease.Subjects) != 1 || lease.Subjects[0].Name != sa.Name || lease.Subjects[0].Namespace != "team" {
+		t.Errorf("lease binding subjects %+v, want the ServiceAccount %s", lease.Subjects, sa.Name)
+	}
+	if lease.Name == rb.Name {
+		t.Errorf("the lease binding takes the Role binding's name %s", rb.Name)
+	}
+	for _, obj := range []metav1.Object{sa, role, rb, lease} {
 		if metav1.GetControllerOf(obj) == nil {
 			t.Errorf("%s has no controller reference", obj.GetName())
 		}

@@ -62,10 +62,11 @@ var (
 // validating webhooks with the manager's webhook server. The validator reads
 // through the manager's API reader, not its cache, so that admission starts
 // no informer on PersistentVolumeClaims.
-func SetupLLMEndpointWebhookWithManager(mgr ctrl.Manager) error {
+// watchNamespaces are the operator's (empty: every namespace).
+func SetupLLMEndpointWebhookWithManager(mgr ctrl.Manager, watchNamespaces []string) error {
 	err := ctrl.NewWebhookManagedBy(mgr, &servingv1alpha1.LLMEndpoint{}).
 		WithDefaulter(&LLMEndpointDefaulter{}).
-		WithValidator(&LLMEndpointValidator{Reader: mgr.GetAPIReader()}).
+		WithValidator(&LLMEndpointValidator{Reader: mgr.GetAPIReader(), WatchNamespaces: watchNamespaces}).
 		Complete()
 	if err != nil {
 		return fmt.Errorf("register LLMEndpoint webhooks: %w", err)
@@ -158,7 +159,17 @@ type LLMEndpointValidator struct {
 	// Reader looks up the PersistentVolumeClaims an endpoint refers to.
 	// Nil skips those checks.
 	Reader client.Reader
+	// WatchNamespaces are the namespaces the operator reconciles, empty for
+	// all: an endpoint elsewhere gets a warning that nothing will serve it.
+	WatchNamespaces []string
 }
+
+// systemNamespaces hold the cluster's own workloads and their Leases
+// (kube-system's controller-manager and scheduler elections, kube-node-lease's
+// node heartbeats). An endpoint there would have the operator create
+// Roles, bindings and pods beside them and bind the routers' ClusterRole,
+// update on Leases, in that namespace: refused.
+var systemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 
 // ValidateCreate implements admission.Validator.
 func (v *LLMEndpointValidator) ValidateCreate(ctx context.Context, e *servingv1alpha1.LLMEndpoint) (admission.Warnings, error) {
@@ -178,6 +189,10 @@ func (v *LLMEndpointValidator) ValidateDelete(context.Context, *servingv1alpha1.
 
 func (v *LLMEndpointValidator) validate(ctx context.Context, old, e *servingv1alpha1.LLMEndpoint) (admission.Warnings, error) {
 	var errs field.ErrorList
+	if slices.Contains(systemNamespaces, e.Namespace) {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "namespace"),
+			fmt.Sprintf("LLMEndpoints may not live in %s: it holds the cluster's own workloads and Leases, which the routers' RBAC (update on Leases in their namespace) would reach; use a namespace of your own", e.Namespace)))
+	}
 	if old != nil {
 		errs = append(errs, validateUpdate(old, e)...)
 	}
@@ -191,6 +206,9 @@ func (v *LLMEndpointValidator) validate(ctx context.Context, old, e *servingv1al
 		return nil, nil
 	}
 	warnings := specWarnings(e)
+	if len(v.WatchNamespaces) > 0 && !slices.Contains(v.WatchNamespaces, e.Namespace) {
+		return append(warnings, fmt.Sprintf("the warmroute operator watches only the namespaces %v: nothing will reconcile this LLMEndpoint in %s", v.WatchNamespaces, e.Namespace)), nil
+	}
 	warnings = append(warnings, v.referenceWarnings(ctx, e)...)
 	warnings = append(warnings, v.cacheWarnings(ctx, e)...)
 	return warnings, nil

@@ -17,6 +17,8 @@ limitations under the License.
 package webhooks
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,6 +138,42 @@ func TestValidateSpecRefusals(t *testing.T) {
 				t.Errorf("refused: %v", got)
 			case tt.want != "" && (got == nil || !strings.Contains(got.Error(), tt.want)):
 				t.Errorf("error %v, want one containing %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateNamespace(t *testing.T) {
+	tests := []struct {
+		name      string
+		namespace string
+		watched   []string
+		wantErr   bool
+		wantWarn  string // in a warning; "" for none about namespaces
+	}{
+		{"a namespace of its own", "team-a", nil, false, ""},
+		{"kube-system, whose Leases elect the control plane", "kube-system", nil, true, ""},
+		{"kube-node-lease, the nodes' heartbeats", "kube-node-lease", nil, true, ""},
+		{"kube-public", "kube-public", nil, true, ""},
+		{"kube-system even when watched", "kube-system", []string{"kube-system"}, true, ""},
+		{"a watched namespace", "team-a", []string{"team-a", "team-b"}, false, ""},
+		{"a namespace no operator watches", "team-c", []string{"team-a", "team-b"}, false, "nothing will reconcile"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &servingv1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: tt.namespace, Name: "chat"}}
+			e.Spec.Model.Name, e.Spec.Model.URI = "m", "org/m"
+			v := &LLMEndpointValidator{WatchNamespaces: tt.watched}
+			warnings, err := v.ValidateCreate(context.Background(), e)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "metadata.namespace") {
+				t.Errorf("error %v does not name metadata.namespace", err)
+			}
+			warned := slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "nothing will reconcile") })
+			if warned != (tt.wantWarn != "") {
+				t.Errorf("warnings %q, want one containing %q: %v", warnings, tt.wantWarn, tt.wantWarn != "")
 			}
 		})
 	}

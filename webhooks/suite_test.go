@@ -101,7 +101,7 @@ var _ = BeforeSuite(func() {
 		}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(SetupLLMEndpointWebhookWithManager(mgr)).To(Succeed())
+	Expect(SetupLLMEndpointWebhookWithManager(mgr, nil)).To(Succeed())
 	go func() {
 		defer GinkgoRecover()
 		Expect(mgr.Start(suiteCtx)).To(Succeed())

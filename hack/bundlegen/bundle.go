@@ -205,6 +205,9 @@ func (b *builder) deployments() ([]operatorsv1alpha1.StrategyDeploymentSpec, err
 				if err := setRelatedImages(c, b.opts.RelatedImages); err != nil {
 					return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
 				}
+				if err := watchTargetNamespaces(c); err != nil {
+					return nil, fmt.Errorf("Deployment %s: %w", d.Name, err)
+				}
 			}
 		}
 		out = append(out, operatorsv1alpha1.StrategyDeploymentSpec{
@@ -234,6 +237,20 @@ func setRelatedImages(c *corev1.Container, images map[string]string) error {
 		return fmt.Errorf("container %s has no variable RELATED_IMAGE_%s", c.Name, name)
 	}
 	return nil
+}
+
+// watchTargetNamespaces fills WATCH_NAMESPACE from the annotation OLM
+// writes on the operator's pods: the OperatorGroup's target namespaces,
+// comma-separated, empty in the AllNamespaces mode.
+func watchTargetNamespaces(c *corev1.Container) error {
+	for i := range c.Env {
+		if c.Env[i].Name == "WATCH_NAMESPACE" {
+			c.Env[i].Value = ""
+			c.Env[i].ValueFrom = &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['olm.targetNamespaces']"}}
+			return nil
+		}
+	}
+	return fmt.Errorf("container %s has no variable WATCH_NAMESPACE", c.Name)
 }
 
 // dropCertSecret removes the cert-manager certificate volume and its
@@ -350,6 +367,11 @@ func (b *builder) services() (map[string]*corev1.Service, error) {
 	return out, nil
 }
 
+const (
+	scopeAnnotation = "warmroute.dev/scope"
+	scopeWatched    = "watched-namespaces"
+)
+
 // permissions turns the roles bound to the operator's ServiceAccounts into
 // the CSV's permissions and clusterPermissions; roles bound to no
 // ServiceAccount of the operator (for users or scrapers) stay manifests.
@@ -402,9 +424,17 @@ func (b *builder) permissions() (perms, clusterPerms []operatorsv1alpha1.Strateg
 		if err := fromUnstructured(cr, role); err != nil {
 			return nil, nil, fmt.Errorf("ClusterRole %s: %w", cr.GetName(), err)
 		}
+		// The binding the namespaced mode grants per watched namespace
+		// (config/rbac/role_binding.yaml) becomes permissions, which OLM
+		// grants in each target namespace, or cluster-wide in the
+		// AllNamespaces mode.
+		into := clusterRules
+		if crb.Annotations[scopeAnnotation] == scopeWatched {
+			into = rules
+		}
 		for _, sa := range serviceAccounts(crb.Subjects) {
 			boundCluster[role.Name] = true
-			clusterRules[sa] = append(clusterRules[sa], role.Rules...)
+			into[sa] = append(into[sa], role.Rules...)
 		}
 	}
 	for name := range roles {

@@ -56,6 +56,13 @@ const (
 	condMetrics       = ".Values.metrics.enable"
 	condCustomMetrics = ".Values.customMetrics.enabled"
 	condLoRAPolicy    = ".Values.loraAgentPolicy.enable"
+	// watchNamespaces is the namespaced mode's list; empty: every
+	// namespace.
+	watchNamespaces = ".Values.watchNamespaces"
+	// scopeAnnotation marks the operator's binding that the namespaced
+	// mode grants per watched namespace (config/rbac/role_binding.yaml).
+	scopeAnnotation = "warmroute.dev/scope"
+	scopeWatched    = "watched-namespaces"
 	// webhook.certificate is the one certificate choice for both servers
 	// that need one (the webhooks and the custom metrics API): a cluster
 	// either has cert-manager or it does not.
@@ -190,6 +197,15 @@ func (b *builder) build() ([]File, error) {
 		}
 		var preamble string
 		switch kind {
+		case "ClusterRoleBinding":
+			if o.GetAnnotations()[scopeAnnotation] == scopeWatched {
+				text, err := b.perNamespaceBinding(o)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+				}
+				b.addTemplate(path.Join("templates", dir, strings.TrimPrefix(name, namePrefix)+".yaml"), cond, text)
+				continue
+			}
 		case "Deployment":
 			if err := b.deployment(o); err != nil {
 				return nil, fmt.Errorf("Deployment %s: %w", name, err)
@@ -233,6 +249,30 @@ func (b *builder) build() ([]File, error) {
 	}
 	slices.SortFunc(b.files, func(x, y File) int { return strings.Compare(x.Path, y.Path) })
 	return b.files, nil
+}
+
+// perNamespaceBinding templates the operator's main binding for both
+// modes: the ClusterRoleBinding without watchNamespaces, a RoleBinding to
+// the same ClusterRole in each watched namespace with them (which grants
+// its rules in that namespace only).
+func (b *builder) perNamespaceBinding(o *unstructured.Unstructured) (string, error) {
+	rb := o.DeepCopy()
+	b.addLabels(o)
+	cluster, err := b.t.render(o.Object)
+	if err != nil {
+		return "", err
+	}
+	rb.SetKind("RoleBinding")
+	rb.SetNamespace(b.t.scalar("{{ $ns }}"))
+	b.addLabels(rb)
+	ns, err := b.t.render(rb.Object)
+	if err != nil {
+		return "", err
+	}
+	// Inside range, the root context is $.
+	ns = strings.ReplaceAll(ns, "{{ .Release.Namespace }}", "{{ $.Release.Namespace }}")
+	ns = strings.ReplaceAll(ns, `include "warmroute.labels" .`, `include "warmroute.labels" $`)
+	return fmt.Sprintf("{{- if %[1]s }}\n{{- range $ns := %[1]s }}\n---\n%[2]s{{- end }}\n{{- else }}\n%[3]s{{- end }}\n", watchNamespaces, ns, cluster), nil
 }
 
 // place is where an object's template goes, and the values it depends
@@ -481,6 +521,7 @@ var envValues = map[string]string{
 	"RELATED_IMAGE_ROUTER": `{{ include "warmroute.image" .Values.router.image }}`,
 	"RELATED_IMAGE_VLLM":   `{{ include "warmroute.image" .Values.vllm.image }}`,
 	"ENABLE_WEBHOOKS":      `{{ ` + condWebhook + ` | quote }}`,
+	"WATCH_NAMESPACE":      `{{ join "," ` + watchNamespaces + ` | quote }}`,
 }
 
 func (b *builder) env(c map[string]any) error {
@@ -653,6 +694,13 @@ manager:
   tolerations: []
   affinity: {}
   podAnnotations: {}
+
+# The namespaces whose LLMEndpoints the operator reconciles; empty: every
+# namespace. With a list, the operator's role is bound in each of them (a
+# RoleBinding) instead of cluster-wide, its cache watches only them, and it
+# may write nothing elsewhere. The namespaces must exist.
+# watchNamespaces: [team-a, team-b]
+watchNamespaces: []
 
 # The router the operator puts in front of each endpoint (default for
 # spec.router.image).
