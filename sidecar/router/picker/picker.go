@@ -1,8 +1,9 @@
 // Package picker makes one decision per request for every router replica
 // of an endpoint. The replicas elect a leader through a Kubernetes Lease
 // (elect.go); the leader holds the only policy that decides (ledger.go),
-// in process for its own requests and over an authenticated pick API
-// (server.go, auth.go) for its siblings'. A replica that is not the leader
+// in process for its own requests and over a pick API that trusts only the
+// endpoint's key (server.go; auth.go signs and seals, replay.go refuses
+// replays) for its siblings'. A replica that is not the leader
 // is a stateless proxy: it hashes the request's routing text into a
 // policy.Key, asks the picker, forwards, and tells the picker when the
 // request's first token came and when it ended, so the picker's counts of
@@ -30,7 +31,7 @@ type Options struct {
 	// Replica is this replica's name (its pod name), which the picker
 	// counts its requests under.
 	Replica string
-	// Keys sign the pick API and key the block hashes.
+	// Keys sign and seal the pick API and key the block hashes.
 	Keys Keys
 	// Own is this replica's policy: it hashes requests into keys, counts
 	// this replica's own requests, and decides while no picker answers.
