@@ -88,6 +88,12 @@ spec:
 		_, err := kubectl(ctx, endpoint, "apply", "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
 		for _, d := range []string{endpointName + "-vllm", endpointName + "-router"} {
+			// rollout status refuses a Deployment the operator has not
+			// created yet.
+			Eventually(func() error {
+				_, err := kube.AppsV1().Deployments(endpointNamespace).Get(ctx, d, metav1.GetOptions{})
+				return err
+			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 			_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
 			Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
 		}
