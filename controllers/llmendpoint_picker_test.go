@@ -68,6 +68,9 @@ var _ = Describe("Router picker election", func() {
 		Expect(metav1.GetControllerOf(lease)).To(HaveField("UID", ep.UID))
 		waitSettled(ns, "chat")
 
+		// The routers renew the Lease through the installed ClusterRole
+		// the operator binds.
+		installClusterRoles()
 		keys, err := picker.DeriveKeys(key.Data[cacheSaltKey])
 		Expect(err).NotTo(HaveOccurred())
 		client := routerClient(ep)

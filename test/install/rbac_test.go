@@ -162,7 +162,6 @@ type installMethod struct {
 // outside the watched namespaces; in both it may do what reconciling
 // needs. The three methods are held to the same answers for each mode.
 func TestOperatorRBACPerInstallMethod(t *testing.T) {
-	helmBin(t)
 	c := startCluster(t)
 	cs := kubernetes.NewForConfigOrDie(c.cfg)
 	for _, ns := range append([]string{operatorNamespace, unwatched}, watched...) {
