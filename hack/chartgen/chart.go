@@ -316,7 +316,7 @@ func place(kind, name string) (dir, cond string, err error) {
 		// Issues both certificates.
 		return "certmanager", condIssuer, nil
 	case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
-		// config/admission's, which confine the LoRA agents.
+		// config/admission's, which confine the LoRA agents and the routers.
 		return "admission", condLoRAPolicy, nil
 	}
 	return "", "", fmt.Errorf("%s %s: chartgen does not know where it belongs in the chart; add it to place()", kind, name)
@@ -737,9 +737,10 @@ metrics:
 customMetrics:
   enabled: true
 
-# The ValidatingAdmissionPolicy warmroute-lora-agent and its binding
-# (config/admission): they confine each LoRA agent to its own pod's state
-# annotation, which its Role alone does not. Cluster-scoped. Turn off only
+# The ValidatingAdmissionPolicies warmroute-lora-agent and
+# warmroute-router-lease and their bindings (config/admission): they confine
+# each LoRA agent to its own pod's state annotation and each router to its
+# own Lease, which their RBAC alone does not. Cluster-scoped. Turn off only
 # where it is installed otherwise; without it, endpoints with LoRA report
 # LoRAAgentConfined=False.
 loraAgentPolicy:

@@ -166,7 +166,6 @@ spec:
 			{operator, "get", "secrets", "no"},
 			{router, "get", "configmaps/" + endpointName + "-routing", "yes"},
 			{router, "update", "leases.coordination.k8s.io/" + endpointName + "-router", "yes"},
-			{router, "update", "leases.coordination.k8s.io/another", "no"},
 			{router, "get", "secrets", "no"},
 			{router, "create", "deployments", "no"},
 		} {
@@ -174,6 +173,19 @@ spec:
 			out, _ := kubectl(ctx, "", "auth", "can-i", row.verb, row.resource, "-n", endpointNamespace, "--as="+row.as)
 			Expect(strings.TrimSpace(out)).To(Equal(row.want), "%s may %s %s", row.as, row.verb, row.resource)
 		}
+
+		// RBAC lets a router update any Lease of its namespace (the
+		// operator grants warmroute-router by bind); the admission policy
+		// warmroute-router-lease holds it to its own. can-i asks RBAC
+		// only, so this one is a real write: a PUT, the verb it holds.
+		_, err := kubectl(ctx, `{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "another"}}`,
+			"apply", "-n", endpointNamespace, "-f", "-")
+		Expect(err).NotTo(HaveOccurred())
+		another, err := kubectl(ctx, "", "get", "lease", "another", "-n", endpointNamespace, "-o", "json")
+		Expect(err).NotTo(HaveOccurred())
+		out, err := kubectl(ctx, another, "replace", "-n", endpointNamespace, "-f", "-", "--as="+router)
+		Expect(err).To(HaveOccurred(), "the router replaced another Lease: %s", out)
+		Expect(out).To(ContainSubstring("warmroute-router-lease"), "refused by the admission policy, not by RBAC")
 	})
 })
 
