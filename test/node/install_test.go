@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -83,6 +84,9 @@ spec:
     uri: hf://sim/chat
     image: %s
     gpus: 0
+  networkPolicy:
+    monitoringFrom:
+    - podSelector: {matchLabels: {app: scraper}}
 `, endpointName, endpointNamespace, modelName, vllmImage)
 		start := time.Now()
 		_, err := kubectl(ctx, endpoint, "apply", "-f", "-")
@@ -151,6 +155,31 @@ spec:
 			g.Expect(holder).To(SatisfyAny(
 				ContainSubstring("@"+ips[0]+":"), ContainSubstring("@"+ips[1]+":")), "holder %q, router pods at %v", holder, ips)
 		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("enforces the endpoint's NetworkPolicies: a pod without the allowed labels reaches neither a vLLM pod nor the pick port; a monitoring peer reaches vLLM", func(ctx SpecContext) {
+		podIP := func(role string) string {
+			pods, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
+				LabelSelector: labels.Set{controllers.LabelEndpoint: endpointName, controllers.LabelRole: role}.String(),
+			})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(pods.Items).NotTo(BeEmpty())
+			return pods.Items[0].Status.PodIP
+		}
+		vllm := podIP("vllm") + ":8000"
+		pick := podIP("router") + ":9091"
+		for _, tc := range []struct {
+			name   string
+			labels map[string]string
+			addr   string
+			want   corev1.PodPhase
+		}{
+			{"scraper-to-vllm", map[string]string{"app": "scraper"}, vllm, corev1.PodSucceeded},
+			{"stranger-to-vllm", nil, vllm, corev1.PodFailed},
+			{"stranger-to-pick", nil, pick, corev1.PodFailed},
+		} {
+			Expect(runNetcheck(ctx, tc.name, tc.labels, tc.addr)).To(Equal(tc.want), "%s (%s): %s", tc.name, tc.addr, podLogs(ctx, tc.name))
+		}
 	})
 
 	It("gives each ServiceAccount the rights the README's RBAC table lists, and no more", func(ctx SpecContext) {
@@ -272,4 +301,50 @@ func describePods(ctx context.Context, namespace string) string {
 	events, _ := kubectl(ctx, "", "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
 	desc, _ := kubectl(ctx, "", "-n", namespace, "describe", "pods")
 	return strings.Join([]string{pods, events, desc}, "\n")
+}
+
+// runNetcheck runs test/node/netcheck against addr in a pod of the
+// endpoint's namespace with the given labels, as the restricted standard
+// allows, and returns the phase it ended in.
+func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addr string) (corev1.PodPhase, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: endpointNamespace, Labels: podLabels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "netcheck",
+				Image:           netcheckImage,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            []string{addr},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	var phase corev1.PodPhase
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := kube.CoreV1().Pods(endpointNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	return phase, err
+}
+
+// podLogs is a pod's output, for a failure message.
+func podLogs(ctx context.Context, name string) string {
+	out, _ := kubectl(ctx, "", "-n", endpointNamespace, "logs", name)
+	return out
 }

@@ -29,6 +29,9 @@ import (
 // image's PATH.
 const vllmImage = "warmroute.test/vllm-openai:" + "sim"
 
+// netcheckImage is the NetworkPolicy spec's client (test/node/netcheck).
+const netcheckImage = "warmroute.test/netcheck:test"
+
 var (
 	cluster  *localcluster.Cluster
 	kube     *kubernetes.Clientset
@@ -106,6 +109,13 @@ func buildImages(ctx context.Context, archive string) error {
 		return err
 	}
 	imgs[vllmImage] = img
+	netcheck := filepath.Join(cluster.WorkDir, "netcheck")
+	if err := images.BuildGo(ctx, repoRoot, "./test/node/netcheck", "linux", arch, netcheck); err != nil {
+		return err
+	}
+	if imgs[netcheckImage], err = images.FromBinary(images.Spec{Ref: netcheckImage, Binary: netcheck}); err != nil {
+		return err
+	}
 	return images.WriteTarball(archive, imgs)
 }
 
