@@ -145,8 +145,8 @@ func TestDecisionEndsAtItsDeadline(t *testing.T) {
 
 // TestSlowBodyTimesOut: --body-read-timeout holds on the protocol as on
 // the proxy: a body not whole in time is answered 408 and its bytes go
-// back to the budget, and a stream that sends nothing is ended too (the
-// finding: header-only streams and half-sent bodies were held for ever).
+// back to the budget, and a stream that sends nothing is ended too, so
+// header-only streams and half-sent bodies cannot be held for ever.
 func TestSlowBodyTimesOut(t *testing.T) {
 	f := newFixtureWith(t, 1, proxy.Options{}, setup{epp: Options{BodyReadTimeout: 200 * time.Millisecond}})
 	for name, first := range map[string][]byte{"half a body": []byte(`{"model":"m","mess`), "headers only": nil} {
@@ -174,8 +174,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 // TestKeylessCallerIsRefusedBeforeItsBody: with API keys, a request
 // without a valid key is answered 401 (with WWW-Authenticate, as the
 // proxy answers) on its headers alone, so no keyless body is ever held
-// (the finding: keyless streams held 15.94 of the 16 MiB body budget and
-// paying tenants were refused).
+// and keyless streams cannot fill the body budget that paying tenants need.
 func TestKeylessCallerIsRefusedBeforeItsBody(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "acme"), []byte(keyAcme), 0o600))

@@ -67,9 +67,14 @@ type Refusal struct {
 	Body   []byte
 }
 
-func refusal(bad *badRequest) *Refusal {
-	rec := httptest.NewRecorder()
+func refusal(bad *badRequest) *Refusal { return refusalOn(httptest.NewRecorder(), bad) }
+
+// refusalOn is bad written on rec, which may hold headers already
+// (identify's WWW-Authenticate), less the hop-by-hop Connection: the
+// gateway's own business.
+func refusalOn(rec *httptest.ResponseRecorder, bad *badRequest) *Refusal {
 	bad.write(rec)
+	rec.Header().Del("Connection")
 	return &Refusal{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
 }
 
@@ -87,9 +92,7 @@ func (r *Router) admit(h http.Header) (tenancy.Identity, *Refusal) {
 	if bad == nil {
 		return id, nil
 	}
-	bad.write(rec)
-	rec.Header().Del("Connection") // hop-by-hop: the gateway's own business
-	return id, &Refusal{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+	return id, refusalOn(rec, bad)
 }
 
 // TooLarge is the refusal of a body over MaxBodyBytes.
