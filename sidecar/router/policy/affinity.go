@@ -3,7 +3,6 @@ package policy
 import (
 	"math"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -173,5 +172,5 @@ func (p *Policy) newKeyShareBound(t *table, set []int) float64 {
 }
 
 func (p *Policy) averageShare(t *table, set []int) float64 {
-	return float64(sumOver(t, set, func(s *fleet.Stat) int64 { return s.Share.Load() })) / float64(len(set))
+	return float64(sumOver(t, set, func(s *counters) int64 { return s.Share.Load() })) / float64(len(set))
 }

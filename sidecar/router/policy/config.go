@@ -5,19 +5,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // What the policy is given: the routing document's part (Config), the
 // router's own tuning (Tuning) and each request (Request).
-
-// Instance is one backend, Config the part of the routing document the
-// policy needs (see package fleet).
-type (
-	Instance = fleet.Instance
-	Config   = fleet.Config
-)
 
 // Tuning is what a router may set of the policy: IndexEntries (its
 // memory) and BytesPerToken (the tokenizer); the rest are the constants
@@ -127,20 +118,13 @@ func (t Tuning) withDefaults() Tuning {
 	return t
 }
 
-// Request is what the policy knows of a request; Key, what a decision
-// needs of it (see package prefixkey).
-type (
-	Request = prefixkey.Request
-	Key     = prefixkey.Key
-)
-
 // Key makes the key of a request under the configuration in force.
 func (p *Policy) Key(req Request) Key {
 	seed, bs := uint64(0), 64
 	if t := p.table.Load(); t != nil {
 		seed, bs = t.Cfg.HashSeed, t.BlockSize
 	}
-	return prefixkey.New(req, seed, bs)
+	return newKey(req, seed, bs)
 }
 
 func (p *Policy) tokensOf(bytes int) int64 {

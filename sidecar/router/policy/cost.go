@@ -3,7 +3,6 @@ package policy
 import (
 	"sort"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -13,12 +12,12 @@ import (
 // loads are the fleet's: one picker decides for every router replica.
 
 // tokenLoad is an instance's token load.
-func (p *Policy) tokenLoad(s *fleet.Stat) int64 {
+func (p *Policy) tokenLoad(s *counters) int64 {
 	return s.Prefill.Load() + decodeTokens*s.InFlight.Load()
 }
 
 // cost is the work ahead of the request's first token on the instance.
-func (p *Policy) cost(s *fleet.Stat, x *prefixindex.Match) int64 {
+func (p *Policy) cost(s *counters, x *prefixindex.Match) int64 {
 	return p.tokenLoad(s) + x.Own(s.Token)
 }
 
@@ -54,7 +53,7 @@ func (p *Policy) cheapest(t *table, set []int, x *prefixindex.Match, ok func(int
 // a long prompt new there (none of it indexed on s, at least tokenFloor):
 // no cache to wait for on s (coldPlacement) and, spilled, it lives only
 // where it went, which the index then remembers.
-func (p *Policy) longAndCold(x *prefixindex.Match, s *fleet.Stat) (int64, bool) {
+func (p *Policy) longAndCold(x *prefixindex.Match, s *counters) (int64, bool) {
 	if x.HitBytes(s.Token, false) > 0 {
 		return 0, false
 	}
@@ -70,7 +69,7 @@ func (p *Policy) overThreshold(t *table, m int) bool {
 }
 
 // sumOver adds up a measure over the members in set.
-func sumOver(t *table, set []int, measure func(*fleet.Stat) int64) int64 {
+func sumOver(t *table, set []int, measure func(*counters) int64) int64 {
 	var sum int64
 	for _, m := range set {
 		sum += measure(t.Members[m].Stat)

@@ -1,12 +1,11 @@
 package policy
 
-import "github.com/warmroute/warmroute/sidecar/router/fleet"
 
 // Follow charges a decision made by the elected picker to this replica's
-// own counts (see fleet.Follow).
+// own counts (see followOrder).
 func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
 	if t := p.table.Load(); t != nil {
-		return fleet.Follow(t.Table, order, prompt, prefill, prefilled, d)
+		return followOrder(t, order, prompt, prefill, prefilled, d)
 	}
 	return nil, ErrNoInstance
 }
@@ -25,7 +24,7 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	order := fleet.Rank(t.Table, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
+	order := rank(t, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
 	best := -1
 	for i, m := range order {
 		if p.available(t, m) && !p.overThreshold(t, m) {
@@ -38,5 +37,5 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 	}
 	prompt := p.tokensOf(key.PromptBytes)
 	d := Decision{Strategy: t.Cfg.Strategy, Spill: SpillFallback}
-	return fleet.NewChoice(t.Table, moveToFront(order, best), fleet.Unranked{}, prompt, prompt, false, d), nil
+	return newChoice(t, moveToFront(order, best), unrankedTail{}, prompt, prompt, false, d), nil
 }

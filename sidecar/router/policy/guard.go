@@ -4,7 +4,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -14,21 +13,21 @@ import (
 // (spillByRequests); else, when home is overloaded, it leaves for the
 // first instance along its order, under the threshold and not overloaded,
 // where its cost with the lost cache charged is clearly less.
-func (p *Policy) guard(t *table, order []int, u *fleet.Unranked, x *prefixindex.Match) ([]int, string) {
+func (p *Policy) guard(t *table, order []int, u *unrankedTail, x *prefixindex.Match) ([]int, string) {
 	home := order[0]
 	switch {
 	case !p.available(t, home):
-		u.Rank(t.Table, order)
+		u.rank(t, order)
 		return p.spillByRequests(t, order, x, SpillUnhealthy)
 	case p.overThreshold(t, home):
-		u.Rank(t.Table, order)
+		u.rank(t, order)
 		return p.spillByRequests(t, order, x, SpillConcurrency)
 	}
 	avg := float64(sumOver(t, order, p.tokenLoad)) / float64(len(order))
 	if !overloaded(p.tokenLoad(t.Members[home].Stat), avg) {
 		return order, SpillNone
 	}
-	u.Rank(t.Table, order)
+	u.rank(t, order)
 	s := t.Members[home].Stat
 	stay, own := p.cost(s, x), x.Own(s.Token)
 	for i, m := range order[1:] {
@@ -79,7 +78,7 @@ func (p *Policy) spillByRequests(t *table, order []int, x *prefixindex.Match, re
 	return moveToFront(order, p.overflow(t, order, x)), reason
 }
 
-func inFlight(s *fleet.Stat) int64 { return s.InFlight.Load() }
+func inFlight(s *counters) int64 { return s.InFlight.Load() }
 
 // hasRoom reports whether a spill may go to an instance: spillRoom
 // requests of room under the threshold.

@@ -11,22 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
-
-// Errors the transport turns into HTTP statuses.
-var (
-	ErrUnknownModel = fleet.ErrUnknownModel
-	ErrNoInstance   = fleet.ErrNoInstance
-)
-
-// table is a configuration in force and its strategy.
-type table struct {
-	*fleet.Table
-	strategy strategy
-}
 
 // Policy routes requests under the current configuration. It is safe for
 // concurrent use; Update swaps the configuration atomically while decisions
@@ -34,7 +21,7 @@ type table struct {
 type Policy struct {
 	tuning     Tuning
 	table      atomic.Pointer[table]
-	stats      fleet.Registry
+	stats      registry
 	pop        *popularity.Sketch
 	index      *prefixindex.Index
 	shareSince atomic.Int64
@@ -63,8 +50,8 @@ func (p *Policy) Update(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("strategy: %w", err)
 	}
-	ft, joined := fleet.NewTable(cfg, &p.stats)
-	t := &table{Table: ft, strategy: impl}
+	t, joined := newTable(cfg, &p.stats)
+	t.strategy = impl
 	p.seedShares(t, joined)
 	p.startDrains(t, p.table.Load())
 	p.table.Store(t)
@@ -128,7 +115,7 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 // key now lives.
 func (p *Policy) record(t *table, key Key, d *decision) *Choice {
 	prompt := p.tokensOf(key.PromptBytes)
-	c := fleet.NewChoice(t.Table, d.order, d.unranked, prompt, prompt-int64(float64(prompt)*d.hit), false, d.Decision)
+	c := newChoice(t, d.order, d.unranked, prompt, prompt-int64(float64(prompt)*d.hit), false, d.Decision)
 	p.countShare(t, d.order[0])
 	p.learn(&d.learning)
 	p.recordWarm(t, c, d.warm-1, d.learning, d.warmVer)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -420,8 +419,8 @@ func TestRemap(t *testing.T) {
 	moved, between := 0, 0
 	for k := range keys {
 		key := hrw.Mix64(uint64(k) + 1)
-		a := t7.Members[fleet.Rank(t7.Table, t7.All, key, nil)[0]].ID
-		b := t8.Members[fleet.Rank(t8.Table, t8.All, key, nil)[0]].ID
+		a := t7.Members[rank(t7, t7.All, key, nil)[0]].ID
+		b := t8.Members[rank(t8, t8.All, key, nil)[0]].ID
 		if a != b {
 			moved++
 			if b != "vllm-7" {
@@ -473,7 +472,7 @@ func TestWeightedShares(t *testing.T) {
 	tb := p.table.Load()
 	counts := map[string]int{}
 	for k := range 100000 {
-		counts[tb.Members[fleet.Rank(tb.Table, tb.All, hrw.Mix64(uint64(k)), nil)[0]].ID]++
+		counts[tb.Members[rank(tb, tb.All, hrw.Mix64(uint64(k)), nil)[0]].ID]++
 	}
 	if got := float64(counts["vllm-2"]) / 100000; got < 0.48 || got > 0.52 {
 		t.Fatalf("weight-2 instance got %.3f of keys, want 0.5", got)

@@ -5,9 +5,7 @@ import (
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // PrefixAware sends requests that share a prompt prefix to the instance
@@ -44,7 +42,7 @@ func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision 
 
 // decideWalk places the anchor after the walk w and guards the placement,
 // with the fallback order given by order.
-func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, fleet.Unranked)) decision {
+func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unrankedTail)) decision {
 	depths := prefixindex.RecordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
 	x := p.expect(key, t.BlockSize, w, depths)
@@ -121,7 +119,7 @@ const popularityPrior = 32
 func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int) walk {
 	hashes := key.Window(p.chain[:0])
 	if len(hashes) == 0 {
-		hashes = []uint64{prefixkey.ScopeSeed(t.Cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{scopeSeed(t.Cfg.HashSeed, key.Model, "")}
 	}
 	total := float64(p.pop.Total()) + popularityPrior
 	n := float64(len(allowed))
@@ -152,16 +150,16 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 			continue
 		}
 		if r == 1 {
-			w.parent, w.leaf = fleet.Rank(t.Table, set, h, pbuf), i
+			w.parent, w.leaf = rank(t, set, h, pbuf), i
 			break
 		}
-		set = append(sbuf[:0], fleet.RankTop(t.Table, set, h, r, pbuf)...)
+		set = append(sbuf[:0], rankTop(t, set, h, r, pbuf)...)
 	}
 	if w.leaf < 0 {
 		// Nothing told the requests apart: the whole text is a hot prefix
 		// served by the replica set; balance by share over all of it.
 		w.leaf = len(w.hashes) - 1
-		w.parent = fleet.Rank(t.Table, set, w.hashes[w.leaf], pbuf)
+		w.parent = rank(t, set, w.hashes[w.leaf], pbuf)
 		w.choices = len(w.parent)
 	}
 	return w
@@ -170,7 +168,7 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 // fallbackOrder is the order to try instances in: chosen, the rest of the
 // parent set (warm for the shared part) in the anchor's order, then
 // everyone else in the same key's order, left unranked until read.
-func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Unranked) {
+func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unrankedTail) {
 	order := append(make([]int, 0, len(allowed)), chosen)
 	for _, m := range w.parent {
 		if m != chosen {
@@ -178,7 +176,7 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Un
 		}
 	}
 	if len(w.parent) == len(allowed) {
-		return order, fleet.Unranked{}
+		return order, unrankedTail{}
 	}
 	// Ranking a subset keeps its members' relative order; the parent set's
 	// members are found with a bitmap.
@@ -196,5 +194,5 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Un
 			order = append(order, m)
 		}
 	}
-	return order, fleet.Unranked{N: len(order) - ranked, Key: w.hashes[w.leaf]}
+	return order, unrankedTail{N: len(order) - ranked, Key: w.hashes[w.leaf]}
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/warmroute/warmroute/api/hrw"
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // referenceRank is the ranking the policy used before rankTop: every
@@ -56,16 +54,16 @@ func referenceFallbackOrder(t *table, allowed []int, w walk, chosen int) []int {
 // hash and weight, so that scores tie exactly and the order falls back on
 // position.
 func randomTable(r *rand.Rand, n int) *table {
-	t := &table{Table: &fleet.Table{Uniform: r.IntN(2) == 0}}
+	t := &table{Uniform: r.IntN(2) == 0}
 	for i := range n {
-		m := fleet.Member{IDHash: r.Uint64(), Weight: 1}
+		m := member{IDHash: r.Uint64(), Weight: 1}
 		if !t.Uniform {
 			m.Weight = float64(1 + r.IntN(3))
 		}
 		if i > 0 && r.IntN(8) == 0 {
 			m = t.Members[r.IntN(i)]
 		}
-		m.Stat = &fleet.Stat{Token: uint32(i + 1)}
+		m.Stat = &counters{Token: uint32(i + 1)}
 		t.Members = append(t.Members, m)
 		t.All = append(t.All, i)
 	}
@@ -98,11 +96,11 @@ func TestRankTopIsTheReferenceOrder(t *testing.T) {
 		if round%5 == 0 {
 			k = 1 + r.IntN(min(len(set), 8)) // the replica-set walk's depths
 		}
-		got := fleet.RankTop(tb.Table, set, key, k, nil)
+		got := rankTop(tb, set, key, k, nil)
 		if wantK := want[:min(k, len(want))]; !slices.Equal(got, wantK) {
 			t.Fatalf("round %d: %d members, set of %d, k=%d: rankTop %v, reference prefix %v", round, n, len(set), k, got, wantK)
 		}
-		if got := fleet.Rank(tb.Table, set, key, nil); !slices.Equal(got, want) {
+		if got := rank(tb, set, key, nil); !slices.Equal(got, want) {
 			t.Fatalf("round %d: rank %v, reference %v", round, got, want)
 		}
 	}
@@ -129,7 +127,7 @@ func TestFallbackOrderIsTheReference(t *testing.T) {
 		if tail := len(got) - u.N; !slices.Equal(got[:tail], want[:tail]) {
 			t.Fatalf("round %d: the ranked part %v, want %v", round, got[:tail], want[:tail])
 		}
-		if u.Rank(tb.Table, got); !slices.Equal(got, want) {
+		if u.rank(tb, got); !slices.Equal(got, want) {
 			t.Fatalf("round %d: %d members, %d allowed, parent %d: got %v, want %v", round, n, len(allowed), len(w.parent), got, want)
 		}
 	}
@@ -146,8 +144,8 @@ const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
 func init() { benchmarkStrategies[referenceStrategy] = referencePrefixAware{} }
 
 func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, fleet.Unranked) {
-		return referenceFallbackOrder(t, allowed, w, chosen), fleet.Unranked{}
+	return p.decideWalk(t, key, allowed, referenceReplicaSets(p, t, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, unrankedTail) {
+		return referenceFallbackOrder(t, allowed, w, chosen), unrankedTail{}
 	})
 }
 
@@ -155,7 +153,7 @@ func (referencePrefixAware) decide(p *Policy, t *table, key Key, allowed []int) 
 func referenceReplicaSets(p *Policy, t *table, key Key, allowed []int) walk {
 	hashes := key.BlockHashes()
 	if len(hashes) == 0 {
-		hashes = []uint64{prefixkey.ScopeSeed(t.Cfg.HashSeed, key.Model, "")}
+		hashes = []uint64{scopeSeed(t.Cfg.HashSeed, key.Model, "")}
 	}
 	window := min(max(key.WindowBlocks, 1), len(hashes))
 	total := float64(p.pop.Total()) + popularityPrior

@@ -3,7 +3,6 @@ package policy
 import (
 	"slices"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // seedShares starts instances that joined a running fleet at the others'
@@ -11,7 +10,7 @@ import (
 // them joining. At zero, a newcomer would take up to twice its fair part
 // of the keys for as long as the counts remember; seeded, it takes those
 // whose first choice it is (see sticky), as plain rendezvous would.
-func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
+func (p *Policy) seedShares(t *table, joined []*counters) {
 	if len(joined) == 0 || len(joined) == len(t.Members) {
 		return
 	}
@@ -38,7 +37,7 @@ func (p *Policy) seedShares(t *table, joined []*fleet.Stat) {
 // joining reports whether the instance joined in this share decay cycle
 // or the last (DecayEvery to twice that decisions): long enough for the
 // keys whose first choice it is to come back once.
-func (p *Policy) joining(s *fleet.Stat) bool {
+func (p *Policy) joining(s *counters) bool {
 	j := s.Joined.Load()
 	return j > 0 && p.shareEpoch.Load() < j+1
 }

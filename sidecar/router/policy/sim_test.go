@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 	"github.com/warmroute/warmroute/test/workload"
 )
 
@@ -86,7 +85,7 @@ func simRequests(t testing.TB, w workload.Workload) []simRequest {
 
 // blocksOf is the block chain of a whole prompt.
 func blocksOf(prompt string) []uint64 {
-	return prefixkey.New(prefixkey.Request{Text: []byte(prompt), WindowBytes: len(prompt)}, 0x1234, simBlockBytes).BlockHashes()
+	return newKey(Request{Text: []byte(prompt), WindowBytes: len(prompt)}, 0x1234, simBlockBytes).BlockHashes()
 }
 
 // cacheBlocks sizes each instance's cache at a quarter of the workload's

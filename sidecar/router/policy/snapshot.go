@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
@@ -44,7 +43,7 @@ const snapshotFormat = 4
 func (p *Policy) Snapshot() []byte {
 	s := snapshot{Format: snapshotFormat, ShareSince: p.shareSince.Load(), Sketch: p.pop.State()}
 	number := map[uint32]uint32{}
-	p.stats.Each(func(id string, st *fleet.Stat) {
+	p.stats.Each(func(id string, st *counters) {
 		s.IDs = append(s.IDs, id)
 		s.Shares = append(s.Shares, max(st.Share.Load(), 0))
 		number[st.Token] = uint32(len(s.IDs))
@@ -70,14 +69,14 @@ func (p *Policy) Restore(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("restore policy snapshot: %w", err)
 	}
-	stats, tokens := make([]*fleet.Stat, len(s.IDs)), []uint32{0} // tokens by holder number
+	stats, tokens := make([]*counters, len(s.IDs)), []uint32{0} // tokens by holder number
 	for i, id := range s.IDs {
 		stats[i] = p.stats.Get(id)
 		stats[i].Share.Store(s.Shares[i])
 		tokens = append(tokens, stats[i].Token)
 	}
 	if t := p.table.Load(); t != nil {
-		var joined []*fleet.Stat
+		var joined []*counters
 		for _, m := range t.Members {
 			if !slices.Contains(stats, m.Stat) {
 				joined = append(joined, m.Stat)

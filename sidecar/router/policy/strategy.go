@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // Strategy names a routing strategy: the routing document's own type, so
@@ -25,7 +24,7 @@ type decision struct {
 	// order is the instance to use first, then the fallback order, whose
 	// last unranked.n members are not yet ranked.
 	order    []int
-	unranked fleet.Unranked
+	unranked unrankedTail
 	// placed is the member the strategy chose before the overload guard
 	// (-1: order[0], for strategies without a guard).
 	placed int

@@ -2,7 +2,6 @@
 
 package policy
 
-import "github.com/warmroute/warmroute/sidecar/router/fleet"
 
 // Baseline is the benchmarks' comparison point, in builds with the
 // benchstrategies tag only: HRW placement of one hash of the window,
@@ -17,7 +16,7 @@ type baseline struct{}
 // decide places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
 func (baseline) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	order := fleet.Rank(t.Table, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
+	order := rank(t, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
 	d := decision{order: order, placed: -1}
 	first := order[0]
 	if p.available(t, first) && !p.overThreshold(t, first) {

@@ -3,7 +3,6 @@ package policy
 import (
 	"slices"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
@@ -91,14 +90,14 @@ func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uin
 	s := t.Members[target].Stat
 	// The share counts where the key is going: on home, it would raise
 	// home's share past the move bound and send its other keys off cold.
-	c.Stat().Share.Add(-1)
+	c.stat().Share.Add(-1)
 	s.Share.Add(1)
 	s.WarmInFlight.Add(1)
 	prompt, _, _ := c.Charge()
 	s.WarmTokens.Add(prompt)
 	l.hashes, l.depths = append([]uint64(nil), l.hashes...), append([]int(nil), l.depths...)
 	l.token, l.ver, l.remember = s.Token, ver+1, true
-	c.Warm = &fleet.Warm{Member: target, Tokens: prompt, Settle: func(ok bool) {
+	c.Warm = &warmCopy{member: target, Tokens: prompt, Settle: func(ok bool) {
 		p.pick.Lock()
 		defer p.pick.Unlock()
 		s.WarmInFlight.Add(-1)

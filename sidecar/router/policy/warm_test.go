@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warmroute/warmroute/sidecar/router/fleet"
 )
 
 // TestWarmJoining: a key the joining rule would move to a newcomer cold
@@ -151,9 +150,9 @@ func TestWarmDraining(t *testing.T) {
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
 		{rule: "the drainer is at the threshold: spilled to the next owner, no copy", set: func(p *Policy) { p.stats.Get("vllm-1").InFlight.Store(10) },
 			want: "next", spill: SpillConcurrency, wantNext: "drainer"},
-		{rule: "the next owner's copies in flight are full: to it cold", set: func(p *Policy) { eachServing(p, func(s *fleet.Stat) { s.WarmInFlight.Store(warmInFlight) }) },
+		{rule: "the next owner's copies in flight are full: to it cold", set: func(p *Policy) { eachServing(p, func(s *counters) { s.WarmInFlight.Store(warmInFlight) }) },
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
-		{rule: "the next owner's budget is spent: to it cold", set: func(p *Policy) { eachServing(p, func(s *fleet.Stat) { s.WarmTokens.Store(warmBudget) }) },
+		{rule: "the next owner's budget is spent: to it cold", set: func(p *Policy) { eachServing(p, func(s *counters) { s.WarmTokens.Store(warmBudget) }) },
 			want: "next", moved: MoveHolderLeft, wantNext: "next"},
 	}
 	for _, tc := range cases {
@@ -199,7 +198,7 @@ func TestWarmDraining(t *testing.T) {
 }
 
 // eachServing sets every member's stat but vllm-1's.
-func eachServing(p *Policy, f func(*fleet.Stat)) {
+func eachServing(p *Policy, f func(*counters)) {
 	for _, m := range p.table.Load().Members {
 		if m.ID != "vllm-1" {
 			f(m.Stat)

@@ -1,6 +1,7 @@
-// Package fleet keeps the live counters of each instance a policy decides
-// over, by instance ID across configuration reloads.
-package fleet
+package policy
+
+// The live counters of each instance, kept by instance ID across
+// configuration reloads.
 
 import (
 	"sync"
@@ -10,7 +11,7 @@ import (
 // Stat is the live state of one instance, kept by ID across config reloads
 // so that requests started under an old document are still counted (and
 // released) on the same counters.
-type Stat struct {
+type counters struct {
 	Token    uint32       // small stable number used in the prefix index
 	InFlight atomic.Int64 // requests decided and not finished
 	// Prefill estimates the prompt tokens of the requests decided that
@@ -21,50 +22,50 @@ type Stat struct {
 	// recent request share, which placement of new keys balances.
 	Share atomic.Int64
 	// Joined is 1 + the share epoch in which the instance joined a running
-	// fleet (0: it was there from the start); see the policy's joining.
+	// fleet (0: it was there from the start); see joining.
 	Joined atomic.Int64
 	// WarmInFlight and WarmTokens are the warm copies in flight to the
 	// instance and the prompt tokens sent it in them since it joined (see
-	// the policy's warm.go).
+	// warm.go).
 	WarmInFlight, WarmTokens atomic.Int64
 	// EjectedUntil is a unix-nano deadline set by passive or active health.
 	EjectedUntil atomic.Int64
 }
 
-// Registry hands out one Stat per instance ID for the process lifetime
+// registry hands out one Stat per instance ID for the process lifetime
 // of that ID, so counters survive reloads. IDs are pod names; a fleet churns
 // through few enough of them that the registry needs no eviction beyond
 // dropping IDs that have been absent and idle (see Prune).
-type Registry struct {
+type registry struct {
 	mu    sync.Mutex
-	byID  map[string]*Stat
+	byID  map[string]*counters
 	token uint32
 }
 
 // Get returns the instance's Stat, creating it if need be.
-func (r *Registry) Get(id string) *Stat {
+func (r *registry) Get(id string) *counters {
 	s, _ := r.Lookup(id)
 	return s
 }
 
 // Lookup is Get that also reports whether the stat was created by the call.
-func (r *Registry) Lookup(id string) (*Stat, bool) {
+func (r *registry) Lookup(id string) (*counters, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID == nil {
-		r.byID = make(map[string]*Stat)
+		r.byID = make(map[string]*counters)
 	}
 	s, ok := r.byID[id]
 	if !ok {
 		r.token++
-		s = &Stat{Token: r.token}
+		s = &counters{Token: r.token}
 		r.byID[id] = s
 	}
 	return s, !ok
 }
 
 // Each calls f for every instance the registry holds, under its lock.
-func (r *Registry) Each(f func(id string, s *Stat)) {
+func (r *registry) Each(f func(id string, s *counters)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, s := range r.byID {
@@ -74,7 +75,7 @@ func (r *Registry) Each(f func(id string, s *Stat)) {
 
 // Prune forgets instances that are no longer configured and have nothing in
 // flight, so a long-lived router does not accumulate every pod ever seen.
-func (r *Registry) Prune(configured map[string]int) {
+func (r *registry) Prune(configured map[string]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, s := range r.byID {

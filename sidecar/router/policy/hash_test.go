@@ -1,4 +1,4 @@
-package prefixkey
+package policy
 
 import (
 	"encoding/binary"

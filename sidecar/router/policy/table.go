@@ -1,11 +1,10 @@
-package fleet
+package policy
 
 import (
 	"errors"
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/sidecar/router/prefixkey"
 )
 
 // Errors the transport turns into HTTP statuses.
@@ -21,7 +20,7 @@ type Instance struct {
 	Weight  int // 0 means 1
 	// Draining says the instance is leaving (the routing document's
 	// instances[].draining): it takes no new keys, and serves only the
-	// keys it holds while their next owners are warmed (the policy's
+	// keys it holds while their next owners are warmed (
 	// warm.go).
 	Draining bool
 }
@@ -39,19 +38,19 @@ type Config struct {
 	Adapters map[string][]string
 }
 
-// Member is an instance in a Table.
-type Member struct {
+// member is an instance in a table.
+type member struct {
 	Instance
 	IDHash uint64 // its ID's hash under the hash seed, for rendezvous
 	Weight float64
-	Stat   *Stat
+	Stat   *counters
 }
 
-// Table is a configuration as decisions read it: the instances by
+// table is a configuration as decisions read it: the instances by
 // position, with their counters.
-type Table struct {
+type table struct {
 	Cfg      Config
-	Members  []Member
+	Members  []member
 	Adapters map[string][]int // the members an adapter's requests may use
 	// All are the members that take new keys: every one not draining
 	// (every one when all are, rather than refuse traffic while a whole
@@ -62,19 +61,21 @@ type Table struct {
 	// Uniform: every member has the same weight, so a key's order is its
 	// rendezvous hashes' order and ranking needs no logarithm.
 	Uniform bool
+	// strategy decides under this configuration.
+	strategy strategy
 }
 
-// NewTable builds the table of cfg on the registry's counters, and returns
+// newTable builds the table of cfg on the registry's counters, and returns
 // the counters it created (instances the registry did not know).
-func NewTable(cfg Config, r *Registry) (*Table, []*Stat) {
-	t := &Table{Cfg: cfg, Adapters: make(map[string][]int, len(cfg.Adapters)), Index: make(map[string]int, len(cfg.Instances))}
-	var joined []*Stat
+func newTable(cfg Config, r *registry) (*table, []*counters) {
+	t := &table{Cfg: cfg, Adapters: make(map[string][]int, len(cfg.Adapters)), Index: make(map[string]int, len(cfg.Instances))}
+	var joined []*counters
 	for i, in := range cfg.Instances {
 		s, fresh := r.Lookup(in.ID)
 		if fresh {
 			joined = append(joined, s)
 		}
-		t.Members = append(t.Members, Member{Instance: in, IDHash: prefixkey.HashString(cfg.HashSeed, in.ID), Weight: float64(max(in.Weight, 1)), Stat: s})
+		t.Members = append(t.Members, member{Instance: in, IDHash: hashString(cfg.HashSeed, in.ID), Weight: float64(max(in.Weight, 1)), Stat: s})
 		t.Index[in.ID] = i
 	}
 	all := make([]int, len(t.Members))
@@ -82,7 +83,7 @@ func NewTable(cfg Config, r *Registry) (*Table, []*Stat) {
 		all[i] = i
 	}
 	t.All, t.Draining = t.serving(all)
-	t.Uniform = !slices.ContainsFunc(t.Members, func(m Member) bool { return m.Weight != t.Members[0].Weight })
+	t.Uniform = !slices.ContainsFunc(t.Members, func(m member) bool { return m.Weight != t.Members[0].Weight })
 	for name, ids := range cfg.Adapters {
 		set := make([]int, 0, len(ids))
 		for _, id := range ids {
@@ -104,7 +105,7 @@ func NewTable(cfg Config, r *Registry) (*Table, []*Stat) {
 
 // serving splits set into the members not draining and the draining
 // ones; all of set serves when every member of it drains.
-func (t *Table) serving(set []int) (serving, draining []int) {
+func (t *table) serving(set []int) (serving, draining []int) {
 	for _, m := range set {
 		if t.Members[m].Draining {
 			draining = append(draining, m)
@@ -119,7 +120,7 @@ func (t *Table) serving(set []int) (serving, draining []int) {
 }
 
 // Candidates resolves the model to the members allowed to serve it.
-func (t *Table) Candidates(model string) ([]int, error) {
+func (t *table) Candidates(model string) ([]int, error) {
 	if model == "" || model == t.Cfg.Model {
 		if len(t.All) == 0 {
 			return nil, ErrNoInstance

@@ -1,4 +1,4 @@
-package fleet
+package policy
 
 import (
 	"sync"
@@ -17,12 +17,12 @@ type rankScratch struct{ all, tmp []hrw.Scored }
 var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
 
 // Rank returns set in the key's preference order, reusing out's storage.
-func Rank(t *Table, set []int, key uint64, out []int) []int {
-	return RankTop(t, set, key, len(set), out)
+func rank(t *table, set []int, key uint64, out []int) []int {
+	return rankTop(t, set, key, len(set), out)
 }
 
-// RankTop returns the first k of Rank(t, set, key, out).
-func RankTop(t *Table, set []int, key uint64, k int, out []int) []int {
+// RankTop returns the first k of rank(t, set, key, out).
+func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 	var stack [32]hrw.Scored
 	all, tmp := stack[:0], []hrw.Scored(nil)
 	if len(set) > len(stack) {
@@ -49,21 +49,21 @@ func RankTop(t *Table, set []int, key uint64, k int, out []int) []int {
 	return out
 }
 
-// Unranked says that the last N members of an order are not yet in the
+// unrankedTail says that the last N members of an order are not yet in the
 // key's order: they are the fleet outside the placement's parent set, which
 // only a spill or a retry past the ranked part reads, and ranking them on
 // every decision cost more than the rest of a decision at hundreds of
 // instances.
-type Unranked struct {
+type unrankedTail struct {
 	N   int
 	Key uint64
 }
 
 // Rank puts the last u.N members of order in the key's order, in place.
-func (u *Unranked) Rank(t *Table, order []int) {
+func (u *unrankedTail) rank(t *table, order []int) {
 	if u.N > 0 {
 		rest := order[len(order)-u.N:]
-		Rank(t, rest, u.Key, rest)
+		rank(t, rest, u.Key, rest)
 		u.N = 0
 	}
 }

@@ -1,4 +1,4 @@
-package prefixkey
+package policy
 
 import "cmp"
 
@@ -57,7 +57,7 @@ type Key struct {
 // replica computes the same chain for the same request as long as they
 // share the hash seed, the prefix length and the block size. The Key
 // refers to req.Text (see Key).
-func New(req Request, hashSeed uint64, bs int) Key {
+func newKey(req Request, hashSeed uint64, bs int) Key {
 	window := min(req.WindowBytes, len(req.Text))
 	return Key{
 		Model:        req.Model,
@@ -66,7 +66,7 @@ func New(req Request, hashSeed uint64, bs int) Key {
 		PromptBytes:  cmp.Or(req.PromptBytes, len(req.Text)),
 		text:         req.Text,
 		window:       window,
-		seed:         ScopeSeed(hashSeed, req.Model, req.Tenant),
+		seed:         scopeSeed(hashSeed, req.Model, req.Tenant),
 		blockSize:    bs,
 	}
 }
@@ -114,5 +114,5 @@ func (k Key) WindowHash(seed uint64) uint64 {
 	if n := min(k.WindowBlocks, len(k.Hashes)); n > 0 {
 		return k.Hashes[n-1]
 	}
-	return ScopeSeed(seed, k.Model, "")
+	return scopeSeed(seed, k.Model, "")
 }

@@ -1,7 +1,8 @@
-// Package prefixkey names a request's prompt prefix as a chain of block
-// hashes: what the policy matches, remembers and sends to the elected
-// picker instead of the text.
-package prefixkey
+package policy
+
+// A request's prompt prefix is named by a chain of block hashes: what the
+// policy matches, remembers and sends to the elected picker instead of
+// the text.
 
 import (
 	"encoding/binary"
@@ -9,9 +10,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// HashString hashes s under seed, so that all replicas with the same
+// hashString hashes s under seed, so that all replicas with the same
 // hash seed agree and different endpoints do not.
-func HashString(seed uint64, s string) uint64 {
+func hashString(seed uint64, s string) uint64 {
 	var d xxhash.Digest
 	var b [8]byte
 	d.ResetWithSeed(seed)
@@ -21,12 +22,12 @@ func HashString(seed uint64, s string) uint64 {
 	return d.Sum64()
 }
 
-// ScopeSeed is the first link of a request's block chain. Model (or
+// scopeSeed is the first link of a request's block chain. Model (or
 // adapter) and tenant are part of it, so identical text from different
 // tenants or adapters never shares a chain, exactly as vLLM keeps their KV
 // blocks apart (LoRA name and cache_salt are extra keys of its first block).
-func ScopeSeed(hashSeed uint64, model, tenant string) uint64 {
-	return HashString(hashSeed, model+"\x00"+tenant)
+func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
+	return hashString(hashSeed, model+"\x00"+tenant)
 }
 
 // blockChain appends to dst the chained hashes of text cut into blocks of
@@ -44,7 +45,7 @@ func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 
 }
 
 // chainEnd is the last hash of blockChain(nil, seed, text, blockSize), or
-// seed when text is empty. A window is about 32 blocks (see the policy's Update), so
+// seed when text is empty. A window is about 32 blocks (see newTable), so
 // its chain fits the stack.
 func chainEnd(seed uint64, text []byte, blockSize int) uint64 {
 	var buf [64]uint64

@@ -1,4 +1,4 @@
-package fleet
+package policy
 
 import (
 	"errors"
@@ -10,8 +10,8 @@ import (
 // when all drain), an adapter to its own members likewise, an unknown
 // model nowhere.
 func TestCandidates(t *testing.T) {
-	var r Registry
-	tb, joined := NewTable(Config{
+	var r registry
+	tb, joined := newTable(Config{
 		Model:     "base",
 		Instances: []Instance{{ID: "a"}, {ID: "b", Draining: true}, {ID: "c"}},
 		Adapters:  map[string][]string{"lora": {"b", "c", "gone"}, "drained": {"b"}},
@@ -35,7 +35,7 @@ func TestCandidates(t *testing.T) {
 			t.Errorf("%q: %v %v, want %v %v", tc.model, got, err, tc.want, tc.err)
 		}
 	}
-	if again, joined := NewTable(Config{Instances: []Instance{{ID: "a"}}}, &r); len(joined) != 0 || again.Members[0].Stat != tb.Members[0].Stat {
+	if again, joined := newTable(Config{Instances: []Instance{{ID: "a"}}}, &r); len(joined) != 0 || again.Members[0].Stat != tb.Members[0].Stat {
 		t.Fatal("a known instance got new counters")
 	}
 }
@@ -44,10 +44,10 @@ func TestCandidates(t *testing.T) {
 // on its instance, moves both on Next, drops the prefill at the first
 // token and everything at Done, once.
 func TestChoiceChargesUntilDone(t *testing.T) {
-	var r Registry
-	tb, _ := NewTable(Config{Instances: []Instance{{ID: "a"}, {ID: "b"}}}, &r)
+	var r registry
+	tb, _ := newTable(Config{Instances: []Instance{{ID: "a"}, {ID: "b"}}}, &r)
 	a, b := tb.Members[0].Stat, tb.Members[1].Stat
-	c := NewChoice(tb, []int{0, 1}, Unranked{}, 100, 40, false, Decision{})
+	c := newChoice(tb, []int{0, 1}, unrankedTail{}, 100, 40, false, Decision{})
 	if a.InFlight.Load() != 1 || a.Prefill.Load() != 40 {
 		t.Fatalf("charged %d, %d; want 1, 40", a.InFlight.Load(), a.Prefill.Load())
 	}
