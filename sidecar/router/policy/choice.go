@@ -25,8 +25,6 @@ const (
 	MoveHolderLeft = "holder_left" // its instance left its set; back to the one before
 )
 
-
-
 // Choice is the outcome of a decision: the instance to use first and the
 // order to fall back along after connection failures. The chosen instance
 // is counted in flight until Done, and its estimated prefill in its token

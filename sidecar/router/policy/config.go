@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"math"
 	"time"
-
 )
 
 // What the policy is given: the routing document's part (Config), the

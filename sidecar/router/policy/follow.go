@@ -1,6 +1,5 @@
 package policy
 
-
 // Follow charges a decision made by the elected picker to this replica's
 // own counts (see followOrder).
 func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"slices"
-
 )
 
 // seedShares starts instances that joined a running fleet at the others'

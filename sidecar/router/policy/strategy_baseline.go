@@ -2,7 +2,6 @@
 
 package policy
 
-
 // Baseline is the benchmarks' comparison point, in builds with the
 // benchstrategies tag only: HRW placement of one hash of the window,
 // overflow to the least loaded instance over the threshold, what a router

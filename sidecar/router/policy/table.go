@@ -20,8 +20,8 @@ type Instance struct {
 	Weight  int // 0 means 1
 	// Draining says the instance is leaving (the routing document's
 	// instances[].draining): it takes no new keys, and serves only the
-	// keys it holds while their next owners are warmed (
-	// warm.go).
+	// keys it holds while their next owners are warmed
+	// (warm.go).
 	Draining bool
 }
 

@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
 )
 
 // TestWarmJoining: a key the joining rule would move to a newcomer cold
