@@ -1,5 +1,7 @@
 package policy
 
+import "slices"
+
 // Follow charges a decision made by the elected picker to this replica's
 // own counts (see followOrder).
 func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
@@ -23,16 +25,11 @@ func (p *Policy) Fallback(key Key) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
+	v := p.look(t)
 	order := rank(t, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
-	best := -1
-	for i, m := range order {
-		if p.available(t, m) && !p.overThreshold(t, m) {
-			best = i
-			break
-		}
-	}
+	best := slices.IndexFunc(order, func(m int) bool { return v.available(m) && !v.full(m) })
 	if best < 0 {
-		best = p.leastLoaded(t, order)
+		best = v.leastLoaded(order)
 	}
 	prompt := p.tokensOf(key.PromptBytes)
 	d := Decision{Strategy: t.Cfg.Strategy, Spill: SpillFallback}

@@ -7,62 +7,50 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// guard moves a request off the instance affinity chose (order[0]; the
-// rest of order is the fallback, the parent set first, warm for the
-// shared part): ejected or at the threshold, it must leave along its order
-// (spillByRequests); else, when home is overloaded, it leaves for the
-// first instance along its order, under the threshold and not overloaded,
-// where its cost with the lost cache charged is clearly less.
-func (p *Policy) guard(t *table, order []int, u *unrankedTail, x *prefixindex.Match) ([]int, string) {
-	home := order[0]
-	switch {
-	case !p.available(t, home):
-		u.rank(t, order)
-		return p.spillByRequests(t, order, x, SpillUnhealthy)
-	case p.overThreshold(t, home):
-		u.rank(t, order)
-		return p.spillByRequests(t, order, x, SpillConcurrency)
-	}
-	avg := float64(sumOver(t, order, p.tokenLoad)) / float64(len(order))
-	if !overloaded(p.tokenLoad(t.Members[home].Stat), avg) {
-		return order, SpillNone
-	}
-	u.rank(t, order)
-	s := t.Members[home].Stat
-	stay, own := p.cost(s, x), x.Own(s.Token)
-	for i, m := range order[1:] {
-		o := t.Members[m].Stat
-		if !p.available(t, m) || p.overThreshold(t, m) || overloaded(p.tokenLoad(o), avg) {
-			continue
-		}
-		if mine := x.Own(o.Token); clearlyMore(stay, p.tokenLoad(o)+mine+lost(mine, own)) {
-			return moveToFront(order, i+1), SpillTokens
+// A guardRule says that the member placement chose may not take the
+// request now; the first rule that applies names the spill, which walks
+// the request's order (spill).
+type guardRule struct {
+	reason  string // the spill reason, as counted in metrics
+	applies func(v *view, home int) bool
+}
+
+// guardRules are the guard, in order. They read requests in flight, not
+// tokens: leaving the instance that holds a prefix for a lighter queue
+// costs a cold prefill there and one more cached copy, which the next
+// requests of the key pay for too; the threshold is where a queue is worth
+// that.
+var guardRules = []guardRule{
+	{SpillUnhealthy, func(v *view, home int) bool { return !v.available(home) }},
+	{SpillConcurrency, func(v *view, home int) bool { return v.full(home) }},
+}
+
+// guard moves a request off the member affinity chose (order[0]; the rest
+// of order is the fallback, the parent set first, warm for the shared
+// part) when a guard rule applies.
+func (v *view) guard(order []int, u *unrankedTail, x *prefixindex.Match) ([]int, string) {
+	for _, r := range guardRules {
+		if r.applies(v, order[0]) {
+			u.rank(v.table, order)
+			return v.spill(order, x, r.reason)
 		}
 	}
 	return order, SpillNone
 }
 
-// overloaded reports whether a token load is clearly more than the
-// candidates' average (avg), and so may send requests away on tokens and
-// takes none. Within twice the average, the next few requests even a load
-// out: a spill would trade a cold prefill for a wait about to end.
-func overloaded(load int64, avg float64) bool {
-	return load > tokenFloor && float64(load) > tokenBalance*avg
-}
-
-// spillByRequests walks order past its first instance to the first one
-// available, with room under the threshold (hasRoom) and under
-// balanceFactor × the average requests in flight; failing that, to the
-// first available one with room (the threshold is the limit, the balance
-// cap a preference); if none, all busy (overflow).
-func (p *Policy) spillByRequests(t *table, order []int, x *prefixindex.Match, reason string) ([]int, string) {
-	limit := int64(math.Ceil(balanceFactor * float64(sumOver(t, order, inFlight)+1) / float64(len(order))))
+// spill walks order past its first member to the first one available,
+// with room under the threshold (hasRoom) and under balanceFactor × the
+// average requests in flight; failing that, to the first available one
+// with room (the threshold is the limit, the balance cap a preference);
+// if none, all busy (overflow).
+func (v *view) spill(order []int, x *prefixindex.Match, reason string) ([]int, string) {
+	limit := int64(math.Ceil(balanceFactor * float64(v.sum(order, v.inFlight)+1) / float64(len(order))))
 	withRoom := -1
 	for i, m := range order[1:] {
-		if !p.available(t, m) || !p.hasRoom(t, m) {
+		if !v.available(m) || !v.hasRoom(m) {
 			continue
 		}
-		if inFlight(t.Members[m].Stat)+1 <= limit {
+		if v.inFlight(m)+1 <= limit {
 			return moveToFront(order, i+1), reason
 		}
 		if withRoom < 0 {
@@ -75,16 +63,7 @@ func (p *Policy) spillByRequests(t *table, order []int, x *prefixindex.Match, re
 	if reason == SpillConcurrency {
 		reason = SpillAllBusy
 	}
-	return moveToFront(order, p.overflow(t, order, x)), reason
-}
-
-func inFlight(s *counters) int64 { return s.InFlight.Load() }
-
-// hasRoom reports whether a spill may go to an instance: spillRoom
-// requests of room under the threshold.
-func (p *Policy) hasRoom(t *table, m int) bool {
-	threshold := int64(t.Cfg.ConcurrencyThreshold)
-	return inFlight(t.Members[m].Stat)+spillRoom(threshold) <= threshold
+	return moveToFront(order, v.overflow(order, x)), reason
 }
 
 // spillRoom is the room under the threshold a spill needs: two requests
@@ -112,24 +91,22 @@ const overflowSlack = 1
 const overflowStay = 3
 
 // overflow is the position in order of where a request goes when no
-// instance has room: among the available instances within overflowSlack
+// member has room: among the available members within overflowSlack
 // requests of the least loaded, the cheapest; home instead when staysHome
 // says so; the least loaded of all when none is available.
-func (p *Policy) overflow(t *table, order []int, x *prefixindex.Match) int {
+func (v *view) overflow(order []int, x *prefixindex.Match) int {
 	least := int64(math.MaxInt64)
 	for _, m := range order {
-		if p.available(t, m) {
-			least = min(least, inFlight(t.Members[m].Stat))
+		if v.available(m) {
+			least = min(least, v.inFlight(m))
 		}
 	}
 	if least == math.MaxInt64 {
-		return p.leastLoaded(t, order)
+		return v.leastLoaded(order)
 	}
 	home := order[0]
-	best, c := p.cheapest(t, order, x, func(m int) bool {
-		return p.available(t, m) && inFlight(t.Members[m].Stat) <= least+overflowSlack
-	})
-	if p.available(t, home) && staysHome(inFlight(t.Members[home].Stat)-least, p.cost(t.Members[home].Stat, x), c) {
+	best, c := v.cheapest(order, x, func(m int) bool { return v.available(m) && v.inFlight(m) <= least+overflowSlack })
+	if v.available(home) && staysHome(v.inFlight(home)-least, v.cost(home, x), c) {
 		return 0
 	}
 	return slices.Index(order, best)

@@ -32,10 +32,13 @@ type Policy struct {
 	// pick makes a decision and its charge one step, so that concurrent
 	// decisions cannot all read an instance as under the threshold.
 	pick sync.Mutex
-	// chain, parent and depths are the decision's buffers (block hashes,
-	// the anchor's parent set, the depths it records), reused under pick.
+	// chain, parent, depths, loads and view are the decision's buffers
+	// (block hashes, the anchor's parent set, the depths it records, the
+	// fleet's loads), reused under pick.
 	chain          []uint64
 	parent, depths []int
+	loads          []load
+	view           view
 }
 
 // New returns a policy with no instances; call Update before Pick.
@@ -104,7 +107,7 @@ func (p *Policy) Pick(key Key) (*Choice, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := t.strategy.decide(p, t, key, allowed)
+	d := t.strategy.decide(p, p.look(t), key, allowed)
 	d.Strategy = t.Cfg.Strategy
 	return p.record(t, key, &d), nil
 }
@@ -118,37 +121,15 @@ func (p *Policy) record(t *table, key Key, d *decision) *Choice {
 	c := newChoice(t, d.order, d.unranked, prompt, prompt-int64(float64(prompt)*d.hit), false, d.Decision)
 	p.countShare(t, d.order[0])
 	p.learn(&d.learning)
-	p.recordWarm(t, c, d.warm-1, d.learning, d.warmVer)
+	p.recordWarm(t, c, d.warm, d.learning)
 	return c
 }
 
-func (p *Policy) leastLoadedOrder(t *table, set []int) []int {
+// leastLoadedOrder is set by requests in flight, ties in random order.
+func (v *view) leastLoadedOrder(set []int) []int {
 	order := slices.Clone(set)
 	// Shuffle first so that the stable sort breaks ties randomly.
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(inFlight(t.Members[a].Stat), inFlight(t.Members[b].Stat))
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })
 	return order
-}
-
-// leastLoaded is the position in order of the available instance with the
-// fewest in flight (the first such on ties, so ties follow the key's order);
-// if none is available, of any instance.
-func (p *Policy) leastLoaded(t *table, order []int) int {
-	best := -1
-	for _, onlyAvailable := range []bool{true, false} {
-		for i, m := range order {
-			if onlyAvailable && !p.available(t, m) {
-				continue
-			}
-			if best < 0 || inFlight(t.Members[m].Stat) < inFlight(t.Members[order[best]].Stat) {
-				best = i
-			}
-		}
-		if best >= 0 {
-			return best
-		}
-	}
-	return 0
 }

@@ -54,11 +54,8 @@ func placedOn(t testing.TB, p *Policy, r Request) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := tb.strategy.decide(p, tb, p.Key(r), allowed)
-	if d.placed >= 0 {
-		return tb.Members[d.placed].ID
-	}
-	return tb.Members[d.order[0]].ID
+	d := tb.strategy.decide(p, p.look(tb), p.Key(r), allowed)
+	return tb.Members[d.placed].ID
 }
 
 func randomText(r *rand.Rand, n int) string {

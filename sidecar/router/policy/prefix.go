@@ -30,54 +30,55 @@ type walk struct {
 	leaf, shared int
 }
 
-func (prefixAware) decide(p *Policy, t *table, key Key, allowed []int) decision {
+func (prefixAware) decide(p *Policy, v *view, key Key, allowed []int) decision {
 	var sbuf [32]int
-	w := p.replicaSets(t, key, allowed, sbuf[:0], p.parent[:0])
+	w := p.replicaSets(v.table, key, allowed, sbuf[:0], p.parent[:0])
 	p.parent = w.parent[:0]
 	if key.HoldsText() {
 		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
 	}
-	return p.decideWalk(t, key, allowed, w, fallbackOrder)
+	return p.decideWalk(v, key, allowed, w, fallbackOrder)
 }
 
 // decideWalk places the anchor after the walk w and guards the placement,
 // with the fallback order given by order.
-func (p *Policy) decideWalk(t *table, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unrankedTail)) decision {
+func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unrankedTail)) decision {
 	depths := prefixindex.RecordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
-	x := p.expect(key, t.BlockSize, w, depths)
-	placed, ver, moved, warm := p.place(t, w, allowed, key.Model)
-	chosen := placed
-	if moved != moveWarm {
-		chosen = p.coldPlacement(t, w.parent, placed, &x)
+	x := p.expect(key, v.BlockSize, w, depths)
+	pl := p.place(v, w, allowed, key.Model)
+	warming := pl.moved == moveWarm
+	chosen := pl.member
+	if !warming {
+		chosen = v.coldPlacement(w.parent, pl.member, &x)
 	}
 	d := decision{placed: chosen}
-	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != placed
-	if moved == moveWarm && t.Members[chosen].Draining {
+	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != pl.member
+	if warming && v.Members[chosen].Draining {
 		// Served by a drainer that holds the key (warm.go): the key's
 		// next owner comes second, the first a spill goes to.
-		d.order, d.unranked = order(t, allowed, w, warm)
+		d.order, d.unranked = order(v.table, allowed, w, pl.next)
 		d.order = slices.Insert(d.order, 0, chosen)
 	} else {
-		d.order, d.unranked = order(t, allowed, w, chosen)
+		d.order, d.unranked = order(v.table, allowed, w, chosen)
 	}
-	d.order, d.Spill = p.guard(t, d.order, &d.unranked, &x)
+	d.order, d.Spill = v.guard(d.order, &d.unranked, &x)
 
-	m := t.Members[d.order[0]]
-	d.MatchChars = x.HitBytes(m.Stat.Token, d.Spill == SpillNone)
-	d.hit = x.HitFraction(m.Stat.Token, d.Spill == SpillNone)
+	tok := v.Members[d.order[0]].Stat.Token
+	d.MatchChars = x.HitBytes(tok, d.Spill == SpillNone)
+	d.hit = x.HitFraction(tok, d.Spill == SpillNone)
 	// A spill is not remembered, so that the key returns home, where its
 	// cache is, once the overload is over; unless home never had it (see
 	// longAndCold): the prompt then lives only where it went.
-	_, coldAtHome := p.longAndCold(&x, t.Members[chosen].Stat)
-	d.learning = learning{hashes: w.hashes, depths: depths, token: m.Stat.Token, ver: ver,
+	_, coldAtHome := v.longAndCold(&x, chosen)
+	d.learning = learning{hashes: w.hashes, depths: depths, token: tok, ver: pl.ver,
 		remember: d.Spill == SpillNone || coldAtHome}
-	if moved == moveWarm && d.Spill == SpillNone {
+	if warming && d.Spill == SpillNone {
 		// A spilled request is not where the key is warm: no copy.
-		d.warm, d.warmVer = warm+1, ver
+		d.warm = &warmPlan{member: pl.next, ver: pl.ver}
 	}
-	if d.remember && moved != moveWarm {
-		d.Moved = moved
+	if d.remember && !warming {
+		d.Moved = pl.moved
 	}
 	return d
 }

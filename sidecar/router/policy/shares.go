@@ -33,13 +33,11 @@ func (p *Policy) seedShares(t *table, joined []*counters) {
 	}
 }
 
-// joining reports whether the instance joined in this share decay cycle
-// or the last (DecayEvery to twice that decisions): long enough for the
-// keys whose first choice it is to come back once.
-func (p *Policy) joining(s *counters) bool {
-	j := s.Joined.Load()
-	return j > 0 && p.shareEpoch.Load() < j+1
-}
+// joiningAt reports whether an instance that joined in share epoch
+// joined - 1 (0: from the start) is joining at epoch: it joined in this
+// share decay cycle or the last (DecayEvery to twice that decisions), long
+// enough for the keys whose first choice it is to come back once.
+func joiningAt(joined, epoch int64) bool { return joined > 0 && epoch < joined+1 }
 
 // countShare adds a decision to the chosen instance's decayed share.
 func (p *Policy) countShare(t *table, chosen int) {

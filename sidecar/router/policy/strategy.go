@@ -16,7 +16,7 @@ type Strategy = routing.Strategy
 // instances for key and changes nothing (it may reuse the policy's
 // buffers, see Policy.chain); Pick then records the decision (record).
 type strategy interface {
-	decide(p *Policy, t *table, key Key, allowed []int) decision
+	decide(p *Policy, v *view, key Key, allowed []int) decision
 }
 
 // decision is what a strategy decided.
@@ -25,16 +25,13 @@ type decision struct {
 	// last unranked.n members are not yet ranked.
 	order    []int
 	unranked unrankedTail
-	// placed is the member the strategy chose before the overload guard
-	// (-1: order[0], for strategies without a guard).
+	// placed is the member the strategy chose before the overload guard.
 	placed int
 	// hit is the fraction of the prompt order[0] is expected to hold (0
 	// for strategies that do not match prefixes).
 	hit float64
-	// warm is 1 + the member to send a warm copy, recorded at version
-	// warmVer + 1 when it completes; 0: none (see warm.go).
-	warm    int
-	warmVer uint32
+	// warm is the warm copy to send (nil: none; see warm.go).
+	warm *warmPlan
 	// learning is what recording the decision teaches the policy.
 	learning
 	Decision

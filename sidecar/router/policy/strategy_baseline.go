@@ -14,20 +14,20 @@ type baseline struct{}
 
 // decide places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
-func (baseline) decide(p *Policy, t *table, key Key, allowed []int) decision {
-	order := rank(t, allowed, key.WindowHash(t.Cfg.HashSeed), nil)
-	d := decision{order: order, placed: -1}
+func (baseline) decide(_ *Policy, v *view, key Key, allowed []int) decision {
+	order := rank(v.table, allowed, key.WindowHash(v.Cfg.HashSeed), nil)
 	first := order[0]
-	if p.available(t, first) && !p.overThreshold(t, first) {
+	d := decision{order: order, placed: first}
+	if v.available(first) && !v.full(first) {
 		return d
 	}
-	best := p.leastLoaded(t, order)
+	best := v.leastLoaded(order)
 	if best == 0 {
 		return d
 	}
 	order[0], order[best] = order[best], order[0]
 	d.Spill = SpillAllBusy
-	if !p.available(t, first) {
+	if !v.available(first) {
 		d.Spill = SpillUnhealthy
 	}
 	return d

@@ -8,6 +8,7 @@ const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
 
 type leastOutstanding struct{}
 
-func (leastOutstanding) decide(p *Policy, t *table, _ Key, allowed []int) decision {
-	return decision{order: p.leastLoadedOrder(t, p.healthy(t, allowed)), placed: -1}
+func (leastOutstanding) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+	order := v.leastLoadedOrder(v.healthy(allowed))
+	return decision{order: order, placed: order[0]}
 }

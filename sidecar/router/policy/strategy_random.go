@@ -11,8 +11,8 @@ const Random = routing.StrategyRandom
 
 type random struct{}
 
-func (random) decide(p *Policy, t *table, _ Key, allowed []int) decision {
-	order := p.healthy(t, allowed)
+func (random) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+	order := v.healthy(allowed)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	return decision{order: order, placed: -1}
+	return decision{order: order, placed: order[0]}
 }

@@ -32,12 +32,19 @@ const (
 // request stays where the key is warm. Never seen outside the package.
 const moveWarm = "warm"
 
+// warmPlan is a warm copy a decision asks for: of the key to member, to
+// be recorded there at version ver + 1 when the copy completes.
+type warmPlan struct {
+	member int
+	ver    uint32
+}
+
 // warmMove is the outcome for a key warm on home whose next owner is
 // target: stay home and warm the target while warming is on, both can
 // serve and the target is within its bounds, else move to it cold (why).
-func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) {
-	s := t.Members[target].Stat
-	if p.tuning.NoWarm || !p.available(t, target) || !p.available(t, home) || s.WarmInFlight.Load() >= warmInFlight || s.WarmTokens.Load() >= warmBudget {
+func (v *view) warmMove(target, home int, why string) (int, string) {
+	l := v.loads[target]
+	if v.noWarm || !v.available(target) || !v.available(home) || l.warmInFlight >= warmInFlight || l.warmTokens >= warmBudget {
 		return target, why
 	}
 	return home, moveWarm
@@ -47,15 +54,15 @@ func (p *Policy) warmMove(t *table, target, home int, why string) (int, string) 
 // entry e, outside allowed (which fails open to drainers) and allowed to
 // serve model, with no member of set tied with it (that one holds the key
 // as well and serves); -1 if none.
-func (p *Policy) drainingHolder(t *table, set, allowed []int, e prefixindex.Entry, model string) int {
-	for _, d := range t.Draining {
-		m := t.Members[d]
+func (v *view) drainingHolder(set, allowed []int, e prefixindex.Entry, model string) int {
+	for _, d := range v.Draining {
+		m := v.Members[d]
 		if m.Stat.Token != e.Tok[0] {
 			continue
 		}
-		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return t.Members[o].Stat.Token == e.Tok[1] })
-		adapter := model != "" && model != t.Cfg.Model
-		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(t.Cfg.Adapters[model], m.ID) {
+		tied := e.Tie && slices.ContainsFunc(set, func(o int) bool { return v.Members[o].Stat.Token == e.Tok[1] })
+		adapter := model != "" && model != v.Cfg.Model
+		if tied || slices.Contains(allowed, d) || adapter && !slices.Contains(v.Cfg.Adapters[model], m.ID) {
 			return -1
 		}
 		return d
@@ -74,7 +81,7 @@ func (p *Policy) startDrains(t, old *table) {
 		return
 	}
 	for _, m := range t.All {
-		if s := t.Members[m].Stat; !p.joining(s) {
+		if s := t.Members[m].Stat; !joiningAt(s.Joined.Load(), p.shareEpoch.Load()) {
 			s.WarmTokens.Store(0)
 		}
 	}
@@ -83,21 +90,21 @@ func (p *Policy) startDrains(t, old *table) {
 // recordWarm charges the warm copy to the target (in flight, budget);
 // its completion records the target as holding the key (from l, copied:
 // the next decision reuses the buffers), so its next request moves there.
-func (p *Policy) recordWarm(t *table, c *Choice, target int, l learning, ver uint32) {
-	if target < 0 {
+func (p *Policy) recordWarm(t *table, c *Choice, w *warmPlan, l learning) {
+	if w == nil {
 		return
 	}
-	s := t.Members[target].Stat
-	// The share counts where the key is going: on home, it would raise
-	// home's share past the move bound and send its other keys off cold.
+	s := t.Members[w.member].Stat
+	// The share counts where the key is going, so that new keys are
+	// balanced against the fleet as it will be.
 	c.stat().Share.Add(-1)
 	s.Share.Add(1)
 	s.WarmInFlight.Add(1)
 	prompt, _, _ := c.Charge()
 	s.WarmTokens.Add(prompt)
 	l.hashes, l.depths = append([]uint64(nil), l.hashes...), append([]int(nil), l.depths...)
-	l.token, l.ver, l.remember = s.Token, ver+1, true
-	c.Warm = &warmCopy{member: target, Tokens: prompt, Settle: func(ok bool) {
+	l.token, l.ver, l.remember = s.Token, w.ver+1, true
+	c.Warm = &warmCopy{member: w.member, Tokens: prompt, Settle: func(ok bool) {
 		p.pick.Lock()
 		defer p.pick.Unlock()
 		s.WarmInFlight.Add(-1)
