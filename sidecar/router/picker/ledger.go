@@ -64,13 +64,28 @@ func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) 
 // pick decides a replica's request and counts it until the replica says
 // it is done.
 func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, error) {
-	l.apply(replica, req.Events, now)
-	c, err := l.policy.Pick(req.Key)
+	c, err := l.decide(replica, req, now, false)
 	if err != nil {
 		return answer{}, err
 	}
 	prompt, prefill, _ := c.Charge()
 	a := answer{Epoch: l.epoch, Order: c.Order(l.tries), Prompt: prompt, Prefill: prefill, Decision: c.Decision}
+	if in, tokens, ok := c.WarmTarget(); ok {
+		a.Warm, a.WarmTokens = in.ID, tokens
+	}
+	return a, nil
+}
+
+// decide makes and counts the decision of a replica's request. The
+// leader's own replica (local) holds the Choice itself as its ticket and
+// settles its warm copy on it; another replica's copy is settled by its
+// eventWarmed.
+func (l *ledger) decide(replica string, req pickRequest, now time.Time, local bool) (*policy.Choice, error) {
+	l.apply(replica, req.Events, now)
+	c, err := l.policy.Pick(req.Key)
+	if err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seen[replica] = now
@@ -81,17 +96,16 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 		c.Done()
 		c.Warmed(false)
 		delete(l.dropped, k)
-		return a, nil
+		return c, nil
 	}
-	if in, tokens, ok := c.WarmTarget(); ok {
-		a.Warm, a.WarmTokens = in.ID, tokens
+	if _, _, ok := c.WarmTarget(); ok && !local {
 		l.warms[k] = c
 	}
 	if old, ok := l.tickets[k]; ok {
 		old.Done() // a replica never reuses a number; a restarted one might
 	}
 	l.tickets[k] = c
-	return a, nil
+	return c, nil
 }
 
 // apply applies a replica's events in order. Every decision and every

@@ -243,6 +243,9 @@ func (t *Ticket) Drop() {
 func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 	seq := p.seq.Add(1)
 	if l, ok := p.asking(); ok {
+		if lc, local := l.conn.(localConn); local {
+			return p.decideHere(l, lc.l, seq, key)
+		}
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, p.opts.PickTimeout)
 		evs := p.take(l)
@@ -251,15 +254,12 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 		if err != nil && !errors.Is(err, policy.ErrUnknownModel) && !errors.Is(err, policy.ErrNoInstance) {
 			p.putBack(l, evs) // the picker may not have had them
 		}
-		_, local := l.conn.(localConn)
-		if !local {
-			p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
-		}
+		p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
 			t, ferr := p.follow(l, seq, a)
 			if ferr == nil {
-				p.opts.Metrics.picked(local)
+				p.opts.Metrics.picked(false)
 				return t, nil
 			}
 			// The picker chose an instance this replica does not know
@@ -289,6 +289,22 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 	p.open[seq] = t
 	p.adopt = true
 	p.mu.Unlock()
+	return t, nil
+}
+
+// decideHere decides a request while this replica leads: the ledger's
+// Choice is the ticket, charged once, on the counts every decision reads.
+func (p *Picker) decideHere(l *link, led *ledger, seq uint64, key policy.Key) (*Ticket, error) {
+	c, err := led.decide(p.opts.Replica, pickRequest{Seq: seq, Key: key, Events: p.take(l)}, time.Now(), true)
+	if err != nil {
+		return nil, err
+	}
+	p.opts.Metrics.picked(true)
+	t := &Ticket{p: p, seq: seq, own: c, held: led.epoch, Decision: c.Decision}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open[seq] = t
+	p.observe(l, led.epoch)
 	return t, nil
 }
 
