@@ -175,6 +175,10 @@ type Ticket struct {
 	p   *Picker
 	seq uint64
 	own *policy.Choice
+	// mine charges a request this replica decided as the leader to its
+	// own counts too (own is the ledger's), for its metrics and its
+	// fallback; nil otherwise.
+	mine *policy.Choice
 	// held is the epoch of the picker that counts the request (0: none
 	// yet, decided by the fallback).
 	held uint64
@@ -212,6 +216,9 @@ func (t *Ticket) Next() bool {
 	if !t.own.Next() {
 		return false
 	}
+	if t.mine != nil {
+		t.mine.Next()
+	}
 	t.p.tell(t, event{Kind: eventNext, Seq: t.seq, Instance: t.own.Instance().ID}, false)
 	return true
 }
@@ -219,12 +226,18 @@ func (t *Ticket) Next() bool {
 // Prefilled says the first token came.
 func (t *Ticket) Prefilled() {
 	t.own.Prefilled()
+	if t.mine != nil {
+		t.mine.Prefilled()
+	}
 	t.p.tell(t, event{Kind: eventPrefilled, Seq: t.seq}, false)
 }
 
 // Done ends the request; calling it twice is harmless.
 func (t *Ticket) Done() {
 	t.own.Done()
+	if t.mine != nil {
+		t.mine.Done()
+	}
 	t.p.tell(t, event{Kind: eventDone, Seq: t.seq}, true)
 }
 
@@ -300,7 +313,9 @@ func (p *Picker) decideHere(l *link, led *ledger, seq uint64, key policy.Key) (*
 		return nil, err
 	}
 	p.opts.Metrics.picked(true)
-	t := &Ticket{p: p, seq: seq, own: c, held: led.epoch, Decision: c.Decision}
+	prompt, prefill, _ := c.Charge()
+	mine, _ := p.opts.Own.Follow(c.Order(p.opts.Tries), prompt, prefill, false, c.Decision)
+	t := &Ticket{p: p, seq: seq, own: c, mine: mine, held: led.epoch, Decision: c.Decision}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.open[seq] = t
