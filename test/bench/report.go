@@ -163,7 +163,7 @@ func secs(s float64) string {
 func spills(x RunResult) string {
 	out := fmt.Sprintf("%.1f %%", 100*x.SpillRate)
 	var parts []string
-	for _, reason := range []string{policy.SpillConcurrency, policy.SpillAllBusy, policy.SpillUnhealthy} {
+	for _, reason := range []string{policy.SpillConcurrency, policy.SpillAllBusy, policy.SpillTokens, policy.SpillUnhealthy} {
 		if n := x.SpillReasons[reason]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", strings.ReplaceAll(reason, "_", " "), n))
 		}
@@ -217,7 +217,7 @@ func (r *Report) Markdown() string {
 	}
 
 	p("\n## Results by workload\n\n")
-	p("Hit rate and oracle share from the simulators' counters. TTFT in simulated seconds: *engine* is what the simulators report (queueing + prefill; the targets use it), *client* is measured by the load generator through the router and includes the host's scheduling delays multiplied by 1/time scale. Throughput in completed requests per simulated second; share = busiest instance's requests ÷ average; spills = requests the router did not send to their preferred instance, with the router's reasons (*concurrency threshold*: the preferred instance had `concurrencyThreshold` in flight and the request walked its preference order; *all busy*: no instance was under both the threshold and the bounded-load cap, so the least loaded took it).\n\n")
+	p("Hit rate and oracle share from the simulators' counters. TTFT in simulated seconds: *engine* is what the simulators report (queueing + prefill; the targets use it), *client* is measured by the load generator through the router and includes the host's scheduling delays multiplied by 1/time scale. Throughput in completed requests per simulated second; share = busiest instance's requests ÷ average; spills = requests the router did not send to their preferred instance, with the router's reasons (*concurrency threshold*: the preferred instance had `concurrencyThreshold` in flight and the request walked its preference order; *all busy*: no instance was under both the threshold and the bounded-load cap, so the least loaded took it; *token load*: the preferred instance's token load (unprefilled prompt tokens, plus a fixed amount per request in flight) was over twice the candidates' average, and the request's cost on another instance along its order (that instance's token load plus the request's own prefill there, the cache it would lose counted again) was under half its cost on the preferred one).\n\n")
 	p("![hit rate](%s)\n\n![ttft p50](%s)\n\n![ttft p90](%s)\n\n", PlotHitRate, PlotTTFTP50, PlotTTFTP90)
 	for _, w := range r.workloadNames() {
 		o := r.Oracles[w]

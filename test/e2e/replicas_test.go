@@ -167,7 +167,7 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 	})
 
 	It("hold concurrencyThreshold per instance, whatever the number of replicas", func() {
-		reasons := []string{"concurrency_threshold", "all_busy"}
+		reasons := []string{"concurrency_threshold", "all_busy", "token_load"}
 		spills := func() map[string]float64 {
 			out := map[string]float64{}
 			for _, reason := range reasons {

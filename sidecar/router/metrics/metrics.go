@@ -76,7 +76,7 @@ func New(g Gauges) *Metrics {
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 			Help: "Requests by backend, strategy and outcome (2xx, 4xx, 5xx; error: no answer; canceled: the client left before the answer began; rejected: refused by the router; client_disconnect, upstream_reset, upstream_timeout: a response cut mid-way by the client, by the backend, or by the stream idle timeout)."}, []string{"backend", "strategy", "outcome"}),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "spills_total",
-			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy)."}, []string{"reason"}),
+			Help: "Requests not sent to their preferred instance, by reason (concurrency_threshold, all_busy, unhealthy, token_load)."}, []string{"reason"}),
 		ColdPlacements: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "cold_placements_total",
 			Help: "PREFIX_AWARE: new keys with a long prompt placed where their prefill would finish first rather than on their first choice."}),
 		KeyMoves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "key_moves_total",

@@ -11,6 +11,7 @@ const (
 	SpillNone        = ""
 	SpillConcurrency = "concurrency_threshold" // preferred over the threshold, walked its order
 	SpillAllBusy     = "all_busy"              // nobody under threshold and cap: least loaded
+	SpillTokens      = "token_load"            // another instance under the threshold clearly cheaper
 	SpillUnhealthy   = "unhealthy"             // preferred instance ejected by health checks
 )
 

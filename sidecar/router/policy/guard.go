@@ -7,22 +7,28 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// A guardRule says that the member placement chose may not take the
-// request now; the first rule that applies names the spill, which walks
-// the request's order (spill).
+// A guardRule may send a request off the member placement chose (home,
+// order[0]): when it applies, to names the position in order the request
+// goes to (0: it stays) and the spill's reason.
 type guardRule struct {
-	reason  string // the spill reason, as counted in metrics
-	applies func(v *view, home int) bool
+	name    string
+	applies func(v *view, order []int) bool
+	to      func(v *view, order []int, x *prefixindex.Match) (int, string)
 }
 
-// guardRules are the guard, in order. They read requests in flight, not
-// tokens: leaving the instance that holds a prefix for a lighter queue
-// costs a cold prefill there and one more cached copy, which the next
-// requests of the key pay for too; the threshold is where a queue is worth
-// that.
+// guardRules are the guard, in order; the first that applies decides.
+// The first two are limits, the third a preference: cost.
 var guardRules = []guardRule{
-	{SpillUnhealthy, func(v *view, home int) bool { return !v.available(home) }},
-	{SpillConcurrency, func(v *view, home int) bool { return v.full(home) }},
+	{"ejected", func(v *view, order []int) bool { return !v.available(order[0]) },
+		func(v *view, order []int, x *prefixindex.Match) (int, string) {
+			return v.spill(order, x, SpillUnhealthy)
+		}},
+	{"at the threshold", func(v *view, order []int) bool { return v.full(order[0]) },
+		func(v *view, order []int, x *prefixindex.Match) (int, string) {
+			return v.spill(order, x, SpillConcurrency)
+		}},
+	{"overloaded", func(v *view, order []int) bool { return overloaded(v.tokenLoad(order[0]), v.averageTokenLoad(order)) },
+		(*view).cheaperElsewhere},
 }
 
 // guard moves a request off the member affinity chose (order[0]; the rest
@@ -30,20 +36,57 @@ var guardRules = []guardRule{
 // part) when a guard rule applies.
 func (v *view) guard(order []int, u *unrankedTail, x *prefixindex.Match) ([]int, string) {
 	for _, r := range guardRules {
-		if r.applies(v, order[0]) {
+		if r.applies(v, order) {
 			u.rank(v.table, order)
-			return v.spill(order, x, r.reason)
+			i, reason := r.to(v, order, x)
+			return moveToFront(order, i), reason
 		}
 	}
 	return order, SpillNone
 }
 
-// spill walks order past its first member to the first one available,
-// with room under the threshold (hasRoom) and under balanceFactor × the
-// average requests in flight; failing that, to the first available one
-// with room (the threshold is the limit, the balance cap a preference);
-// if none, all busy (overflow).
-func (v *view) spill(order []int, x *prefixindex.Match, reason string) ([]int, string) {
+// overloaded reports whether a token load is clearly more than
+// the candidates' average (avg), and so may send requests away on tokens
+// and takes none. Within twice the average, the next few requests even a
+// load out: a spill would trade a cold prefill for a wait about to end.
+func overloaded(load int64, avg float64) bool {
+	return load > tokenFloor && float64(load) > tokenBalance*avg
+}
+
+func (v *view) averageTokenLoad(set []int) float64 {
+	return float64(v.sum(set, v.tokenLoad)) / float64(len(set))
+}
+
+// cheaperElsewhere is the first member along order, under the threshold
+// and not overloaded, where the request's cost with the lost cache
+// charged is clearly less than at home (SpillTokens); home if none.
+func (v *view) cheaperElsewhere(order []int, x *prefixindex.Match) (int, string) {
+	avg := v.averageTokenLoad(order)
+	home := order[0]
+	stay, own := v.cost(home, x), x.Own(v.Members[home].Stat.Token)
+	for i, m := range order[1:] {
+		if !v.available(m) || v.full(m) || overloaded(v.tokenLoad(m), avg) {
+			continue
+		}
+		if mine := x.Own(v.Members[m].Stat.Token); clearlyMore(stay, v.tokenLoad(m)+mine+lost(mine, own)) {
+			return i + 1, SpillTokens
+		}
+	}
+	return 0, SpillNone
+}
+
+// lost is what leaving an instance where the request's own prefill is
+// home for one where it is own adds to the cost there: the cache left
+// behind, prefilled cold once more, which every request queued behind it
+// waits for too.
+func lost(own, home int64) int64 { return max(own-home, 0) }
+
+// spill is the position in order past its first member of the first one
+// available, with room under the threshold (hasRoom) and under
+// balanceFactor × the average requests in flight; failing that, of the
+// first available one with room (the threshold is the limit, the balance
+// cap a preference); if none, all busy (overflow).
+func (v *view) spill(order []int, x *prefixindex.Match, reason string) (int, string) {
 	limit := int64(math.Ceil(balanceFactor * float64(v.sum(order, v.inFlight)+1) / float64(len(order))))
 	withRoom := -1
 	for i, m := range order[1:] {
@@ -51,19 +94,19 @@ func (v *view) spill(order []int, x *prefixindex.Match, reason string) ([]int, s
 			continue
 		}
 		if v.inFlight(m)+1 <= limit {
-			return moveToFront(order, i+1), reason
+			return i + 1, reason
 		}
 		if withRoom < 0 {
 			withRoom = i + 1
 		}
 	}
 	if withRoom > 0 {
-		return moveToFront(order, withRoom), reason
+		return withRoom, reason
 	}
 	if reason == SpillConcurrency {
 		reason = SpillAllBusy
 	}
-	return moveToFront(order, v.overflow(order, x)), reason
+	return v.overflow(order, x), reason
 }
 
 // spillRoom is the room under the threshold a spill needs: two requests

@@ -281,7 +281,7 @@ func TestDecisionsAreTheReferences(t *testing.T) {
 				}
 			}
 			t.Logf("%d instances: spills %v, moves %v, cold placements %d", n, spills, moves, cold)
-			if spills[SpillConcurrency] == 0 || spills[SpillUnhealthy] == 0 {
+			if spills[SpillConcurrency] == 0 || spills[SpillTokens] == 0 || spills[SpillUnhealthy] == 0 {
 				t.Errorf("the sequence did not spill for every reason (%v): it does not test the guard", spills)
 			}
 		})

@@ -84,8 +84,9 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 }
 
 // TestCostRules pins the cost model's comparisons row by row: when a cost
-// is clearly more than another (clearlyMore), and when an all-busy request
-// stays home (staysHome).
+// is clearly more than another (clearlyMore), what leaving home charges
+// for the cache left there (lost), and when an all-busy request stays
+// home (staysHome).
 func TestCostRules(t *testing.T) {
 	for _, tc := range []struct {
 		rule string
@@ -102,6 +103,37 @@ func TestCostRules(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.rule, tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		rule            string
+		own, home, want int64
+	}{
+		{"lost: warm at home, cold there: the whole difference", 10_000, 1_000, 9_000},
+		{"lost: cold on both: nothing", 10_000, 10_000, 0},
+		{"lost: warmer there than at home: nothing", 1_000, 10_000, 0},
+	} {
+		if got := lost(tc.own, tc.home); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.rule, got, tc.want)
+		}
+	}
+}
+
+// TestOverloadedRule pins overloaded: a token load may spill, and takes
+// no spill, only over tokenFloor and twice the candidates' average.
+func TestOverloadedRule(t *testing.T) {
+	for _, tc := range []struct {
+		rule string
+		load int64
+		avg  float64
+		want bool
+	}{
+		{"over twice the average and tokenFloor", 20_001, 10_000, true},
+		{"twice the average is not over it", 20_000, 10_000, false},
+		{"over twice the average but under tokenFloor", tokenFloor, 100, false},
+	} {
+		if got := overloaded(tc.load, tc.avg); got != tc.want {
+			t.Errorf("%s: overloaded(%d, %v) = %v, want %v", tc.rule, tc.load, tc.avg, got, tc.want)
 		}
 	}
 }

@@ -29,6 +29,47 @@ func TestRegistryMatchesRoutingDocument(t *testing.T) {
 	}
 }
 
+// TestTokenGuardSpillsOffALongPrefill: an instance prefilling one huge
+// prompt is overloaded for a short cold request, though it has a single
+// request in flight, while ten short decoding requests are not.
+func TestTokenGuardSpillsOffALongPrefill(t *testing.T) {
+	p := newPolicy(t, PrefixAware, 4, Tuning{ShareSlack: -1})
+	short := textReq(strings.Repeat("short chat ", 50))
+	home := pick(t, p, short)
+	home.Done()
+	// Ten short requests on the home instance, decoding: no spill.
+	var held []*Choice
+	for range 9 {
+		c := pick(t, p, short)
+		c.Prefilled()
+		held = append(held, c)
+	}
+	if c := pick(t, p, short); c.Spill != SpillNone {
+		t.Fatalf("ten decoding requests made a token spill (%s)", c.Spill)
+	} else {
+		c.Done()
+	}
+	for _, c := range held {
+		c.Done()
+	}
+	// One 60k-token prompt prefilling on the same instance: spill.
+	// Its beginning is the key's, the rest a document new to the fleet.
+	long := string(short.Text) + randomText(rand.New(rand.NewPCG(1, 1)), 8000)
+	huge := pick(t, p, Request{Text: []byte(long), WindowBytes: 4096, PromptBytes: 240000})
+	if huge.Instance().ID != home.Instance().ID {
+		t.Fatalf("the long prompt went to %s, not the key's home %s", huge.Instance().ID, home.Instance().ID)
+	}
+	c := pick(t, p, short)
+	if c.Spill != SpillTokens || c.Instance().ID == home.Instance().ID {
+		t.Fatalf("behind a 60k-token prefill: %s (%q), want a token spill", c.Instance().ID, c.Spill)
+	}
+	c.Done()
+	huge.Prefilled()
+	if c := pick(t, p, short); c.Spill != SpillNone || c.Instance().ID != home.Instance().ID {
+		t.Fatalf("after the prefill: %s (%q), want home again", c.Instance().ID, c.Spill)
+	}
+}
+
 // TestColdLongSpillIsRemembered: a long prompt spilled off an instance that
 // holds none of it leaves the prompt only where it went, so its key's next
 // request goes there once the overload is over; a short one, cheap to
@@ -204,12 +245,12 @@ func TestTokenGuardChargesTheCacheASpillLoses(t *testing.T) {
 		name    string
 		req     Request
 		prefill int64  // tokens left to prefill on the home instance
-		want    string // SpillNone: kept at home; "placed": placed elsewhere
+		want    string // SpillTokens: spilled off home; SpillNone: kept at home; "placed": placed elsewhere
 	}{
-		// A known key stays with its cache, whatever the tokens ahead:
-		// only the threshold sends it off.
+		// Charged once, 30k tokens ahead against a 10k-token cold prefill
+		// elsewhere was a spill; charged twice it is not.
 		{"cached at home, 30k tokens ahead", warm, 30_000, SpillNone},
-		{"cached at home, 50k tokens ahead", warm, 50_000, SpillNone},
+		{"cached at home, 50k tokens ahead", warm, 50_000, SpillTokens},
 		// A new key is placed where its prefill finishes first (see
 		// coldPlacement) before the guard is asked.
 		{"cold everywhere, 30k tokens ahead", cold, 30_000, "placed"},
@@ -267,7 +308,7 @@ func TestColdPlacementGoesWhereThePrefillFinishesFirst(t *testing.T) {
 		again.Done()
 	}
 	// Moderate load at the key's home keeps it there: the cache is worth
-	// more than the wait.
+	// more than the wait (the token guard decides when it is not).
 	p.stats.Get(home).Prefill.Store(12_000)
 	if c := pick(t, p, long); c.Instance().ID != home {
 		t.Fatalf("a known key left its home %s for %s (spill %q) over 12k tokens", home, c.Instance().ID, c.Spill)

@@ -154,7 +154,7 @@ func testWarmJoiner(t *testing.T, warm bool) {
 	ok, failed := warmed()
 	cold := counterValue(m.KeyMoves.WithLabelValues(policy.MoveJoining))
 	during := joiner.Stats()
-	t.Logf("moves: share %v holder_left %v; spills %v; cold placements %v", counterValue(m.KeyMoves.WithLabelValues(policy.MoveShare)), counterValue(m.KeyMoves.WithLabelValues(policy.MoveHolderLeft)), counterValue(m.Spills.WithLabelValues(policy.SpillConcurrency)), counterValue(m.ColdPlacements))
+	t.Logf("moves: share %v holder_left %v; spills %v %v; cold placements %v", counterValue(m.KeyMoves.WithLabelValues(policy.MoveShare)), counterValue(m.KeyMoves.WithLabelValues(policy.MoveHolderLeft)), counterValue(m.Spills.WithLabelValues(policy.SpillConcurrency)), counterValue(m.Spills.WithLabelValues(policy.SpillTokens)), counterValue(m.ColdPlacements))
 	t.Logf("warm=%v, joining round: %d misses, %v copies answered, %v failed, %v cold moves; joiner finished %d requests, %d generated tokens, at most %d in flight",
 		warm, misses, ok, failed, cold, during.Requests-before.Requests, during.GenerationTokens-before.GenerationTokens, during.MaxInFlight)
 	if !warm {
