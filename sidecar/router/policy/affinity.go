@@ -89,7 +89,7 @@ func (v *view) sticky(set []int, e prefixindex.Entry) (int, string) {
 		return home, moved
 	}
 	avg := v.averageShare(set)
-	if first := set[0]; first != home && v.loads[first].joining && float64(v.share(first)) <= v.shareSlack*avg {
+	if first := set[0]; first != home && v.joining(first) && float64(v.share(first)) <= v.shareSlack*avg {
 		return v.warmMove(first, home, MoveJoining)
 	}
 	if float64(v.share(home)) <= max(moveSlack*avg, avg+stickySlack) {
@@ -146,21 +146,21 @@ func (v *view) byShare(set []int, choices int) int {
 // (ties stay earlier): no cache holds it on chosen, and where it is
 // prefilled is where its next requests go. A short key's prefill is too
 // small to queue behind.
-func (v *view) coldPlacement(set []int, chosen int, x *prefixindex.Match) int {
+func (v *view) coldPlacement(set []int, chosen int) int {
 	if len(set) < 2 {
 		return chosen
 	}
-	if _, long := v.longAndCold(x, chosen); !long {
+	if _, long := v.longAndCold(chosen); !long {
 		return chosen
 	}
 	bound := math.Inf(1)
 	if v.shareSlack >= 0 {
 		bound = v.newKeyShareBound(set)
 	}
-	best, c := v.cheapest(set, x, func(m int) bool {
+	best, c := v.cheapest(set, func(m int) bool {
 		return m != chosen && v.available(m) && v.hasRoom(m) && float64(v.share(m)) <= bound
 	})
-	if best < 0 || c >= v.cost(chosen, x) {
+	if best < 0 || c >= v.cost(chosen) {
 		return chosen
 	}
 	return best

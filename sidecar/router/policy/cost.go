@@ -12,8 +12,8 @@ import (
 // loads are the fleet's: one picker decides for every router replica.
 
 // cost is the work ahead of the request's first token on member m.
-func (v *view) cost(m int, x *prefixindex.Match) int64 {
-	return v.tokenLoad(m) + x.Own(v.Members[m].Stat.Token)
+func (v *view) cost(m int) int64 {
+	return v.tokenLoad(m) + v.x.Own(v.Members[m].Stat.Token)
 }
 
 // clearlyMore reports whether work a is so far above b that the lighter
@@ -25,13 +25,13 @@ func clearlyMore(a, b int64) bool {
 
 // cheapest returns the member of set that ok admits where the request
 // costs least (the earlier on ties; -1: none), and that cost.
-func (v *view) cheapest(set []int, x *prefixindex.Match, ok func(int) bool) (int, int64) {
+func (v *view) cheapest(set []int, ok func(int) bool) (int, int64) {
 	best, least := -1, int64(0)
 	for _, m := range set {
 		if !ok(m) {
 			continue
 		}
-		if c := v.cost(m, x); best < 0 || c < least {
+		if c := v.cost(m); best < 0 || c < least {
 			best, least = m, c
 		}
 	}
@@ -42,12 +42,12 @@ func (v *view) cheapest(set []int, x *prefixindex.Match, ok func(int) bool) (int
 // it is a long prompt new there (none of it indexed on m, at least
 // tokenFloor): no cache to wait for on m (coldPlacement) and, spilled, it
 // lives only where it went, which the index then remembers.
-func (v *view) longAndCold(x *prefixindex.Match, m int) (int64, bool) {
+func (v *view) longAndCold(m int) (int64, bool) {
 	tok := v.Members[m].Stat.Token
-	if x.HitBytes(tok, false) > 0 {
+	if v.x.HitBytes(tok, false) > 0 {
 		return 0, false
 	}
-	own := x.Own(tok)
+	own := v.x.Own(tok)
 	return own, own >= tokenFloor
 }
 

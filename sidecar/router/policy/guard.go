@@ -3,8 +3,6 @@ package policy
 import (
 	"math"
 	"slices"
-
-	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
 // A guardRule may send a request off the member placement chose (home,
@@ -13,19 +11,19 @@ import (
 type guardRule struct {
 	name    string
 	applies func(v *view, order []int) bool
-	to      func(v *view, order []int, x *prefixindex.Match) (int, string)
+	to      func(v *view, order []int) (int, string)
 }
 
 // guardRules are the guard, in order; the first that applies decides.
 // The first two are limits, the third a preference: cost.
 var guardRules = []guardRule{
 	{"ejected", func(v *view, order []int) bool { return !v.available(order[0]) },
-		func(v *view, order []int, x *prefixindex.Match) (int, string) {
-			return v.spill(order, x, SpillUnhealthy)
+		func(v *view, order []int) (int, string) {
+			return v.spill(order, SpillUnhealthy)
 		}},
 	{"at the threshold", func(v *view, order []int) bool { return v.full(order[0]) },
-		func(v *view, order []int, x *prefixindex.Match) (int, string) {
-			return v.spill(order, x, SpillConcurrency)
+		func(v *view, order []int) (int, string) {
+			return v.spill(order, SpillConcurrency)
 		}},
 	{"overloaded", func(v *view, order []int) bool { return overloaded(v.tokenLoad(order[0]), v.averageTokenLoad(order)) },
 		(*view).cheaperElsewhere},
@@ -34,11 +32,11 @@ var guardRules = []guardRule{
 // guard moves a request off the member affinity chose (order[0]; the rest
 // of order is the fallback, the parent set first, warm for the shared
 // part) when a guard rule applies.
-func (v *view) guard(order []int, u *unrankedTail, x *prefixindex.Match) ([]int, string) {
+func (v *view) guard(order []int, u *unrankedTail) ([]int, string) {
 	for _, r := range guardRules {
 		if r.applies(v, order) {
 			u.rank(v.table, order)
-			i, reason := r.to(v, order, x)
+			i, reason := r.to(v, order)
 			return moveToFront(order, i), reason
 		}
 	}
@@ -60,15 +58,15 @@ func (v *view) averageTokenLoad(set []int) float64 {
 // cheaperElsewhere is the first member along order, under the threshold
 // and not overloaded, where the request's cost with the lost cache
 // charged is clearly less than at home (SpillTokens); home if none.
-func (v *view) cheaperElsewhere(order []int, x *prefixindex.Match) (int, string) {
+func (v *view) cheaperElsewhere(order []int) (int, string) {
 	avg := v.averageTokenLoad(order)
 	home := order[0]
-	stay, own := v.cost(home, x), x.Own(v.Members[home].Stat.Token)
+	stay, own := v.cost(home), v.x.Own(v.Members[home].Stat.Token)
 	for i, m := range order[1:] {
 		if !v.available(m) || v.full(m) || overloaded(v.tokenLoad(m), avg) {
 			continue
 		}
-		if mine := x.Own(v.Members[m].Stat.Token); clearlyMore(stay, v.tokenLoad(m)+mine+lost(mine, own)) {
+		if mine := v.x.Own(v.Members[m].Stat.Token); clearlyMore(stay, v.tokenLoad(m)+mine+lost(mine, own)) {
 			return i + 1, SpillTokens
 		}
 	}
@@ -86,7 +84,7 @@ func lost(own, home int64) int64 { return max(own-home, 0) }
 // balanceFactor × the average requests in flight; failing that, of the
 // first available one with room (the threshold is the limit, the balance
 // cap a preference); if none, all busy (overflow).
-func (v *view) spill(order []int, x *prefixindex.Match, reason string) (int, string) {
+func (v *view) spill(order []int, reason string) (int, string) {
 	limit := int64(math.Ceil(balanceFactor * float64(v.sum(order, v.inFlight)+1) / float64(len(order))))
 	withRoom := -1
 	for i, m := range order[1:] {
@@ -106,7 +104,7 @@ func (v *view) spill(order []int, x *prefixindex.Match, reason string) (int, str
 	if reason == SpillConcurrency {
 		reason = SpillAllBusy
 	}
-	return v.overflow(order, x), reason
+	return v.overflow(order), reason
 }
 
 // spillRoom is the room under the threshold a spill needs: two requests
@@ -137,7 +135,7 @@ const overflowStay = 3
 // member has room: among the available members within overflowSlack
 // requests of the least loaded, the cheapest; home instead when staysHome
 // says so; the least loaded of all when none is available.
-func (v *view) overflow(order []int, x *prefixindex.Match) int {
+func (v *view) overflow(order []int) int {
 	least := int64(math.MaxInt64)
 	for _, m := range order {
 		if v.available(m) {
@@ -148,8 +146,8 @@ func (v *view) overflow(order []int, x *prefixindex.Match) int {
 		return v.leastLoaded(order)
 	}
 	home := order[0]
-	best, c := v.cheapest(order, x, func(m int) bool { return v.available(m) && v.inFlight(m) <= least+overflowSlack })
-	if v.available(home) && staysHome(v.inFlight(home)-least, v.cost(home, x), c) {
+	best, c := v.cheapest(order, func(m int) bool { return v.available(m) && v.inFlight(m) <= least+overflowSlack })
+	if v.available(home) && staysHome(v.inFlight(home)-least, v.cost(home), c) {
 		return 0
 	}
 	return slices.Index(order, best)

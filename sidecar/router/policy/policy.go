@@ -32,12 +32,11 @@ type Policy struct {
 	// pick makes a decision and its charge one step, so that concurrent
 	// decisions cannot all read an instance as under the threshold.
 	pick sync.Mutex
-	// chain, parent, depths, loads and view are the decision's buffers
-	// (block hashes, the anchor's parent set, the depths it records, the
-	// fleet's loads), reused under pick.
+	// chain, parent, depths and view are the decision's buffers (block
+	// hashes, the anchor's parent set, the depths it records, what it
+	// reads of the fleet), reused under pick.
 	chain          []uint64
 	parent, depths []int
-	loads          []load
 	view           view
 }
 

@@ -45,12 +45,12 @@ func (prefixAware) decide(p *Policy, v *view, key Key, allowed []int) decision {
 func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unrankedTail)) decision {
 	depths := prefixindex.RecordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
-	x := p.expect(key, v.BlockSize, w, depths)
+	v.x = p.expect(key, v.BlockSize, w, depths)
 	pl := p.place(v, w, allowed, key.Model)
 	warming := pl.moved == moveWarm
 	chosen := pl.member
 	if !warming {
-		chosen = v.coldPlacement(w.parent, pl.member, &x)
+		chosen = v.coldPlacement(w.parent, pl.member)
 	}
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != pl.member
@@ -62,15 +62,15 @@ func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(
 	} else {
 		d.order, d.unranked = order(v.table, allowed, w, chosen)
 	}
-	d.order, d.Spill = v.guard(d.order, &d.unranked, &x)
+	d.order, d.Spill = v.guard(d.order, &d.unranked)
 
 	tok := v.Members[d.order[0]].Stat.Token
-	d.MatchChars = x.HitBytes(tok, d.Spill == SpillNone)
-	d.hit = x.HitFraction(tok, d.Spill == SpillNone)
+	d.MatchChars = v.x.HitBytes(tok, d.Spill == SpillNone)
+	d.hit = v.x.HitFraction(tok, d.Spill == SpillNone)
 	// A spill is not remembered, so that the key returns home, where its
 	// cache is, once the overload is over; unless home never had it (see
 	// longAndCold): the prompt then lives only where it went.
-	_, coldAtHome := v.longAndCold(&x, chosen)
+	_, coldAtHome := v.longAndCold(chosen)
 	d.learning = learning{hashes: w.hashes, depths: depths, token: tok, ver: pl.ver,
 		remember: d.Spill == SpillNone || coldAtHome}
 	if warming && d.Spill == SpillNone {

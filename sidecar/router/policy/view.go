@@ -1,18 +1,29 @@
 package policy
 
-// load is one member's counters as a decision reads them.
+import "github.com/warmroute/warmroute/sidecar/router/prefixindex"
+
+// load is what a decision reads of one member's counters on every path:
+// a decision over a whole fleet weighs the loads of all its members. The
+// rest (joining, warm copies) only the placement of a known key reads, of
+// one or two members: joining and warmed.
 type load struct {
 	inFlight, prefill, share int64
-	warmInFlight, warmTokens int64
-	ejected, joining         bool
+	ejected                  bool
 }
 
-// view is all a decision reads of the fleet: the configuration in force
-// and every member's load, read once under the decision lock, so that the
+// view is all a decision reads: the configuration in force, each member's
+// load, read under the decision lock at most once per decision (the first
+// time a rule asks, so a decision over a large fleet reads only the
+// members it weighs), and what the prefix index says each member holds of
+// the request (x, set once the walk has found the request's blocks). The
 // rules of one decision see one fleet and are pure functions of it.
 type view struct {
 	*table
+	x         prefixindex.Match
 	loads     []load
+	read      []uint64 // bit m: loads[m] read in this decision
+	now       int64
+	epoch     int64
 	threshold int64
 	// shareSlack bounds new keys' placement by share (negative: pure
 	// rendezvous); noWarm turns warming off.
@@ -20,41 +31,70 @@ type view struct {
 	noWarm     bool
 }
 
-// look reads the view of t into the policy's buffers (decisions run one at
-// a time, under p.pick).
+// look starts a decision's view of t in the policy's buffers (decisions
+// run one at a time, under p.pick).
 func (p *Policy) look(t *table) *view {
-	now, epoch := p.tuning.Now().UnixNano(), p.shareEpoch.Load()
-	loads := p.loads[:0]
-	for _, m := range t.Members {
-		s := m.Stat
-		joined := s.Joined.Load()
-		loads = append(loads, load{
-			inFlight: s.InFlight.Load(), prefill: s.Prefill.Load(), share: s.Share.Load(),
-			warmInFlight: s.WarmInFlight.Load(), warmTokens: s.WarmTokens.Load(),
-			ejected: s.EjectedUntil.Load() > now, joining: joiningAt(joined, epoch),
-		})
+	v := &p.view
+	n := len(t.Members)
+	if cap(v.loads) < n {
+		v.loads = make([]load, n)
 	}
-	p.loads = loads
-	p.view = view{table: t, loads: loads, threshold: int64(t.Cfg.ConcurrencyThreshold), shareSlack: p.tuning.ShareSlack, noWarm: p.tuning.NoWarm}
-	return &p.view
+	words := (n + 63) / 64
+	if cap(v.read) < words {
+		v.read = make([]uint64, words)
+	}
+	v.loads, v.read = v.loads[:n], v.read[:words]
+	clear(v.read)
+	v.table, v.x = t, prefixindex.Match{}
+	v.now, v.epoch = p.tuning.Now().UnixNano(), p.shareEpoch.Load()
+	v.threshold, v.shareSlack, v.noWarm = int64(t.Cfg.ConcurrencyThreshold), p.tuning.ShareSlack, p.tuning.NoWarm
+	return v
+}
+
+// load is member m's load, read from its counters the first time a
+// decision asks.
+func (v *view) load(m int) *load {
+	l := &v.loads[m]
+	if bit := uint64(1) << (m % 64); v.read[m/64]&bit == 0 {
+		v.read[m/64] |= bit
+		s := v.Members[m].Stat
+		*l = load{
+			inFlight: s.InFlight.Load(), prefill: s.Prefill.Load(), share: s.Share.Load(),
+			ejected: s.EjectedUntil.Load() > v.now,
+		}
+	}
+	return l
+}
+
+// joining reports whether member m joined the fleet lately (joiningAt).
+func (v *view) joining(m int) bool { return joiningAt(v.Members[m].Stat.Joined.Load(), v.epoch) }
+
+// warmed reports whether member m has taken as many warm copies as it may:
+// warmInFlight at once, warmBudget tokens per event.
+func (v *view) warmed(m int) bool {
+	s := v.Members[m].Stat
+	return s.WarmInFlight.Load() >= warmInFlight || s.WarmTokens.Load() >= warmBudget
 }
 
 // available reports whether member m is not ejected.
-func (v *view) available(m int) bool { return !v.loads[m].ejected }
+func (v *view) available(m int) bool { return !v.load(m).ejected }
 
 // full reports whether member m's requests in flight have reached the
 // concurrency threshold. The count is exact: every request of every
 // replica is decided, and released, by one picker.
-func (v *view) full(m int) bool { return v.loads[m].inFlight >= v.threshold }
+func (v *view) full(m int) bool { return v.load(m).inFlight >= v.threshold }
 
 // hasRoom reports whether a spill may go to member m: spillRoom requests
 // of room under the threshold.
-func (v *view) hasRoom(m int) bool { return v.loads[m].inFlight+spillRoom(v.threshold) <= v.threshold }
+func (v *view) hasRoom(m int) bool { return v.load(m).inFlight+spillRoom(v.threshold) <= v.threshold }
 
 // tokenLoad is member m's work ahead of a new request's first token:
 // the prefill it has yet to do, and decodeTokens for each request in
 // flight.
-func (v *view) tokenLoad(m int) int64 { return v.loads[m].prefill + decodeTokens*v.loads[m].inFlight }
+func (v *view) tokenLoad(m int) int64 { l := v.load(m); return l.prefill + decodeTokens*l.inFlight }
+
+func (v *view) inFlight(m int) int64 { return v.load(m).inFlight }
+func (v *view) share(m int) int64    { return v.load(m).share }
 
 // sum adds up a measure over the members in set.
 func (v *view) sum(set []int, measure func(int) int64) int64 {
@@ -64,9 +104,6 @@ func (v *view) sum(set []int, measure func(int) int64) int64 {
 	}
 	return s
 }
-
-func (v *view) inFlight(m int) int64 { return v.loads[m].inFlight }
-func (v *view) share(m int) int64    { return v.loads[m].share }
 
 // averageShare is the members of set's average share of recent decisions.
 func (v *view) averageShare(set []int) float64 {

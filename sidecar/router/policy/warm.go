@@ -43,8 +43,7 @@ type warmPlan struct {
 // target: stay home and warm the target while warming is on, both can
 // serve and the target is within its bounds, else move to it cold (why).
 func (v *view) warmMove(target, home int, why string) (int, string) {
-	l := v.loads[target]
-	if v.noWarm || !v.available(target) || !v.available(home) || l.warmInFlight >= warmInFlight || l.warmTokens >= warmBudget {
+	if v.noWarm || !v.available(target) || !v.available(home) || v.warmed(target) {
 		return target, why
 	}
 	return home, moveWarm
