@@ -108,11 +108,12 @@ func (c *Controller) Epoch() int64 { return c.epoch.Load() }
 // take the capacity freed for the one released.
 func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 
-// Wait queues a request until capacity frees for it (nil: place it now,
-// even if another took the room in between), its deadline passes (a
-// Refusal matching ErrDeadline), it is shed (a Refusal matching ErrShed),
-// or ctx ends (ctx.Err()). It also answers nil at once when capacity freed
-// since the caller read req.Epoch, so that the request tries again.
+// Wait queues a request until capacity frees for it, its deadline passes
+// (a Refusal matching ErrDeadline), it is shed (a Refusal matching
+// ErrShed), or ctx ends (ctx.Err()). On nil the caller places the request
+// at once, even over an instance's threshold if another took the room in
+// between: it waited its turn. Wait also answers nil at once when capacity
+// freed since the caller read req.Epoch, room the request may take.
 func (c *Controller) Wait(ctx context.Context, req Queued) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -44,7 +45,8 @@ func (t Ticket) Settle(actual int64) {
 
 // Limited is a refusal by a rate limit (HTTP 429).
 type Limited struct {
-	// Reason is the limit that refused: ReasonRequests or ReasonTokens.
+	// Reason is the limit that holds the request longer: ReasonRequests or
+	// ReasonTokens.
 	Reason           Reason
 	Requests, Tokens Window
 	// RetryAfter is when both limits have room for the request again.
@@ -129,7 +131,10 @@ func (b *bucket) until(n float64) time.Duration {
 	if b.perMinute == 0 || b.level >= b.need(n) {
 		return 0
 	}
-	return time.Duration((b.need(n) - b.level) / b.perMinute * float64(time.Minute))
+	// Up to the millisecond, so that float rounding never says "now" to a
+	// request that would be refused.
+	ms := math.Ceil((b.need(n) - b.level) / b.perMinute * float64(time.Minute/time.Millisecond))
+	return time.Duration(ms) * time.Millisecond
 }
 
 func (b *bucket) window() Window {
@@ -147,7 +152,7 @@ func (l *limiter) admit(est int64, now time.Time) (Ticket, *Limited) {
 	waitReq, waitTok := l.req.until(1), l.tok.until(float64(est))
 	if waitReq > 0 || waitTok > 0 {
 		r := ReasonRequests
-		if waitReq == 0 {
+		if waitTok > waitReq {
 			r = ReasonTokens
 		}
 		return Ticket{}, &Limited{Reason: r, Requests: l.req.window(), Tokens: l.tok.window(), RetryAfter: max(waitReq, waitTok)}
