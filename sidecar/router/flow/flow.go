@@ -6,10 +6,18 @@
 // picker runs one Controller per endpoint and the limits and shares hold
 // whatever the number of router replicas.
 //
-// The router calls, per request: Admit before placement (the rate limits;
-// no lock and no allocation for a tenant without limits); Clamp and Wait
-// only when no instance that could serve the request has room; Freed when
-// a request ends; Ticket.Settle with the response's usage.
+// Per request, the router:
+//
+//	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
+//	epoch := c.Epoch()
+//	if c.Enabled() && (c.Waiting() > 0 || no instance that could serve it has room) {
+//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch})
+//		// nil: place it now; a *Refusal: its Reason.Status() with Retry-After
+//	}
+//	... c.Freed(1) when it ends; ticket.Settle(usage.total_tokens)
+//
+// Admit takes no lock and allocates nothing for a tenant without limits,
+// and Freed none while nobody is queued.
 package flow
 
 import (
@@ -169,7 +177,8 @@ func (c *Controller) Instrument(m *Metrics) {
 
 // Update swaps in a new configuration. Queued requests stay queued and are
 // re-evaluated: a removed tenant's fall under Default, priorities are
-// clamped to the new ones, and requests over a lowered bound are shed.
+// clamped to the new ones, and requests over a lowered bound are shed. A
+// disabled Config releases them all.
 func (c *Controller) Update(cfg Config) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -191,6 +200,11 @@ func (c *Controller) applyLocked(cfg Config, now time.Time) {
 		}
 	}
 	c.snap.Store(s)
+	if !s.enabled {
+		// Flow control turned off: the router places every request as it
+		// comes, so the queued go now too.
+		c.releaseLocked(c.q.n, now)
+	}
 	c.requeueLocked(s, now)
 	for name := range old.Tenants {
 		if _, kept := cfg.Tenants[name]; !kept {

@@ -286,6 +286,22 @@ func TestReloadRequeues(t *testing.T) {
 	}
 }
 
+// TestDisableReleases: turning flow control off releases the queued, since
+// the router then places every request as it comes.
+func TestDisableReleases(t *testing.T) {
+	q := newQueueing(t, twoTenants(1, 1, 0, 0))
+	q.arrive(many(3, "a", "a", 0, 100)...)
+	q.c.Update(FromDocument(nil))
+	for w, label := range q.labels {
+		if !w.resolved || w.err != nil {
+			t.Errorf("%s: resolved %v with %v, want released", label, w.resolved, w.err)
+		}
+	}
+	if n := q.c.Waiting(); n != 0 {
+		t.Errorf("Waiting %d after flow control was turned off", n)
+	}
+}
+
 // TestWaitOutcomes runs Wait in goroutines, one outcome per row.
 func TestWaitOutcomes(t *testing.T) {
 	cfg := twoTenants(1, 1, 0, 0)

@@ -51,7 +51,9 @@ type Limited struct {
 	Requests, Tokens Window
 	// RetryAfter is when both limits have room for the request again.
 	RetryAfter time.Duration
-	tenant     string
+	// Tenant is the entry the request was counted under (DefaultName for
+	// tenants not listed).
+	Tenant string
 }
 
 func (l *Limited) Error() string {
@@ -59,7 +61,7 @@ func (l *Limited) Error() string {
 	if l.Reason == ReasonTokens {
 		w = l.Tokens
 	}
-	return fmt.Sprintf("rate limit reached for tenant %q: %d %s per minute; retry after %v", l.tenant, w.Limit, l.Reason.unit(), l.RetryAfter)
+	return fmt.Sprintf("rate limit reached for tenant %q: %d %s per minute; retry after %v", l.Tenant, w.Limit, l.Reason.unit(), l.RetryAfter)
 }
 
 // Admit charges a request estimated at estTokens (prompt plus the most it
@@ -73,7 +75,7 @@ func (c *Controller) Admit(tenant string, estTokens int64) (Ticket, *Limited) {
 	}
 	t, l := e.lm.admit(estTokens, c.clock())
 	if l != nil {
-		l.tenant = e.name
+		l.Tenant = e.name
 		e.m.limited(l.Reason)
 		return Ticket{}, l
 	}

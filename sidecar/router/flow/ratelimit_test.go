@@ -151,7 +151,7 @@ func TestRateLimitRules(t *testing.T) {
 		}
 		tk, lim := c.Admit("t", tc.est)
 		if lim != nil {
-			lim.tenant = ""
+			lim.Tenant = ""
 		}
 		switch {
 		case tc.want == nil && lim != nil:
@@ -211,7 +211,7 @@ func TestRateLimitReload(t *testing.T) {
 			t.Fatalf("request %d of Default's 3 refused: %v", i, lim)
 		}
 	}
-	if _, lim := c.Admit("v", 0); lim == nil || lim.tenant != DefaultName {
+	if _, lim := c.Admit("v", 0); lim == nil || lim.Tenant != DefaultName {
 		t.Errorf("a 4th request of an unlisted tenant: %v, want refused by %s's limit", lim, DefaultName)
 	}
 }
