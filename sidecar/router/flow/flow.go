@@ -1,0 +1,251 @@
+// Package flow shares one endpoint between tenants when its fleet is full:
+// per-tenant request and token rate limits (ratelimit.go), and a queue that
+// serves by priority, then weighted fair share in tokens, then earliest
+// deadline (queue.go over the bands of order.go), and sheds the right
+// request when it is full. It is pure Go over plain values, so the elected
+// picker runs one Controller per endpoint and the limits and shares hold
+// whatever the number of router replicas.
+//
+// Per request, the router:
+//
+//	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
+//	epoch := c.Epoch()
+//	if c.Enabled() && (c.Waiting() > 0 || no instance that could serve it has room) {
+//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch})
+//		// nil: place it now; a *Refusal: its Reason.Status() with Retry-After
+//	}
+//	... c.Freed(1) when it ends; ticket.Settle(usage.total_tokens)
+//
+// Admit takes no lock and allocates nothing for a tenant without limits,
+// and Freed none while nobody is queued.
+package flow
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultName names the Default entry in metrics and outcomes. Tenant names
+// never start with '.', so it cannot collide with a listed tenant.
+const DefaultName = ".default"
+
+// Limits are one tenant's share, priority, rates and queue bound.
+type Limits struct {
+	// Weight is the tenant's share of the fleet's tokens while it is full.
+	Weight int
+	// Priority: higher is served first; a request may lower its own.
+	Priority int
+	// RequestsPerMinute and TokensPerMinute: 0 is unlimited.
+	RequestsPerMinute, TokensPerMinute int64
+	// MaxQueued bounds the tenant's queued requests; 0: never queued.
+	MaxQueued int
+}
+
+// Config is an endpoint's flow control. The zero Config is disabled: no
+// limits and no queue.
+type Config struct {
+	// Default applies to every tenant not in Tenants and to requests
+	// without a tenant. They share it as one tenant (one bucket, one queue,
+	// one share), so that minting new tenant names (a trusted header can)
+	// neither escapes the limits nor grows the controller's state.
+	Default Limits
+	Tenants map[string]Limits
+	// QueueTimeout is the longest a request waits in a queue.
+	QueueTimeout time.Duration
+	// MaxQueued bounds the requests queued over all tenants.
+	MaxQueued int
+}
+
+// Enabled says whether flow control is configured; when it is not, the
+// router places requests as it would without it.
+func (c Config) Enabled() bool { return c.QueueTimeout > 0 }
+
+// Validate checks the ranges of the LLMEndpoint API, naming the field.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		if c.MaxQueued != 0 || len(c.Tenants) != 0 {
+			return fmt.Errorf("flowControl: queueTimeout must be set (100ms–10m) when maxQueued or tenants are")
+		}
+		return nil
+	}
+	if c.QueueTimeout < 100*time.Millisecond || c.QueueTimeout > 10*time.Minute {
+		return fmt.Errorf("flowControl.queueTimeout: %v is not in 100ms–10m", c.QueueTimeout)
+	}
+	if c.MaxQueued < 1 || c.MaxQueued > 100000 {
+		return fmt.Errorf("flowControl.maxQueued: %d is not in 1–100000", c.MaxQueued)
+	}
+	if len(c.Tenants) > 256 {
+		return fmt.Errorf("flowControl.tenants: %d entries, at most 256", len(c.Tenants))
+	}
+	if err := c.Default.validate("flowControl.default"); err != nil {
+		return err
+	}
+	for name, l := range c.Tenants {
+		if name == "" || len(name) > 64 || name[0] == '.' {
+			return fmt.Errorf("flowControl.tenants: name %q must be 1–64 characters, not starting with '.'", name)
+		}
+		if err := l.validate(fmt.Sprintf("flowControl.tenants[%q]", name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l Limits) validate(field string) error {
+	for _, r := range []struct {
+		name         string
+		v, low, high int64
+	}{
+		{"weight", int64(l.Weight), 1, 1000},
+		{"priority", int64(l.Priority), -1000, 1000},
+		{"requestsPerMinute", l.RequestsPerMinute, 0, 10_000_000},
+		{"tokensPerMinute", l.TokensPerMinute, 0, 10_000_000_000},
+		{"maxQueued", int64(l.MaxQueued), 0, 10_000},
+	} {
+		if r.v < r.low || r.v > r.high {
+			return fmt.Errorf("%s.%s: %d is not in %d–%d", field, r.name, r.v, r.low, r.high)
+		}
+	}
+	return nil
+}
+
+// Controller runs an endpoint's flow control. Its methods are safe for
+// concurrent use.
+type Controller struct {
+	clock func() time.Time
+	snap  atomic.Pointer[snapshot]
+
+	// waiting counts queued requests (and, for a moment, one arriving);
+	// epoch moves whenever capacity freed that no queued request took.
+	// Freed and Wait read them in opposite orders (see Freed), so a request
+	// that arrives while capacity frees is either released or told to try
+	// placing again, never left waiting for a free instance.
+	waiting, epoch atomic.Int64
+
+	mu      sync.Mutex // guards what follows and the flows' queue state
+	cfg     Config
+	flows   map[string]*flow
+	limits  map[string]*limiter
+	q       order
+	vnow    float64 // virtual time: the start tag of the last request served
+	seq     uint64
+	drain   float64 // seconds between releases, moving average
+	lastOut time.Time
+	metrics *Metrics
+}
+
+// snapshot is what Admit and Clamp read without a lock; Update replaces it.
+type snapshot struct {
+	enabled bool
+	tenants map[string]*entry
+	def     *entry
+}
+
+// entry is one tenant's (or Default's) limits with its persistent state.
+type entry struct {
+	name string
+	lim  Limits
+	lm   *limiter // nil: no rate limit
+	fl   *flow
+	m    *tenantMetrics
+}
+
+func (s *snapshot) lookup(tenant string) *entry {
+	if e, ok := s.tenants[tenant]; ok {
+		return e
+	}
+	return s.def
+}
+
+// New returns a controller running cfg; clock is its time (time.Now in
+// production, a simulated clock in tests).
+func New(cfg Config, clock func() time.Time) *Controller {
+	c := &Controller{clock: clock, flows: map[string]*flow{}, limits: map[string]*limiter{}}
+	c.Update(cfg)
+	return c
+}
+
+// Instrument makes the controller record into m (registered by the caller).
+func (c *Controller) Instrument(m *Metrics) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.metrics = m
+	c.applyLocked(c.cfg, c.clock())
+}
+
+// Update swaps in a new configuration. Queued requests stay queued and are
+// re-evaluated: a removed tenant's fall under Default, priorities are
+// clamped to the new ones, and requests over a lowered bound are shed. A
+// disabled Config releases them all.
+func (c *Controller) Update(cfg Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applyLocked(cfg, c.clock())
+}
+
+func (c *Controller) applyLocked(cfg Config, now time.Time) {
+	old := c.cfg
+	c.cfg = cfg
+	s := &snapshot{enabled: cfg.Enabled(), tenants: make(map[string]*entry, len(cfg.Tenants))}
+	s.def = c.entryLocked(DefaultName, cfg.Default, now)
+	for name, l := range cfg.Tenants {
+		s.tenants[name] = c.entryLocked(name, l, now)
+	}
+	for name := range old.Tenants {
+		if _, kept := cfg.Tenants[name]; !kept {
+			delete(c.limits, name)
+			c.metrics.forget(name)
+		}
+	}
+	c.snap.Store(s)
+	if !s.enabled {
+		// Flow control turned off: the router places every request as it
+		// comes, so the queued go now too.
+		c.releaseLocked(c.q.n, now)
+	}
+	c.requeueLocked(s, now)
+	for name := range old.Tenants {
+		if _, kept := cfg.Tenants[name]; !kept {
+			delete(c.flows, name)
+		}
+	}
+}
+
+// entryLocked builds name's entry, keeping its buckets and virtual time.
+func (c *Controller) entryLocked(name string, l Limits, now time.Time) *entry {
+	e := &entry{name: name, lim: l, m: c.metrics.tenant(name)}
+	if l.RequestsPerMinute > 0 || l.TokensPerMinute > 0 {
+		lm := c.limits[name]
+		if lm == nil {
+			lm = &limiter{}
+			c.limits[name] = lm
+		}
+		lm.set(l.RequestsPerMinute, l.TokensPerMinute, now)
+		e.lm = lm
+	} else {
+		delete(c.limits, name)
+	}
+	f := c.flows[name]
+	if f == nil {
+		f = &flow{name: name}
+		c.flows[name] = f
+	}
+	// A weight below 1 would give the tenant unbounded service; Validate
+	// refuses it, and the controller never divides by it.
+	f.weight = float64(max(l.Weight, 1))
+	f.maxQueued = l.MaxQueued
+	f.m = e.m
+	e.fl = f
+	return e
+}
+
+// Clamp is the priority a request of tenant gets when it asks for
+// requested: its own, never above its tenant's.
+func (c *Controller) Clamp(tenant string, requested int) int {
+	return min(requested, c.snap.Load().lookup(tenant).lim.Priority)
+}
+
+// Enabled says whether flow control is configured (Config.Enabled).
+func (c *Controller) Enabled() bool { return c.snap.Load().enabled }

@@ -1,0 +1,203 @@
+package flow
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"time"
+)
+
+// flow is one tenant's (or Default's) place in the queue, kept across
+// configuration updates by name. Guarded by Controller.mu.
+type flow struct {
+	name      string
+	weight    float64
+	maxQueued int
+	m         *tenantMetrics
+	// vt is the flow's virtual time: the weighted service in tokens it has
+	// had, and so the start tag of its next request (start-time fair
+	// queuing). A flow that becomes backlogged starts no earlier than the
+	// controller's virtual time, so idle tenants bank no credit.
+	vt           float64
+	queued       int
+	queuedTokens int64
+}
+
+// overShare is how far the flow is over its weighted share of the queue:
+// its queued tokens per unit of weight.
+func (f *flow) overShare() float64 { return float64(f.queuedTokens) / f.weight }
+
+// waiter is one queued request.
+type waiter struct {
+	tenant   string // as the request named it, to place it again on Update
+	fl       *flow
+	prio     int
+	tokens   int64
+	deadline time.Time
+	enqueued time.Time
+	seq      uint64
+	fq       *flowQueue // where it is while queued
+
+	done     chan struct{} // closed once err is its outcome
+	err      error
+	resolved bool
+}
+
+// before orders one flow queue: earliest deadline, then first come.
+func (w *waiter) before(o *waiter) bool {
+	if !w.deadline.Equal(o.deadline) {
+		return w.deadline.Before(o.deadline)
+	}
+	return w.seq < o.seq
+}
+
+// flowQueue is one flow's requests of one priority, by deadline. Deadlines
+// are mostly arrival + QueueTimeout, so arrivals append at the end and
+// releases take from the front.
+type flowQueue struct {
+	fl   *flow
+	band *band
+	ws   []*waiter
+}
+
+func (q *flowQueue) insert(w *waiter) {
+	i := sort.Search(len(q.ws), func(i int) bool { return w.before(q.ws[i]) })
+	q.ws = slices.Insert(q.ws, i, w)
+}
+
+func (q *flowQueue) remove(w *waiter) {
+	i := sort.Search(len(q.ws), func(i int) bool { return !q.ws[i].before(w) })
+	if i == 0 {
+		q.ws[0] = nil
+		q.ws = q.ws[1:]
+		return
+	}
+	q.ws = slices.Delete(q.ws, i, i+1)
+}
+
+// band is one priority's flow queues.
+type band struct {
+	prio   int
+	queues []*flowQueue
+}
+
+// order is the queue: bands by priority, highest first.
+type order struct {
+	bands []*band
+	n     int
+}
+
+func (o *order) push(w *waiter) {
+	i := sort.Search(len(o.bands), func(i int) bool { return o.bands[i].prio <= w.prio })
+	if i == len(o.bands) || o.bands[i].prio != w.prio {
+		o.bands = slices.Insert(o.bands, i, &band{prio: w.prio})
+	}
+	b := o.bands[i]
+	var fq *flowQueue
+	for _, q := range b.queues {
+		if q.fl == w.fl {
+			fq = q
+			break
+		}
+	}
+	if fq == nil {
+		fq = &flowQueue{fl: w.fl, band: b}
+		b.queues = append(b.queues, fq)
+	}
+	fq.insert(w)
+	w.fq = fq
+	o.n++
+	w.fl.queued++
+	w.fl.queuedTokens += w.tokens
+	w.fl.m.setQueued(w.fl.queued)
+}
+
+func (o *order) remove(w *waiter) {
+	fq := w.fq
+	fq.remove(w)
+	w.fq = nil
+	o.n--
+	w.fl.queued--
+	w.fl.queuedTokens -= w.tokens
+	w.fl.m.setQueued(w.fl.queued)
+	if len(fq.ws) > 0 {
+		return
+	}
+	b := fq.band
+	b.queues = slices.DeleteFunc(b.queues, func(q *flowQueue) bool { return q == fq })
+	if len(b.queues) == 0 {
+		o.bands = slices.DeleteFunc(o.bands, func(x *band) bool { return x == b })
+	}
+}
+
+// next is the request to serve: the highest priority, then the flow with
+// the least weighted service, then the earliest deadline.
+func (o *order) next() *waiter {
+	if o.n == 0 {
+		return nil
+	}
+	best := o.bands[0].queues[0]
+	for _, q := range o.bands[0].queues[1:] {
+		if q.fl.vt < best.fl.vt || q.fl.vt == best.fl.vt && q.fl.name < best.fl.name {
+			best = q
+		}
+	}
+	return best.ws[0]
+}
+
+// victim is the request to shed first: the lowest priority, then the flow
+// furthest over its weighted share, then the latest deadline.
+func (o *order) victim() *waiter {
+	if o.n == 0 {
+		return nil
+	}
+	low := o.bands[len(o.bands)-1]
+	worst := low.queues[0]
+	for _, q := range low.queues[1:] {
+		if a, b := q.fl.overShare(), worst.fl.overShare(); a > b || a == b && q.fl.name > worst.fl.name {
+			worst = q
+		}
+	}
+	return worst.ws[len(worst.ws)-1]
+}
+
+// victimOf is fl's request to shed first: its lowest priority, then its
+// latest deadline.
+func (o *order) victimOf(fl *flow) *waiter {
+	for i := len(o.bands) - 1; i >= 0; i-- {
+		for _, q := range o.bands[i].queues {
+			if q.fl == fl {
+				return q.ws[len(q.ws)-1]
+			}
+		}
+	}
+	return nil
+}
+
+// expired lists the requests whose deadline is not after now.
+func (o *order) expired(now time.Time) []*waiter {
+	var out []*waiter
+	for _, b := range o.bands {
+		for _, q := range b.queues {
+			for _, w := range q.ws {
+				if w.deadline.After(now) {
+					break
+				}
+				out = append(out, w)
+			}
+		}
+	}
+	return out
+}
+
+// all lists the queued requests in arrival order.
+func (o *order) all() []*waiter {
+	out := make([]*waiter, 0, o.n)
+	for _, b := range o.bands {
+		for _, q := range b.queues {
+			out = append(out, q.ws...)
+		}
+	}
+	slices.SortFunc(out, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}

@@ -1,0 +1,329 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reason says why a request was refused.
+type Reason string
+
+// The reasons, each with its HTTP status (Reason.Status).
+const (
+	// ReasonRequests: the tenant's requests per minute (429).
+	ReasonRequests Reason = "requests"
+	// ReasonTokens: the tenant's tokens per minute (429).
+	ReasonTokens Reason = "tokens"
+	// ReasonTenantQueueFull: the tenant has its maxQueued queued (429).
+	ReasonTenantQueueFull Reason = "tenant_queue_full"
+	// ReasonNotQueued: the tenant's maxQueued is 0 and the fleet is full (503).
+	ReasonNotQueued Reason = "not_queued"
+	// ReasonPressure: the queue over all tenants was full and this request
+	// ranked lowest (503).
+	ReasonPressure Reason = "pressure"
+	// ReasonDeadline: the request waited its deadline out (503).
+	ReasonDeadline Reason = "deadline"
+)
+
+// Status is the HTTP status a request refused for r is answered with: 429
+// when the tenant is over its own limits, 503 when the endpoint is.
+func (r Reason) Status() int {
+	switch r {
+	case ReasonRequests, ReasonTokens, ReasonTenantQueueFull:
+		return 429
+	}
+	return 503
+}
+
+func (r Reason) unit() string {
+	if r == ReasonTokens {
+		return "tokens"
+	}
+	return "requests"
+}
+
+var (
+	// ErrShed matches a Refusal that shed a request from the queue.
+	ErrShed = errors.New("shed from the queue")
+	// ErrDeadline matches a Refusal of a request that waited its deadline out.
+	ErrDeadline = errors.New("queue deadline passed")
+)
+
+// Refusal is Wait's answer for a request it did not release.
+type Refusal struct {
+	Reason Reason
+	// Tenant is the entry the request was counted under (DefaultName for
+	// tenants not listed).
+	Tenant string
+	// RetryAfter is the time the queue would take to drain at its recent
+	// pace, at least a second and at most the queue timeout.
+	RetryAfter time.Duration
+}
+
+func (r *Refusal) Error() string {
+	switch r.Reason {
+	case ReasonTenantQueueFull:
+		return fmt.Sprintf("too many requests queued for tenant %q; retry after %v", r.Tenant, r.RetryAfter)
+	case ReasonNotQueued:
+		return fmt.Sprintf("the endpoint is at capacity and tenant %q is not queued; retry after %v", r.Tenant, r.RetryAfter)
+	case ReasonPressure:
+		return fmt.Sprintf("the endpoint's queue is full; retry after %v", r.RetryAfter)
+	case ReasonDeadline:
+		return fmt.Sprintf("the endpoint stayed at capacity for the request's whole queue timeout; retry after %v", r.RetryAfter)
+	}
+	return fmt.Sprintf("refused (%s); retry after %v", r.Reason, r.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrDeadline) true for a deadline and
+// errors.Is(err, ErrShed) for the other refusals.
+func (r *Refusal) Is(target error) bool {
+	if r.Reason == ReasonDeadline {
+		return target == ErrDeadline
+	}
+	return target == ErrShed
+}
+
+// Queued is a request that found no instance with room.
+type Queued struct {
+	Tenant string
+	// Priority is the request's own (Clamp); Wait clamps it again.
+	Priority int
+	// Tokens is the request's estimate, its cost to its tenant's share.
+	Tokens int64
+	// Deadline is the caller's own, zero for none; the request waits until
+	// it or QueueTimeout from now, whichever is sooner.
+	Deadline time.Time
+	// Epoch is Controller.Epoch read before the placement that failed.
+	Epoch int64
+}
+
+// Epoch changes whenever capacity frees that no queued request takes; a
+// request reads it before trying to place, and passes it to Wait.
+func (c *Controller) Epoch() int64 { return c.epoch.Load() }
+
+// Waiting is the number of queued requests. While it is above 0 the router
+// queues an arriving request even if an instance has room, so that it does
+// not jump the queue for capacity freed for a queued one.
+func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
+
+// Wait queues a request until capacity frees for it, its deadline passes
+// (a Refusal matching ErrDeadline), it is shed (a Refusal matching
+// ErrShed), or ctx ends (ctx.Err()). On nil the caller places the request
+// at once, even over an instance's threshold if another took the room in
+// between: it waited its turn. Wait also answers nil at once when capacity
+// freed since the caller read req.Epoch, room the request may take.
+func (c *Controller) Wait(ctx context.Context, req Queued) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	w, now, err := c.arriveLocked(req)
+	c.mu.Unlock()
+	if w == nil {
+		return err
+	}
+
+	timer := time.NewTimer(w.deadline.Sub(now))
+	defer timer.Stop()
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return c.leave(w, ctx.Err())
+	case <-timer.C:
+		return c.leave(w, nil)
+	}
+}
+
+// arriveLocked queues req, or answers it at once: nil to try placing again
+// (the epoch moved), or a Refusal.
+func (c *Controller) arriveLocked(req Queued) (*waiter, time.Time, error) {
+	// Counted before the epoch is read, the reverse of Freed.
+	c.waiting.Add(1)
+	if c.epoch.Load() != req.Epoch {
+		c.waiting.Add(-1)
+		return nil, time.Time{}, nil
+	}
+	now := c.clock()
+	e := c.snap.Load().lookup(req.Tenant)
+	w := &waiter{tenant: req.Tenant, fl: e.fl, prio: min(req.Priority, e.lim.Priority), tokens: max(req.Tokens, 0),
+		deadline: now.Add(c.cfg.QueueTimeout), done: make(chan struct{})}
+	if !req.Deadline.IsZero() && req.Deadline.Before(w.deadline) {
+		w.deadline = req.Deadline
+	}
+	var refused *Refusal
+	if !w.deadline.After(now) {
+		refused = c.refusalLocked(ReasonDeadline, e.fl)
+	} else {
+		refused = c.enqueueLocked(w, now)
+	}
+	if refused != nil {
+		c.waiting.Add(-1)
+		return nil, now, refused
+	}
+	return w, now, nil
+}
+
+// leave answers a waiter whose client went (gone) or whose timer fired
+// (gone nil), unless it was answered in the meantime.
+func (c *Controller) leave(w *waiter, gone error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock()
+	switch {
+	case w.resolved && w.err == nil && gone != nil:
+		// Released as its client left: the capacity is the next one's.
+		if c.releaseLocked(1, now) == 0 {
+			c.epoch.Add(1)
+		}
+		return gone
+	case w.resolved:
+		return w.err
+	case gone == nil:
+		c.shedLocked(w, ReasonDeadline)
+		return w.err
+	}
+	c.q.remove(w)
+	c.waiting.Add(-1)
+	c.resolve(w, gone)
+	return gone
+}
+
+// Freed says that n requests' worth of capacity freed: the next n queued
+// requests are released to place themselves. With nobody queued it takes
+// no lock.
+func (c *Controller) Freed(n int) {
+	if n <= 0 {
+		return
+	}
+	// Epoch moved before waiting is read, the reverse of Wait: either Wait
+	// sees the new epoch or this sees its request counted.
+	if c.waiting.Load() == 0 {
+		c.epoch.Add(1)
+		if c.waiting.Load() == 0 {
+			return
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.releaseLocked(n, c.clock()) < n {
+		c.epoch.Add(1)
+	}
+}
+
+// enqueueLocked queues w, or refuses it; to make room under the bound over
+// all tenants it sheds whichever ranks lowest, w included.
+func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
+	c.expireLocked(now)
+	fl := w.fl
+	if fl.queued >= fl.maxQueued {
+		r := ReasonTenantQueueFull
+		if fl.maxQueued == 0 {
+			r = ReasonNotQueued
+		}
+		return c.refusalLocked(r, fl)
+	}
+	if fl.queued == 0 {
+		fl.vt = max(fl.vt, c.vnow)
+	}
+	c.seq++
+	w.seq, w.enqueued = c.seq, now
+	c.q.push(w)
+	if c.q.n > c.cfg.MaxQueued {
+		if v := c.q.victim(); v != w {
+			c.shedLocked(v, ReasonPressure)
+		} else {
+			c.q.remove(w)
+			return c.refusalLocked(ReasonPressure, fl)
+		}
+	}
+	return nil
+}
+
+// releaseLocked releases up to n queued requests in order and charges each
+// to its flow's virtual time; it returns how many it released.
+func (c *Controller) releaseLocked(n int, now time.Time) int {
+	c.expireLocked(now)
+	released := 0
+	for ; released < n && c.q.n > 0; released++ {
+		w := c.q.next()
+		c.q.remove(w)
+		c.waiting.Add(-1)
+		c.vnow = max(c.vnow, w.fl.vt)
+		w.fl.vt += float64(max(w.tokens, 1)) / w.fl.weight
+		w.fl.m.waited(now.Sub(w.enqueued))
+		if !c.lastOut.IsZero() {
+			// A moving average over about ten releases: recent enough to
+			// follow the fleet's pace, long enough to ride out one burst.
+			c.drain = 0.9*c.drain + 0.1*now.Sub(c.lastOut).Seconds()
+		}
+		c.lastOut = now
+		c.resolve(w, nil)
+	}
+	return released
+}
+
+func (c *Controller) expireLocked(now time.Time) {
+	for _, w := range c.q.expired(now) {
+		c.shedLocked(w, ReasonDeadline)
+	}
+}
+
+// shedLocked takes a queued request out and answers it r.
+func (c *Controller) shedLocked(w *waiter, r Reason) {
+	c.q.remove(w)
+	c.waiting.Add(-1)
+	c.resolve(w, c.refusalLocked(r, w.fl))
+}
+
+func (c *Controller) resolve(w *waiter, err error) {
+	w.err, w.resolved = err, true
+	close(w.done)
+}
+
+// refusalLocked answers a request of fl refused for r, and counts it.
+func (c *Controller) refusalLocked(r Reason, fl *flow) *Refusal {
+	fl.m.shed(r)
+	retry := time.Duration(float64(c.q.n) * c.drain * float64(time.Second))
+	if c.lastOut.IsZero() {
+		retry = c.cfg.QueueTimeout // nothing released yet: no pace to go by
+	}
+	return &Refusal{Reason: r, Tenant: fl.name, RetryAfter: min(max(retry, time.Second), max(c.cfg.QueueTimeout, time.Second))}
+}
+
+// requeueLocked places every queued request again under s: its tenant's
+// entry now (Default for a tenant removed), its priority clamped to the
+// entry's, and sheds what is over the new bounds.
+func (c *Controller) requeueLocked(s *snapshot, now time.Time) {
+	ws := c.q.all()
+	c.q = order{}
+	for _, fl := range c.flows {
+		fl.queued, fl.queuedTokens = 0, 0
+		fl.m.setQueued(0)
+	}
+	for _, w := range ws {
+		e := s.lookup(w.tenant)
+		if e.fl.queued == 0 && e.fl != w.fl {
+			e.fl.vt = max(e.fl.vt, c.vnow)
+		}
+		w.fl, w.prio = e.fl, min(w.prio, e.lim.Priority)
+		c.q.push(w)
+	}
+	for _, w := range ws {
+		if fl := w.fl; fl.queued > fl.maxQueued && w.fq != nil {
+			r := ReasonTenantQueueFull
+			if fl.maxQueued == 0 {
+				r = ReasonNotQueued
+			}
+			for fl.queued > fl.maxQueued {
+				c.shedLocked(c.q.victimOf(fl), r)
+			}
+		}
+	}
+	for c.q.n > c.cfg.MaxQueued {
+		c.shedLocked(c.q.victim(), ReasonPressure)
+	}
+	c.expireLocked(now)
+}

@@ -1,0 +1,177 @@
+package flow
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Window is one rate limit's state as OpenAI's x-ratelimit-* headers carry
+// it. A zero Limit is no limit.
+type Window struct {
+	// Limit per minute (x-ratelimit-limit-requests, -tokens).
+	Limit int64
+	// Remaining now (x-ratelimit-remaining-*).
+	Remaining int64
+	// Reset is the time until the limit is whole again
+	// (x-ratelimit-reset-*).
+	Reset time.Duration
+}
+
+// Ticket is an admitted request's claim on its tenant's limits.
+type Ticket struct {
+	// Requests and Tokens are the tenant's limits after this request, for
+	// the response's x-ratelimit-* headers.
+	Requests, Tokens Window
+	e                *entry
+	est              int64
+}
+
+// Settle corrects the tenant's tokens with the request's actual usage
+// (prompt and completion), refunding or charging the difference from the
+// estimate Admit charged. Call it once per admitted request, with the
+// estimate when the response carried no usage.
+func (t Ticket) Settle(actual int64) {
+	if t.e == nil {
+		return
+	}
+	actual = max(actual, 0)
+	t.e.m.admitted(actual)
+	if t.e.lm != nil && actual != t.est {
+		t.e.lm.settle(actual - t.est)
+	}
+}
+
+// Limited is a refusal by a rate limit (HTTP 429).
+type Limited struct {
+	// Reason is the limit that holds the request longer: ReasonRequests or
+	// ReasonTokens.
+	Reason           Reason
+	Requests, Tokens Window
+	// RetryAfter is when both limits have room for the request again.
+	RetryAfter time.Duration
+	// Tenant is the entry the request was counted under (DefaultName for
+	// tenants not listed).
+	Tenant string
+}
+
+func (l *Limited) Error() string {
+	w := l.Requests
+	if l.Reason == ReasonTokens {
+		w = l.Tokens
+	}
+	return fmt.Sprintf("rate limit reached for tenant %q: %d %s per minute; retry after %v", l.Tenant, w.Limit, l.Reason.unit(), l.RetryAfter)
+}
+
+// Admit charges a request estimated at estTokens (prompt plus the most it
+// may generate) to its tenant's limits, or says which limit refuses it and
+// until when. A tenant without limits takes no lock and allocates nothing.
+func (c *Controller) Admit(tenant string, estTokens int64) (Ticket, *Limited) {
+	e := c.snap.Load().lookup(tenant)
+	estTokens = max(estTokens, 0)
+	if e.lm == nil {
+		return Ticket{e: e, est: estTokens}, nil
+	}
+	t, l := e.lm.admit(estTokens, c.clock())
+	if l != nil {
+		l.Tenant = e.name
+		e.m.limited(l.Reason)
+		return Ticket{}, l
+	}
+	t.e, t.est = e, estTokens
+	return t, nil
+}
+
+// limiter is one tenant's two token buckets, under one lock so that a
+// request takes from both or from neither.
+type limiter struct {
+	mu       sync.Mutex
+	req, tok bucket
+}
+
+// bucket refills continuously at perMinute/60 s up to one minute's worth:
+// under sustained load it admits perMinute a minute, and a tenant idle for
+// a minute may spend a whole minute's worth at once.
+type bucket struct {
+	perMinute float64 // 0: unlimited
+	level     float64 // may go below 0 after Settle charges a difference
+	last      time.Time
+}
+
+func (l *limiter) set(rpm, tpm int64, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.req.set(rpm, now)
+	l.tok.set(tpm, now)
+}
+
+func (b *bucket) set(perMinute int64, now time.Time) {
+	if b.perMinute == 0 {
+		b.level = float64(perMinute) // newly limited: a whole minute's worth
+	} else {
+		b.refill(now)
+		b.level = min(b.level, float64(perMinute))
+	}
+	b.perMinute, b.last = float64(perMinute), now
+}
+
+func (b *bucket) refill(now time.Time) {
+	if dt := now.Sub(b.last).Seconds(); dt > 0 {
+		b.level = min(b.perMinute, b.level+b.perMinute*dt/60)
+		b.last = now
+	}
+}
+
+// need is what a request of n units must find in the bucket: n, or a
+// whole bucket for one larger than a minute's worth, which would otherwise
+// never pass (it then leaves the bucket in debt).
+func (b *bucket) need(n float64) float64 { return min(n, b.perMinute) }
+
+// until is how long until the bucket holds n.
+func (b *bucket) until(n float64) time.Duration {
+	if b.perMinute == 0 || b.level >= b.need(n) {
+		return 0
+	}
+	// Up to the millisecond, so that float rounding never says "now" to a
+	// request that would be refused.
+	ms := math.Ceil((b.need(n) - b.level) / b.perMinute * float64(time.Minute/time.Millisecond))
+	return time.Duration(ms) * time.Millisecond
+}
+
+func (b *bucket) window() Window {
+	if b.perMinute == 0 {
+		return Window{}
+	}
+	return Window{Limit: int64(b.perMinute), Remaining: max(int64(b.level), 0), Reset: b.until(b.perMinute)}
+}
+
+func (l *limiter) admit(est int64, now time.Time) (Ticket, *Limited) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.req.refill(now)
+	l.tok.refill(now)
+	waitReq, waitTok := l.req.until(1), l.tok.until(float64(est))
+	if waitReq > 0 || waitTok > 0 {
+		r := ReasonRequests
+		if waitTok > waitReq {
+			r = ReasonTokens
+		}
+		return Ticket{}, &Limited{Reason: r, Requests: l.req.window(), Tokens: l.tok.window(), RetryAfter: max(waitReq, waitTok)}
+	}
+	if l.req.perMinute > 0 {
+		l.req.level--
+	}
+	if l.tok.perMinute > 0 {
+		l.tok.level -= float64(est)
+	}
+	return Ticket{Requests: l.req.window(), Tokens: l.tok.window()}, nil
+}
+
+func (l *limiter) settle(diff int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tok.perMinute > 0 {
+		l.tok.level = min(l.tok.perMinute, l.tok.level-float64(diff))
+	}
+}
