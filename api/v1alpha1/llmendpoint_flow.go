@@ -36,7 +36,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // claim, so the limits bind honest clients only.
 type FlowControl struct {
 	// default applies to every tenant not listed in tenants, and to
-	// requests without a tenant.
+	// requests without a tenant, as one tenant: they share one rate limit,
+	// one queue and one share, so that a client inventing tenant ids
+	// escapes nothing.
 	// +kubebuilder:default={}
 	// +optional
 	Default TenantFlow `json:"default,omitempty"`

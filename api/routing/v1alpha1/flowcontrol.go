@@ -47,7 +47,7 @@ const (
 // field is filled in by the operator: the routers never default.
 type FlowControl struct {
 	// Default applies to every tenant not in Tenants, and to requests
-	// without a tenant.
+	// without a tenant, as one tenant shared between them.
 	Default TenantLimits `json:"default"`
 	// Tenants are the tenants with limits of their own, by tenant id.
 	Tenants map[string]TenantLimits `json:"tenants,omitempty"`
