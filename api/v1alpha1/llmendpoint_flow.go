@@ -22,9 +22,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // flowcontrol.go), repeated as literals because markers must be; the CRD's
 // tests check the API server against those constants. Bounds are CEL rules
 // rather than minimum/maximum so that the message states the whole range:
-// the API server prefixes it with the field's path, e.g.
-// "spec.router.flowControl.tenants[0].weight: Invalid value: "integer":
-// must be between 1 and 1000".
+// the API server prefixes it with the field's path and the value, e.g.
+// "spec.router.flowControl.tenants[0].weight: Invalid value: 0: must be
+// between 1 and 1000".
 
 // FlowControl shares the endpoint between tenants when it is full. While
 // some instance that could serve a request has room, nothing changes: no
