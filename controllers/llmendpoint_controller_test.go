@@ -357,7 +357,7 @@ var _ = Describe("LLMEndpoint validation", func() {
 	It("accepts every sample", func() {
 		files, err := filepath.Glob(filepath.Join("..", "config", "samples", "serving_v1alpha1_*.yaml"))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(files).To(HaveLen(4))
+		Expect(files).To(HaveLen(5))
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			Expect(err).NotTo(HaveOccurred())

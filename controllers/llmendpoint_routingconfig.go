@@ -100,9 +100,10 @@ func buildRoutingDocument(ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placement
 			PrefixLength:         int(ptr.Deref(routingSpec.PrefixAware.PrefixLength, routing.DefaultPrefixLength)),
 			ConcurrencyThreshold: int(v1alpha1.ConcurrencyThreshold(ep)),
 		},
-		HashSeed:  hashSeed(ep),
-		Instances: instances,
-		Adapters:  adapters,
+		HashSeed:    hashSeed(ep),
+		Instances:   instances,
+		Adapters:    adapters,
+		FlowControl: buildFlowControl(ep.Spec.Router.FlowControl),
 	}
 }
 

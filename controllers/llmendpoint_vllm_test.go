@@ -154,6 +154,13 @@ func checkGolden(t *testing.T, path string, obj any) {
 	if err != nil {
 		t.Fatalf("marshal: %v", err)
 	}
+	checkGoldenBytes(t, path, got)
+}
+
+// checkGoldenBytes compares got with the golden file at path, or rewrites
+// the file under -update.
+func checkGoldenBytes(t *testing.T, path string, got []byte) {
+	t.Helper()
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)

@@ -333,6 +333,7 @@ func specWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 	}
 	w = append(w, trustedHeaderWarnings(e)...)
 	w = append(w, inferencePoolWarnings(e)...)
+	w = append(w, flowControlWarnings(e)...)
 	return append(w, exposureWarnings(e)...)
 }
 

@@ -443,6 +443,20 @@ var _ = Describe("LLMEndpoint admission", func() {
 			Expect(warnings).To(ConsistOf(HavePrefix("spec.model.resources: nvidia.com/gpu is ignored")))
 		})
 
+		It("warns that flow control without auth binds only honest clients, and about tenants the auth never yields", func() {
+			e := endpoint(ns, "unauthenticated-flow")
+			e.Spec.Router.FlowControl = &servingv1alpha1.FlowControl{Tenants: []servingv1alpha1.TenantFlowEntry{{Name: "team-a"}}}
+			warnings, err := create(e)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix("spec.router.flowControl: without spec.router.auth"), ContainSubstring("honest clients"))))
+
+			e.Spec.Router.Auth = &servingv1alpha1.RouterAuth{Mode: servingv1alpha1.RouterAuthAPIKeys, APIKeys: &servingv1alpha1.APIKeysAuth{SecretName: "team-keys"}}
+			e.Spec.Router.FlowControl.Tenants = append(e.Spec.Router.FlowControl.Tenants, servingv1alpha1.TenantFlowEntry{Name: "team b"})
+			warnings, err = update(e)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(warnings).To(ConsistOf(And(HavePrefix(`spec.router.flowControl.tenants[1].name: "team b" can never be a tenant`), ContainSubstring("APIKeys"))))
+		})
+
 		It("warns when an adapter asks for more instances than there are", func() {
 			e := endpoint(ns, "greedy-adapter")
 			e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "sql", URI: "org/sql-lora", Replicas: ptr.To[int32](5)}}
@@ -572,6 +586,9 @@ var _ = Describe("LLMEndpoint admission", func() {
 			Entry("an empty Hugging Face id", func(e *servingv1alpha1.LLMEndpoint) {
 				e.Spec.Model.URI = "hf://"
 			}, "spec.model.uri", "must be a Hugging Face id"),
+			Entry("a flow-control weight of 0", func(e *servingv1alpha1.LLMEndpoint) {
+				e.Spec.Router.FlowControl = &servingv1alpha1.FlowControl{Tenants: []servingv1alpha1.TenantFlowEntry{{Name: "a", TenantFlow: servingv1alpha1.TenantFlow{Weight: ptr.To[int32](0)}}}}
+			}, "spec.router.flowControl.tenants[0].weight", "must be between 1 and 1000"),
 			Entry("a claim name that is no PVC name", func(e *servingv1alpha1.LLMEndpoint) {
 				e.Spec.LoRAAdapters = []servingv1alpha1.LoRAAdapter{{Name: "sql", URI: "pvc://Adapters_1/sql"}}
 			}, "spec.loraAdapters[0].uri", "must be a Hugging Face id"),

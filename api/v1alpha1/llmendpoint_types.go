@@ -43,6 +43,7 @@ import (
 // +kubebuilder:printcolumn:name="Load",type=string,JSONPath=`.status.load.inFlightPerInstance`,description="Requests in flight per ready instance"
 // +kubebuilder:printcolumn:name="Hit%",type=integer,JSONPath=`.status.load.prefixCacheHitPercent`,description="Prefix-cache hit rate over the last minute, percent"
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`,priority=1
+// +kubebuilder:printcolumn:name="MaxQueued",type=integer,JSONPath=`.spec.router.flowControl.maxQueued`,description="Requests queued over all tenants at most when the fleet is full (spec.router.flowControl); empty: flow control off",priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 55",message="metadata.name must be at most 55 characters: it prefixes the names of the objects the operator creates"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): it names the endpoint's Service"
@@ -488,6 +489,12 @@ type RouterSpec struct {
 	// whatever clients claim.
 	// +optional
 	Auth *RouterAuth `json:"auth,omitempty"`
+
+	// flowControl shares the endpoint between tenants when it is full
+	// (FlowControl): weights, priorities, rate limits and a queue per
+	// tenant. Unset: no queue and no limits.
+	// +optional
+	FlowControl *FlowControl `json:"flowControl,omitempty"`
 }
 
 // Condition types of an LLMEndpoint.

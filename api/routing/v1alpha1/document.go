@@ -87,6 +87,11 @@ type Document struct {
 	Instances []Instance `json:"instances"`
 	// Adapters are the LoRA adapters and the instances that hold them.
 	Adapters []Adapter `json:"adapters,omitempty"`
+	// FlowControl shares the fleet between tenants when it is full; nil:
+	// no queue and no limits. A router older than the field refuses a
+	// document that sets it (strict decoding) and keeps the last one it
+	// could read.
+	FlowControl *FlowControl `json:"flowControl,omitempty"`
 }
 
 // PrefixAware holds the prefix-aware routing parameters.
@@ -249,6 +254,11 @@ func (d *Document) Validate() error {
 			if !ids[id] {
 				errs = append(errs, fmt.Errorf("adapters[%d].ready[%d]: %q is not an instance", i, j, id))
 			}
+		}
+	}
+	if d.FlowControl != nil {
+		if err := d.FlowControl.Validate("flowControl"); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {

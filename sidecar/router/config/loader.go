@@ -82,7 +82,8 @@ func (l *Loader) Offer(src Source, data []byte) (string, error) {
 	}
 	l.observe(Applied)
 	l.Log.Info("routing document applied", "source", src, "endpoint", doc.Endpoint, "generation", doc.Generation,
-		"strategy", doc.Strategy, "instances", len(doc.Instances), "adapters", len(doc.Adapters))
+		"strategy", doc.Strategy, "instances", len(doc.Instances), "adapters", len(doc.Adapters),
+		"flowControl", doc.FlowControl != nil)
 	return Applied, nil
 }
 
