@@ -3,6 +3,7 @@ package flow
 import (
 	"bytes"
 	"encoding/json"
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestFromDocument(t *testing.T) {
 		"queueTimeoutMillis": 30000, "maxQueued": 1000}`
 	dec := json.NewDecoder(bytes.NewReader([]byte(doc)))
 	dec.DisallowUnknownFields()
-	var d DocumentFlowControl
+	var d routing.FlowControl
 	if err := dec.Decode(&d); err != nil {
 		t.Fatal(err)
 	}
