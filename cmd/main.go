@@ -50,7 +50,7 @@ import (
 // tag is the release whose `vllm serve` command line the simulator speaks
 // (vllmsim.PinnedRelease), and config/manager's RELATED_IMAGE_VLLM, from
 // which the Helm chart and the OLM bundle are generated, names the same
-// image: main_test.go holds all three equal. README "Install" says how to
+// image: main_test.go holds all three equal. docs/install.md says how to
 // move it.
 const (
 	defaultVLLMImage   = "docker.io/vllm/vllm-openai:v0.30.0"
@@ -86,7 +86,7 @@ func main() {
 	flag.StringVar(&routerImage, "router-image", defaultRouterImage, "Router image for endpoints whose spec.router.image is empty.")
 	var pods podFlags
 	pods.bind(flag.CommandLine)
-	flag.StringVar(&watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv), "Namespaces (comma-separated) whose LLMEndpoints the operator reconciles, and the only ones it reads or writes; empty: every namespace. Default $"+watchNamespacesEnv+". Its RBAC must match: see README, \"Namespaced mode\".")
+	flag.StringVar(&watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv), "Namespaces (comma-separated) whose LLMEndpoints the operator reconciles, and the only ones it reads or writes; empty: every namespace. Default $"+watchNamespacesEnv+". Its RBAC must match: see docs/install.md, \"Namespaced mode\".")
 	flag.IntVar(&maxConcurrentReconciles, "max-concurrent-reconciles", 4, "LLMEndpoints reconciled in parallel.")
 	var metricsAPI metricsAPIFlags
 	metricsAPI.bind(flag.CommandLine)

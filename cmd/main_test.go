@@ -25,7 +25,7 @@ func TestVLLMImagePinnedOnce(t *testing.T) {
 		t.Fatalf("default vLLM image %q has no tag", defaultVLLMImage)
 	}
 	if tag != vllmsim.PinnedRelease {
-		t.Errorf("default vLLM image %s, but the simulator speaks vLLM %s: move both (README, Install)", defaultVLLMImage, vllmsim.PinnedRelease)
+		t.Errorf("default vLLM image %s, but the simulator speaks vLLM %s: move both (docs/install.md)", defaultVLLMImage, vllmsim.PinnedRelease)
 	}
 	if older, known := webhooks.OlderThanSupported(defaultVLLMImage); !known || older {
 		t.Errorf("default vLLM image %s is not a known release at least %s", defaultVLLMImage, webhooks.OldestVLLMRelease)

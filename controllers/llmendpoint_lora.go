@@ -277,7 +277,7 @@ func buildLoRAAgentServiceAccount(ep *v1alpha1.LLMEndpoint) *corev1.ServiceAccou
 // name: to grant one the operator would have to read Secrets itself (RBAC
 // lets no one grant what it does not hold), and it reads none. The owner
 // of a credentials Secret grants the agent's ServiceAccount get on it
-// (README, "Adapters in object storage").
+// (docs/lora.md, "Adapters in object storage").
 func buildLoRAAgentRole(ep *v1alpha1.LLMEndpoint) *rbacv1.Role {
 	return newRole(objectMeta(ep, loraAgentName(ep), roleVLLM, "vllm"), readRoutingConfigMap(ep), rbacv1.PolicyRule{
 		APIGroups: []string{""},

@@ -71,7 +71,7 @@ func (r *Report) fromZeroMarkdown(b *strings.Builder) {
 		"Times are wall-clock, as the load is (the simulator runs at time scale 1), on the activation clock that starts when the first request is sent.\n\n",
 		r.Workload[NameFromZero].Description, ms(fromZeroPoll), load, ms(fromZeroPoll))
 	p("**What this leaves out:** the router's Lease stamp and the operator's watch on it, the operator's scale patch through the scale subresource, scheduling, the image pull and container start, " +
-		"the kubelet's startup and readiness probes (every 10 s, then every 5 s: in a cluster each can add up to its period to the first token; README, \"Scale to zero\"), " +
+		"the kubelet's startup and readiness probes (every 10 s, then every 5 s: in a cluster each can add up to its period to the first token; docs/operations.md, \"Scale to zero\"), " +
 		"and the routers reading the routing ConfigMap through the API server rather than a file. The end-to-end spec (`test/e2e/scaletozero_test.go`) covers the operator's side, without a model load.\n\n")
 	p("**The first request**, which arrives at zero and asks for the instance: its TTFT less the load, split into when the harness noticed the activation, the simulator's start to answering `/health` less the load (process start, bind, and up to one poll), the write of the routing document, and from then to the first token (the router's reload, dispatch of the held queue, and the engine's queueing and prefill, given apart). " +
 		"The router releases the held requests in arrival order, but each is forwarded by its own handler, so they reach the instance in any order: " +

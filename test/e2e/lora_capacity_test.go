@@ -107,7 +107,7 @@ var _ = Describe("LoRA adapters with binding capacity", Ordered, func() {
 		}
 		Expect(env.Client.Create(ctx, secret)).To(Succeed())
 		DeferCleanup(func() { _ = env.Client.Delete(context.Background(), secret) })
-		// The grant the README asks of the Secret's owner: the operator
+		// The grant docs/lora.md asks of the Secret's owner: the operator
 		// holds no Secret read, so it cannot give the agents one.
 		for _, args := range [][]string{
 			{"create", "role", "adapter-store-reader", "--verb=get", "--resource=secrets", "--resource-name=" + adapterStore},
