@@ -87,9 +87,12 @@ controlplane: ## Build (or find cached) etcd, kube-apiserver, kube-controller-ma
 .PHONY: test
 test: vet verify-generated controlplane test-unit test-fuzz test-e2e test-node ## Run every test: unit, integration (real API server), fuzz smoke, end-to-end (KWOK and real node).
 
+# The router's packages run under the race detector: requests, the picker's
+# counters, config reloads and leases share state across goroutines there.
 .PHONY: test-unit
-test-unit: controlplane node helm kustomize ## Run unit and integration tests (real API server from the local control plane; the install tests use bin/helm and bin/kustomize; test/localcluster starts a real node once).
-	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/node)
+test-unit: controlplane node helm kustomize ## Run unit and integration tests (real API server from the local control plane; the install tests use bin/helm and bin/kustomize; test/localcluster starts a real node once); the router's with -race.
+	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" go test $(GOTEST_FLAGS) $$(go list ./... | grep -v -e /test/e2e -e /test/node -e /warmroute/sidecar/)
+	go test -race $(GOTEST_FLAGS) ./sidecar/...
 
 .PHONY: test-fuzz
 test-fuzz: ## Run each fuzz target for FUZZTIME.
