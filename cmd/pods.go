@@ -87,8 +87,11 @@ func (f *podFlags) apply(cfg *rest.Config, opts *controllers.Options, scraping b
 		return nil
 	}
 	sel, err := labels.ConvertSelectorToLabelsMap(f.podLabels)
-	if err != nil || len(sel) == 0 {
-		return fmt.Errorf("--operator-pod-labels=%q: want key=value,... (%v)", f.podLabels, err)
+	if err != nil {
+		return fmt.Errorf("--operator-pod-labels=%q: want key=value,...: %w", f.podLabels, err)
+	}
+	if len(sel) == 0 {
+		return fmt.Errorf("--operator-pod-labels=%q: want key=value,...: no label given", f.podLabels)
 	}
 	opts.MetricsScraper = &networkingv1.NetworkPolicyPeer{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: f.namespace}},

@@ -582,7 +582,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		summary := fmt.Sprintf("%d changes: median %v, p90 %v, max %v", len(latencies),
 			latencies[len(latencies)/2], latencies[len(latencies)*9/10], latencies[len(latencies)-1])
 		AddReportEntry("routing ConfigMap propagation", summary)
-		fmt.Fprintf(GinkgoWriter, "routing ConfigMap propagation: %s\n", summary)
+		GinkgoWriter.Printf("routing ConfigMap propagation: %s\n", summary)
 		fmt.Printf("routing ConfigMap propagation: %s\n", summary)
 
 		By("reporting the instances in the status and with events")
@@ -647,7 +647,7 @@ var _ = Describe("LLMEndpoint reconciler", func() {
 		summary := fmt.Sprintf("marked draining after %v, removed after %v (window %v, preStop %ds)",
 			marked.Round(time.Millisecond), left.Round(time.Millisecond), window, v1alpha1.PreStopSleepSeconds)
 		AddReportEntry("draining instance", summary)
-		fmt.Fprintf(GinkgoWriter, "draining instance: %s\n", summary)
+		GinkgoWriter.Printf("draining instance: %s\n", summary)
 		// The deletion is stamped in whole seconds: up to one early.
 		Expect(left).To(BeNumerically(">", window-time.Second-time.Millisecond*500), summary)
 		Expect(left).To(BeNumerically("<", window+2*time.Second), summary)

@@ -148,7 +148,8 @@ func TestRoutingDocumentIsStable(t *testing.T) {
 		t.Errorf("decoded %d instances", len(decoded.Instances))
 	}
 	other := newEndpoint(func(ep *v1alpha1.LLMEndpoint) { ep.UID = types.UID("another") })
-	if hashSeed(newEndpoint()) != hashSeed(newEndpoint()) || hashSeed(newEndpoint()) == hashSeed(other) {
+	seed, again := hashSeed(newEndpoint()), hashSeed(newEndpoint())
+	if seed != again || seed == hashSeed(other) {
 		t.Error("hash seed is not a function of the endpoint's UID")
 	}
 }

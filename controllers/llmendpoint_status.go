@@ -266,7 +266,7 @@ func (r *LLMEndpointReconciler) updateStatus(ctx context.Context, ep *v1alpha1.L
 		}
 		// A missing admission policy or InferencePool API, or adapters
 		// left without room, are news from the first reconcile on.
-		if old == nil && !shortOfRoom && !(c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) &&
+		if old == nil && !shortOfRoom && (c.Type != v1alpha1.ConditionDegraded || c.Status != metav1.ConditionTrue) &&
 			c.Reason != v1alpha1.ReasonAdmissionPolicyMissing && c.Reason != v1alpha1.ReasonInferencePoolCRDMissing {
 			continue // a new endpoint starting up is not news
 		}

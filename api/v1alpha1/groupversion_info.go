@@ -22,17 +22,17 @@ limitations under the License.
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-var (
-	// GroupVersion is the group and version of this API.
-	GroupVersion = schema.GroupVersion{Group: "serving.warmroute.dev", Version: "v1alpha1"}
+// GroupVersion is the group and version of this API.
+var GroupVersion = schema.GroupVersion{Group: "serving.warmroute.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the API's types with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
-	// AddToScheme adds the API's types to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
-)
+// AddToScheme adds the API's types to a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &LLMEndpoint{}, &LLMEndpointList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -714,7 +714,3 @@ type LLMEndpointList struct {
 	// items are the LLMEndpoints.
 	Items []LLMEndpoint `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&LLMEndpoint{}, &LLMEndpointList{})
-}

@@ -170,11 +170,11 @@ func (b *builder) build() ([]File, error) {
 	for _, o := range b.objects {
 		kind, name := o.GetKind(), o.GetName()
 		manifests.DropKustomizeManagedBy(o)
-		switch {
-		case kind == "Namespace":
+		switch kind {
+		case "Namespace":
 			// Helm installs into the release namespace (--create-namespace).
 			continue
-		case kind == "CustomResourceDefinition":
+		case "CustomResourceDefinition":
 			// crds/: installed before everything else, never upgraded or
 			// deleted by Helm, so uninstalling keeps every LLMEndpoint.
 			out, err := manifests.Marshal(o.Object)
@@ -183,7 +183,7 @@ func (b *builder) build() ([]File, error) {
 			}
 			b.add("crds/"+name+".yaml", out)
 			continue
-		case kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration":
+		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
 			text, err := b.webhookConfiguration(o)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", kind, name, err)

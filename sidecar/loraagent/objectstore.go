@@ -92,7 +92,8 @@ func (o *ObjectStore) Fetch(ctx context.Context, adapter string, src v1alpha1.We
 	if err != nil {
 		return "", fmt.Errorf("fetch %s: %w", uri, err)
 	}
-	defer os.RemoveAll(partial)
+	// Gone once renamed into place; a leftover never looks complete.
+	defer func() { _ = os.RemoveAll(partial) }()
 	prefix := src.Path
 	if prefix != "" {
 		prefix += "/"
@@ -176,13 +177,13 @@ func download(ctx context.Context, client *minio.Client, bucket, key, dest strin
 	if err != nil {
 		return fmt.Errorf("get %s: %w", key, err)
 	}
-	defer obj.Close()
+	defer func() { _ = obj.Close() }() // read only
 	f, err := os.Create(dest)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(f, obj); err != nil {
-		f.Close()
+		_ = f.Close() // the copy's error is the one to report
 		return fmt.Errorf("get %s: %w", key, err)
 	}
 	return f.Close()

@@ -207,7 +207,7 @@ func checkFromZero(t *testing.T, cfg Config, rep *Report) {
 		if x.HeldPeak < 1 || x.atZero() < 1 {
 			t.Errorf("from zero, run %d: %d held at peak, %d sent at zero: nothing was held", i+1, x.HeldPeak, x.atZero())
 		}
-		if !(0 <= x.Noticed && x.Noticed+x.LoadDelay <= x.Listening && x.Listening <= x.Published) {
+		if x.Noticed < 0 || x.Listening < x.Noticed+x.LoadDelay || x.Published < x.Listening {
 			t.Errorf("from zero, run %d: noticed %s, listening %s, published %s: out of order for a %s load", i+1, x.Noticed, x.Listening, x.Published, x.LoadDelay)
 		}
 		for j, q := range x.Requests {

@@ -180,7 +180,7 @@ func waitListening(ctx context.Context, logPath string, p *process.Process, n in
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
 			log, _ := os.ReadFile(logPath)
-			return false, fmt.Errorf("router exited (%v): %s", err, log)
+			return false, fmt.Errorf("router exited (%w): %s", err, log)
 		}
 		addrs = listening(logPath)
 		return len(addrs) >= n, nil
@@ -200,7 +200,7 @@ func listening(logPath string) []string {
 	if err != nil {
 		return nil
 	}
-	defer fh.Close()
+	defer func() { _ = fh.Close() }() // read only
 	var addrs []string
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {

@@ -234,7 +234,7 @@ func (c *Config) activate(ctx context.Context, f *fleet, sim, dir string, load t
 			logPath := filepath.Join(dir, "vllmsim.log")
 			if exited, err := p.Exited(); exited {
 				log, _ := os.ReadFile(logPath)
-				return a, fmt.Errorf("the simulator exited (%v): %s", err, log)
+				return a, fmt.Errorf("the simulator exited (%w): %s", err, log)
 			}
 			if simURL == "" {
 				simURL = servingURL(logPath)

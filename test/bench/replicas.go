@@ -460,7 +460,7 @@ func (f *replicaFleet) waitReplica(ctx context.Context, r *replica) error {
 	if err := waitReady(ctx, r.metricsURL()+"/readyz"); err != nil {
 		if exited, perr := r.proc.Exited(); exited {
 			log, _ := os.ReadFile(filepath.Join(f.dir, r.proc.Name()+".log"))
-			return fmt.Errorf("%s exited (%v): %s", r.name, perr, log)
+			return fmt.Errorf("%s exited (%w): %s", r.name, perr, log)
 		}
 		return fmt.Errorf("%s: %w", r.name, err)
 	}

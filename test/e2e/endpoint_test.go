@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -110,8 +111,8 @@ var _ = Describe("An LLMEndpoint applied from a sample", Ordered, func() {
 
 		_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "no-such-model", Messages: params.Messages})
 		var apiErr *openai.Error
-		Expect(err).To(BeAssignableToTypeOf(apiErr))
-		Expect(err.(*openai.Error).StatusCode).To(Equal(404))
+		Expect(errors.As(err, &apiErr)).To(BeTrue(), "%v", err)
+		Expect(apiErr.StatusCode).To(Equal(404))
 	})
 
 	It("sends the same prefix to the same instance from every router replica, and hits the cache", func() {

@@ -234,7 +234,7 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 
 // waitHTTPUnless polls url until it answers 200, or stop returns an error.
 func waitHTTPUnless(ctx context.Context, url string, timeout time.Duration, stop func() error) error {
-	var last error = errors.New("no answer")
+	last := errors.New("no answer")
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		last = httpOK(ctx, url)
 		if last == nil {
@@ -242,7 +242,7 @@ func waitHTTPUnless(ctx context.Context, url string, timeout time.Duration, stop
 		}
 		return false, stop()
 	}); err != nil {
-		return fmt.Errorf("%w (last: %v)", err, last)
+		return fmt.Errorf("%w (last: %w)", err, last)
 	}
 	return nil
 }

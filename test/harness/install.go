@@ -402,8 +402,11 @@ func waitWebhooks(ctx context.Context, c client.Client, namespace string) error 
 		}
 		return true, nil
 	})
+	if err != nil && last != nil {
+		return fmt.Errorf("admission webhooks not answering within 60s (last: %w): %w", last, err)
+	}
 	if err != nil {
-		return fmt.Errorf("admission webhooks not answering within 60s (last: %v): %w", last, err)
+		return fmt.Errorf("admission webhooks not answering within 60s: %w", err)
 	}
 	return nil
 }
@@ -418,7 +421,7 @@ func (e *Env) OperatorDenials() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	if _, err := f.Seek(e.deniedFrom, io.SeekStart); err != nil {
 		return nil, err
 	}

@@ -37,13 +37,16 @@ func Start(name, bin string, args []string, logDir string, env ...string) (*Proc
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // the child never wrote to it
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{name: name, cmd: cmd, done: make(chan struct{}), log: logf}
 	go func() {
 		p.err = cmd.Wait()
-		logf.Close()
+		if p.err == nil {
+			p.err = errExitedCleanly
+		}
+		_ = logf.Close() // the child's writes went through its own descriptor
 		close(p.done)
 	}()
 	return p, nil
@@ -55,7 +58,13 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Name is the name it was started under.
 func (p *Process) Name() string { return p.name }
 
-// Exited reports whether the process has ended (and how), without blocking.
+// errExitedCleanly is how a process that exited with status 0 ended: every
+// caller of Exited expects its process to be still running, so it is an error
+// there too, and one that a message can wrap.
+var errExitedCleanly = errors.New("exit status 0")
+
+// Exited reports, without blocking, whether the process has ended and if so
+// how: the error is never nil once it has.
 func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:

@@ -522,6 +522,7 @@ func TestCloseFailsRequestsInFlight(t *testing.T) {
 		resp, err := http.Post(s.URL()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":100000,"stream":true}`))
 		if err == nil {
 			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
 			if err == nil {
 				err = fmt.Errorf("status %d, complete body", resp.StatusCode)
 			}
@@ -538,7 +539,8 @@ func TestCloseFailsRequestsInFlight(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request outlived Close")
 	}
-	if _, err := http.Get(s.URL() + "/health"); err == nil {
+	if resp, err := http.Get(s.URL() + "/health"); err == nil {
+		resp.Body.Close()
 		t.Error("the server still answers after Close")
 	}
 }

@@ -114,7 +114,8 @@ func TestTerminateWithoutTimeoutAbortsRequests(t *testing.T) {
 	if tokens, done := st.rest(); done {
 		t.Errorf("the stream ended with [DONE] after %d more tokens; want it cut short", tokens)
 	}
-	if _, err := http.Get(s.URL() + "/health"); err == nil {
+	if resp, err := http.Get(s.URL() + "/health"); err == nil {
+		resp.Body.Close()
 		t.Error("the server still answers after Terminate")
 	}
 }

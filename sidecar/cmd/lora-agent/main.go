@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,7 +57,7 @@ func main() {
 	resync := fs.Duration("resync", 10*time.Second, "how often to re-read vLLM's adapters")
 	verbosity := fs.Int("v", 0, "log verbosity")
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		os.Exit(2)

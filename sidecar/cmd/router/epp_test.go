@@ -49,7 +49,7 @@ func testEPPListener(t *testing.T, pickerOnly bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cc.Close()
+		defer func() { _ = cc.Close() }()
 		return healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: epp.ServiceName})
 	}
 	if h, err := check(credentials.NewTLS(pki.GatewayTLS(t))); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {

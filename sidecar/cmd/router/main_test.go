@@ -145,7 +145,8 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := shutdownDuringRequest(t, f, started, cancel, done); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := http.Get("http://" + f.listen + "/ping"); err == nil {
+	if resp, err := http.Get("http://" + f.listen + "/ping"); err == nil {
+		resp.Body.Close()
 		t.Fatal("still accepting after shutdown")
 	}
 }

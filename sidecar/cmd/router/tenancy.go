@@ -41,7 +41,8 @@ func (t *tenancyFlags) validate() error {
 func validHeaderName(name string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+		valid := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+		if !valid {
 			return false
 		}
 	}

@@ -44,7 +44,7 @@ func WatchDir(ctx context.Context, dir string, poll time.Duration, log logr.Logg
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	watching := false
 	addWatch := func() {
 		if watching {

@@ -487,14 +487,14 @@ func (s *scanner) prompt(tb *textBuilder) error {
 		return err
 	case '[':
 		return s.array(1, func() error {
-			switch c := s.peek(); {
-			case c == '"':
+			switch s.peek() {
+			case '"':
 				v, err := s.str()
 				tb.addString(v)
 				tb.prompt += v.size
 				tb.addByte(sepMessage)
 				return err
-			case c == '[':
+			case '[':
 				err := s.array(2, func() error { return s.tokenID(tb) })
 				tb.addByte(sepMessage)
 				return err
