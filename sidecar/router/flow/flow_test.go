@@ -3,10 +3,11 @@ package flow
 import (
 	"bytes"
 	"encoding/json"
-	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"strings"
 	"testing"
 	"time"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"

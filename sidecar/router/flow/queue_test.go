@@ -84,7 +84,8 @@ func (q *queueing) release(n int) []string {
 func (q *queueing) shed() map[string]Reason {
 	out := map[string]Reason{}
 	for w, label := range q.labels {
-		if r, ok := w.err.(*Refusal); ok {
+		var r *Refusal
+		if errors.As(w.err, &r) {
 			out[label] = r.Reason
 		}
 	}
@@ -233,7 +234,7 @@ func TestShedRules(t *testing.T) {
 			q.c.mu.Lock()
 			_, _, err := q.c.arriveLocked(Queued{Tenant: tc.arriving.tenant, Deadline: q.clk.now.Add(tc.arriving.deadline), Epoch: q.c.Epoch()})
 			q.c.mu.Unlock()
-			got, _ = err.(*Refusal)
+			errors.As(err, &got)
 		} else {
 			got = q.arrive(tc.arriving)[tc.arriving.label]
 		}

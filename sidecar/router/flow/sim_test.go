@@ -2,6 +2,7 @@ package flow
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -168,8 +169,8 @@ func simulate(cfg simConfig) simResult {
 }
 
 func (r simResult) refused(tenant string, err error) {
-	ref, ok := err.(*Refusal)
-	if !ok {
+	var ref *Refusal
+	if !errors.As(err, &ref) {
 		panic(fmt.Sprintf("a simulated arrival was answered %v", err))
 	}
 	if r.shed[tenant] == nil {

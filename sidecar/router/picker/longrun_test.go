@@ -98,7 +98,7 @@ func rss(t *testing.T) string {
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []string
 	s := bufio.NewScanner(f)
 	for s.Scan() {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -88,7 +89,7 @@ func TestModelResolution(t *testing.T) {
 		} {
 			for i := range 50 {
 				c, err := p.Pick(p.Key(Request{Model: tc.model, Text: fmt.Appendf(nil, "prompt %d", i), WindowBytes: 10}))
-				if err != tc.err {
+				if !errors.Is(err, tc.err) {
 					t.Fatalf("%s model %q: err %v, want %v", s, tc.model, err, tc.err)
 				}
 				if err != nil {
