@@ -202,6 +202,8 @@ func TestFallbackThenAdoption(t *testing.T) {
 // places known keys where the old leader would have (warm); a term that
 // already has its predecessor's state, or is too old, refuses another.
 func TestHandoff(t *testing.T) {
+	handoffTimeout = 30 * time.Second // not under test here; -race is slow
+	t.Cleanup(func() { handoffTimeout = 3 * time.Second })
 	keys := testKeys(t, testSecret)
 	cfg := testConfig(keys, 7, 100)
 	old := newReplica(t, "router-0", keys, cfg)
