@@ -14,7 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +35,9 @@ const (
 	endpointNamespace = "llm"
 	endpointName      = "chat"
 	modelName         = "sim-chat"
+	// loraEndpointName serves LoRA adapters, so that its agents'
+	// ServiceAccount and Role exist; it has no instances.
+	loraEndpointName = "tune"
 )
 
 var _ = Describe("warmroute on a real node", Ordered, func() {
@@ -183,8 +189,24 @@ spec:
 	})
 
 	It("gives each ServiceAccount the rights the README's RBAC table lists, and no more", func(ctx SpecContext) {
+		// The LoRA agent's Role exists for an endpoint that serves
+		// adapters; this one has no instances to run.
+		_, err := kubectl(ctx, fmt.Sprintf(`apiVersion: serving.warmroute.dev/v1alpha1
+kind: LLMEndpoint
+metadata: {name: %s, namespace: %s}
+spec:
+  replicas: 0
+  model: {name: sim-tune, uri: hf://sim/tune, image: %s, gpus: 0, maxLoras: 1}
+`, loraEndpointName, endpointNamespace, vllmImage), "apply", "-f", "-")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error {
+			_, err := kube.RbacV1().RoleBindings(endpointNamespace).Get(ctx, loraEndpointName+"-lora-agent", metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+
 		operator := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
 		router := "system:serviceaccount:" + endpointNamespace + ":" + endpointName + "-router"
+		loraAgent := "system:serviceaccount:" + endpointNamespace + ":" + loraEndpointName + "-lora-agent"
 		for _, row := range []struct {
 			as, verb, resource string
 			want               string
@@ -197,6 +219,14 @@ spec:
 			{router, "update", "leases.coordination.k8s.io/" + endpointName + "-router", "yes"},
 			{router, "get", "secrets", "no"},
 			{router, "create", "deployments", "no"},
+			{loraAgent, "get", "configmaps/" + loraEndpointName + "-routing", "yes"},
+			{loraAgent, "get", "configmaps/" + endpointName + "-routing", "no"},
+			{loraAgent, "patch", "pods", "yes"},
+			{loraAgent, "create", "pods", "no"},
+			{loraAgent, "delete", "pods", "no"},
+			{loraAgent, "get", "secrets", "no"},
+			{loraAgent, "update", "leases.coordination.k8s.io", "no"},
+			{loraAgent, "patch", "deployments", "no"},
 		} {
 			// can-i exits 1 when the answer is no.
 			out, _ := kubectl(ctx, "", "auth", "can-i", row.verb, row.resource, "-n", endpointNamespace, "--as="+row.as)
@@ -207,7 +237,7 @@ spec:
 		// operator grants warmroute-router by bind); the admission policy
 		// warmroute-router-lease holds it to its own. can-i asks RBAC
 		// only, so this one is a real write: a PUT, the verb it holds.
-		_, err := kubectl(ctx, `{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "another"}}`,
+		_, err = kubectl(ctx, `{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "another"}}`,
 			"apply", "-n", endpointNamespace, "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
 		another, err := kubectl(ctx, "", "get", "lease", "another", "-n", endpointNamespace, "-o", "json")
@@ -215,7 +245,34 @@ spec:
 		out, err := kubectl(ctx, another, "replace", "-n", endpointNamespace, "-f", "-", "--as="+router)
 		Expect(err).To(HaveOccurred(), "the router replaced another Lease: %s", out)
 		Expect(out).To(ContainSubstring("warmroute-router-lease"), "refused by the admission policy, not by RBAC")
+
+		// RBAC lets the LoRA agent patch any pod of its namespace (it
+		// cannot name a pod before it exists); the admission policy
+		// warmroute-lora-agent holds it to the lora-state annotation of
+		// the pod its token is bound to. Its credentials as the kubelet
+		// projects them: the service account, with the pod's name as
+		// extra user info.
+		vllm := endpointPods(ctx, "vllm")
+		Expect(len(vllm)).To(BeNumerically(">=", 2))
+		cfg := rest.CopyConfig(cluster.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: loraAgent, Extra: map[string][]string{
+			"authentication.kubernetes.io/pod-name": {vllm[0].Name},
+		}}
+		agent := kubernetes.NewForConfigOrDie(cfg)
+		for _, w := range []struct{ pod, patch, refusal string }{
+			{vllm[1].Name, `{"metadata": {"annotations": {"serving.warmroute.dev/lora-state": "{}"}}}`, "may not change pod " + vllm[1].Name},
+			{vllm[0].Name, `{"metadata": {"labels": {"` + controllers.LabelRole + `": "router"}}}`, "may change only the serving.warmroute.dev/lora-state annotation"},
+		} {
+			_, err := agent.CoreV1().Pods(endpointNamespace).Patch(ctx, w.pod, types.MergePatchType, []byte(w.patch), metav1.PatchOptions{})
+			Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "the LoRA agent of %s patched %s with %s: %v", vllm[0].Name, w.pod, w.patch, err)
+			Expect(err.Error()).To(ContainSubstring("warmroute-lora-agent"), "refused by the admission policy, not by RBAC")
+			Expect(err.Error()).To(ContainSubstring(w.refusal))
+		}
+		_, err = kubectl(ctx, "", "-n", endpointNamespace, "delete", "llmendpoint", loraEndpointName, "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
 	})
+
+	It("answers every request sent through the router Service's DNS name while the endpoint scales 2→3→2 with drain and the picker pod dies; the routers follow the routing document without restarting", trafficUnderScaling)
 })
 
 // installManifest is config/default and config/admission as a user
@@ -304,31 +361,10 @@ func describePods(ctx context.Context, namespace string) string {
 }
 
 // runNetcheck runs test/node/netcheck against addr in a pod of the
-// endpoint's namespace with the given labels, as the restricted standard
-// allows, and returns the phase it ended in.
+// endpoint's namespace with the given labels and returns the phase it
+// ended in.
 func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addr string) (corev1.PodPhase, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: endpointNamespace, Labels: podLabels},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name:            "netcheck",
-				Image:           netcheckImage,
-				ImagePullPolicy: corev1.PullNever,
-				Args:            []string{addr},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
-	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, clientPod(name, podLabels, netcheckImage, addr), metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
 	var phase corev1.PodPhase
@@ -341,6 +377,32 @@ func runNetcheck(ctx context.Context, name string, podLabels map[string]string, 
 		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
 	})
 	return phase, err
+}
+
+// clientPod is a pod of one of the suite's own images in the endpoint's
+// namespace, as the restricted standard allows, run once.
+func clientPod(name string, podLabels map[string]string, image string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: endpointNamespace, Labels: podLabels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "client",
+				Image:           image,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            args,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
 }
 
 // podLogs is a pod's output, for a failure message.

@@ -109,12 +109,15 @@ func buildImages(ctx context.Context, archive string) error {
 		return err
 	}
 	imgs[vllmImage] = img
-	netcheck := filepath.Join(cluster.WorkDir, "netcheck")
-	if err := images.BuildGo(ctx, repoRoot, "./test/node/netcheck", "linux", arch, netcheck); err != nil {
-		return err
-	}
-	if imgs[netcheckImage], err = images.FromBinary(images.Spec{Ref: netcheckImage, Binary: netcheck}); err != nil {
-		return err
+	// The suite's client pods.
+	for ref, pkg := range map[string]string{netcheckImage: "./test/node/netcheck", loadgenImage: "./test/node/loadgen"} {
+		bin := filepath.Join(cluster.WorkDir, filepath.Base(pkg))
+		if err := images.BuildGo(ctx, repoRoot, pkg, "linux", arch, bin); err != nil {
+			return err
+		}
+		if imgs[ref], err = images.FromBinary(images.Spec{Ref: ref, Binary: bin}); err != nil {
+			return err
+		}
 	}
 	return images.WriteTarball(archive, imgs)
 }
