@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,6 +162,34 @@ spec:
 			g.Expect(holder).To(SatisfyAny(
 				ContainSubstring("@"+ips[0]+":"), ContainSubstring("@"+ips[1]+":")), "holder %q, router pods at %v", holder, ips)
 		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("resolves Service names in a pod through the cluster DNS, CoreDNS running as a pod behind the kube-dns Service", func(ctx SpecContext) {
+		dns, err := kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(dns.Spec.ClusterIP).To(Equal(localcluster.KubeDNSIP))
+		coredns, err := kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(coredns.Items).To(HaveLen(1))
+		Expect(coredns.Items[0].Spec.Containers[0].Image).To(Equal(localcluster.CoreDNSImage))
+		Expect(coredns.Items[0].Status.PodIP).To(HavePrefix("10.244.0."), "a pod IP from the bridge, not the node's")
+
+		router, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpointName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		port := strconv.Itoa(int(router.Spec.Ports[0].Port))
+		names := []string{
+			"kubernetes.default.svc.cluster.local:443",
+			endpointName + "." + endpointNamespace + ".svc.cluster.local:" + port,
+			endpointName + ":" + port, // the pod's search path
+		}
+		want := []string{"10.96.0.1:443", router.Spec.ClusterIP + ":" + port, router.Spec.ClusterIP + ":" + port}
+		phase, err := runNetcheck(ctx, "resolver", nil, names...)
+		Expect(err).NotTo(HaveOccurred())
+		logs := podLogs(ctx, "resolver")
+		Expect(phase).To(Equal(corev1.PodSucceeded), logs)
+		for i, name := range names {
+			Expect(logs).To(ContainSubstring(name+": connected to "+want[i]), logs)
+		}
 	})
 
 	It("enforces the endpoint's NetworkPolicies: a pod without the allowed labels reaches neither a vLLM pod nor the pick port; a monitoring peer reaches vLLM", func(ctx SpecContext) {
@@ -360,11 +389,11 @@ func describePods(ctx context.Context, namespace string) string {
 	return strings.Join([]string{pods, events, desc}, "\n")
 }
 
-// runNetcheck runs test/node/netcheck against addr in a pod of the
+// runNetcheck runs test/node/netcheck against addrs in a pod of the
 // endpoint's namespace with the given labels and returns the phase it
 // ended in.
-func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addr string) (corev1.PodPhase, error) {
-	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, clientPod(name, podLabels, netcheckImage, addr), metav1.CreateOptions{}); err != nil {
+func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addrs ...string) (corev1.PodPhase, error) {
+	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, clientPod(name, podLabels, netcheckImage, addrs...), metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
 	var phase corev1.PodPhase
