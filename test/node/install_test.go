@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -302,14 +303,16 @@ spec:
 	})
 
 	It("answers every request sent through the router Service's DNS name while the endpoint scales 2→3→2 with drain and the picker pod dies; the routers follow the routing document without restarting", trafficUnderScaling)
+
+	It("installs again with the Helm chart once the kustomize install is removed: the manager pod serves the webhooks and the custom metrics API and takes over the endpoint", installWithHelm)
 })
 
 // installManifest is config/default and config/admission as a user
 // without cert-manager installs them: the Certificates and their Issuer
 // left out, each Certificate's Secret created from a CA of the user's own,
 // and that CA written into the caBundle of every object that asks
-// cert-manager to inject it.
-func installManifest() (string, error) {
+// cert-manager to inject it. Objects of the skipped kinds are left out.
+func installManifest(skip ...string) (string, error) {
 	objs, err := harness.Kustomize(repoRoot, "default", "admission")
 	if err != nil {
 		return "", err
@@ -320,6 +323,9 @@ func installManifest() (string, error) {
 	}
 	var secrets, rest []*unstructured.Unstructured
 	for _, o := range objs {
+		if slices.Contains(skip, o.GetKind()) {
+			continue
+		}
 		switch o.GetKind() {
 		case "Certificate":
 			s, err := certificateSecret(o, ca)
