@@ -99,16 +99,7 @@ spec:
 		start := time.Now()
 		_, err := kubectl(ctx, endpoint, "apply", "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
-		for _, d := range []string{endpointName + "-vllm", endpointName + "-router"} {
-			// rollout status refuses a Deployment the operator has not
-			// created yet.
-			Eventually(func() error {
-				_, err := kube.AppsV1().Deployments(endpointNamespace).Get(ctx, d, metav1.GetOptions{})
-				return err
-			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
-			_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
-			Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
-		}
+		waitEndpointRollout(ctx, endpointName)
 		AddReportEntry("vLLM and router pods Ready after", time.Since(start).Round(100*time.Millisecond).String())
 
 		for role, want := range map[string]int{"vllm": 2, "router": 2} {
@@ -219,7 +210,7 @@ spec:
 			Expect(startNetcheck(ctx, tc.name, tc.labels, tc.addr)).To(Succeed())
 		}
 		for _, tc := range cases {
-			Expect(netcheckPhase(ctx, tc.name)).To(Equal(tc.want), "%s (%s): %s", tc.name, tc.addr, podLogs(ctx, tc.name))
+			Expect(endPhase(ctx, tc.name)).To(Equal(tc.want), "%s (%s): %s", tc.name, tc.addr, podLogs(ctx, tc.name))
 		}
 	})
 
@@ -309,8 +300,27 @@ spec:
 
 	It("answers every request sent through the router Service's DNS name while the endpoint scales 2→3→2 with drain and the picker pod dies; the routers follow the routing document without restarting", trafficUnderScaling)
 
+	It("runs an endpoint in InferencePool mode: picker-only router pods answer a Gateway stand-in in a pod over the Endpoint Picker Protocol with mutual TLS, and refuse one without a client certificate", inferencePoolMode)
+
 	It("installs again with the Helm chart once the kustomize install is removed: the manager pod serves the webhooks and the custom metrics API and takes over the endpoint", installWithHelm)
+
+	It("scales the endpoint under load with a HorizontalPodAutoscaler that reads the custom metrics API served from the manager pod through the aggregation layer", autoscaleOnCustomMetrics)
 })
+
+// waitEndpointRollout waits until the operator has created an endpoint's
+// vLLM and router Deployments and their pods are Ready.
+func waitEndpointRollout(ctx context.Context, endpoint string) {
+	GinkgoHelper()
+	for _, d := range []string{endpoint + "-vllm", endpoint + "-router"} {
+		// rollout status refuses a Deployment that does not exist yet.
+		Eventually(func() error {
+			_, err := kube.AppsV1().Deployments(endpointNamespace).Get(ctx, d, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
+		Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
+	}
+}
 
 // installManifest is config/default and config/admission as a user
 // without cert-manager installs them: the Certificates and their Issuer
@@ -407,7 +417,7 @@ func runNetcheck(ctx context.Context, name string, podLabels map[string]string, 
 	if err := startNetcheck(ctx, name, podLabels, addrs...); err != nil {
 		return "", err
 	}
-	return netcheckPhase(ctx, name)
+	return endPhase(ctx, name)
 }
 
 func startNetcheck(ctx context.Context, name string, podLabels map[string]string, addrs ...string) error {
@@ -415,8 +425,9 @@ func startNetcheck(ctx context.Context, name string, podLabels map[string]string
 	return err
 }
 
-// netcheckPhase waits for a netcheck pod to end and returns its phase.
-func netcheckPhase(ctx context.Context, name string) (corev1.PodPhase, error) {
+// endPhase waits for a client pod that runs once to end and returns its
+// phase.
+func endPhase(ctx context.Context, name string) (corev1.PodPhase, error) {
 	var phase corev1.PodPhase
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := kube.CoreV1().Pods(endpointNamespace).Get(ctx, name, metav1.GetOptions{})

@@ -96,7 +96,9 @@ func buildImages(ctx context.Context, archive string) error {
 		imgs[t.Ref] = img
 	}
 	// The suite's client pods.
-	for ref, pkg := range map[string]string{netcheckImage: "./test/node/netcheck", loadgenImage: "./test/node/loadgen"} {
+	for ref, pkg := range map[string]string{
+		netcheckImage: "./test/node/netcheck", loadgenImage: "./test/node/loadgen", eppClientImage: "./test/node/eppclient",
+	} {
 		bin := filepath.Join(cluster.WorkDir, filepath.Base(pkg))
 		if err := images.BuildGo(ctx, repoRoot, pkg, "linux", arch, bin); err != nil {
 			return err

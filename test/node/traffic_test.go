@@ -41,16 +41,7 @@ type loadStats struct {
 // Between the steps it checks that the routers follow the routing document
 // without restarting.
 func trafficUnderScaling(ctx SpecContext) {
-	svc, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpointName, metav1.GetOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d/v1/chat/completions", endpointName, endpointNamespace, svc.Spec.Ports[0].Port)
-	pod := clientPod("loadgen", nil, loadgenImage, "-url="+url, "-model="+modelName, "-workers=4")
-	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
-	_, err = kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func(ctx SpecContext) {
-		_ = kube.CoreV1().Pods(endpointNamespace).Delete(ctx, "loadgen", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-	})
+	startLoadgen(ctx, "loadgen", 4)
 	// progress waits until more requests have succeeded than before, so
 	// that each step happens under load; it fails at the first failure.
 	last := int64(0)
@@ -58,7 +49,7 @@ func trafficUnderScaling(ctx SpecContext) {
 		GinkgoHelper()
 		var s loadStats
 		Eventually(func(g Gomega) {
-			s = loadgenStats(ctx, g, "GET", "stats")
+			s = loadgenStats(ctx, g, "loadgen", "GET", "stats")
 			g.Expect(s.OK).To(BeNumerically(">", last+20), "requests answered")
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), step)
 		Expect(s.Failed).To(BeZero(), "%s: failed requests: %v", step, s.Failures)
@@ -119,7 +110,7 @@ func trafficUnderScaling(ctx SpecContext) {
 		g.Expect(*lease.Spec.HolderIdentity).NotTo(ContainSubstring("@"+picker.Status.PodIP+":"), "still the deleted pod")
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	AddReportEntry("picker pod deleted: Lease moved after", time.Since(start).Round(100*time.Millisecond).String())
-	_, err = kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+endpointName+"-router", "--timeout=2m")
+	_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+endpointName+"-router", "--timeout=2m")
 	Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
 	// The deleted pod drains (not ready, serving what still reaches it)
 	// before it exits: the load runs until it is gone.
@@ -130,16 +121,32 @@ func trafficUnderScaling(ctx SpecContext) {
 	AddReportEntry("picker pod deleted: gone after", time.Since(start).Round(100*time.Millisecond).String())
 	progress("picker pod replaced")
 
-	final := loadgenStats(ctx, Default, "POST", "stop")
+	final := loadgenStats(ctx, Default, "loadgen", "POST", "stop")
 	AddReportEntry("load", fmt.Sprintf("%d requests answered, %d failed", final.OK, final.Failed))
 	Expect(final.Failed).To(BeZero(), "failed requests: %v", final.Failures)
 }
 
-// loadgenStats calls the load client's /stats or /stop through the API
+// startLoadgen starts a load client pod with the given workers against
+// the router Service's DNS name, deleted when the spec ends.
+func startLoadgen(ctx SpecContext, name string, workers int) {
+	GinkgoHelper()
+	svc, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpointName, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d/v1/chat/completions", endpointName, endpointNamespace, svc.Spec.Ports[0].Port)
+	pod := clientPod(name, nil, loadgenImage, "-url="+url, "-model="+modelName, "-workers="+strconv.Itoa(workers))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	_, err = kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func(ctx SpecContext) {
+		_ = kube.CoreV1().Pods(endpointNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+	})
+}
+
+// loadgenStats calls a load client's /stats or /stop through the API
 // server's pod proxy.
-func loadgenStats(ctx context.Context, g Gomega, verb, path string) loadStats {
+func loadgenStats(ctx context.Context, g Gomega, pod, verb, path string) loadStats {
 	raw, err := kube.CoreV1().RESTClient().Verb(verb).Namespace(endpointNamespace).
-		Resource("pods").Name("loadgen:8081").SubResource("proxy").Suffix(path).DoRaw(ctx)
+		Resource("pods").Name(pod + ":8081").SubResource("proxy").Suffix(path).DoRaw(ctx)
 	g.Expect(err).NotTo(HaveOccurred(), "%s %s: %s", verb, path, raw)
 	var s loadStats
 	g.Expect(json.Unmarshal(raw, &s)).To(Succeed(), string(raw))
