@@ -71,10 +71,14 @@ spec:
 		_, _ = kubectl(ctx, "", "-n", endpointNamespace, "delete", "llmendpoint", poolEndpoint, "--wait=false")
 	})
 	waitEndpointRollout(ctx, poolEndpoint)
-	pool, err := kubectl(ctx, "", "-n", endpointNamespace, "get", "inferencepools.inference.networking.k8s.io", poolEndpoint,
-		"-o", "jsonpath={.spec.endpointPickerRef.name}")
-	Expect(err).NotTo(HaveOccurred())
-	Expect(pool).To(Equal(poolEndpoint + "-epp"))
+	// The operator looks for the InferencePool API again every 30 s while
+	// it is missing, and it was installed just now.
+	Eventually(func(g Gomega) {
+		pool, err := kubectl(ctx, "", "-n", endpointNamespace, "get", "inferencepools.inference.networking.k8s.io", poolEndpoint,
+			"-o", "jsonpath={.spec.endpointPickerRef.name}")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pool).To(Equal(poolEndpoint + "-epp"))
+	}).WithContext(ctx).WithTimeout(90 * time.Second).WithPolling(time.Second).Should(Succeed())
 	AddReportEntry("InferencePool endpoint Ready after", time.Since(start).Round(100*time.Millisecond).String())
 
 	pods := func(role string) []corev1.Pod {

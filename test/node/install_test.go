@@ -63,6 +63,17 @@ var _ = Describe("warmroute on a real node", Ordered, func() {
 			Expect(p.Spec.ServiceAccountName).To(Equal(operatorName))
 			Expect(p.Status.PodIP).To(HavePrefix("10.244.0."), "a pod IP from the bridge")
 		}
+
+		// The API server calls both webhooks (failurePolicy Fail) for an
+		// LLMEndpoint, here in a server-side dry run, which succeeds only
+		// if they answer through their Service.
+		Eventually(func(g Gomega) {
+			out, err := kubectl(ctx, `{"apiVersion": "serving.warmroute.dev/v1alpha1", "kind": "LLMEndpoint",
+				"metadata": {"name": "dry-run", "namespace": "default"},
+				"spec": {"model": {"name": "m", "uri": "hf://org/m", "gpus": 0}}}`,
+				"create", "--dry-run=server", "-f", "-")
+			g.Expect(err).NotTo(HaveOccurred(), out)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
 	It("refuses, in a restricted namespace, a pod that breaks the standard (Pod Security admission)", func(ctx SpecContext) {

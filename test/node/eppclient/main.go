@@ -79,6 +79,13 @@ func run(picker, serverName, tlsDir string, noClientCert bool, model string, pro
 		body := fmt.Sprintf(`{"model":%q,"max_tokens":8,"messages":[{"role":"system","content":"You are the support bot of a bicycle shop; answer briefly. %s"},{"role":"user","content":"question %d"}]}`,
 			model, strings.Repeat("Policies and opening hours follow. ", 40), p)
 		dest, status, err := throughGateway(processor, []byte(body))
+		// kube-proxy refuses connections to a Service until it has
+		// programmed its endpoints; a Gateway keeps retrying its picker.
+		for deadline := time.Now().Add(30 * time.Second); err != nil && strings.Contains(err.Error(), "connection refused") && time.Now().Before(deadline); {
+			fmt.Printf("request %d: %v; retrying\n", i, err)
+			time.Sleep(time.Second)
+			dest, status, err = throughGateway(processor, []byte(body))
+		}
 		if err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
