@@ -107,7 +107,7 @@ node: controlplane ## Build (or find cached) the real node's binaries (container
 	@hack/build-node.sh >/dev/null
 
 .PHONY: test-node
-test-node: controlplane node ginkgo ## Run the end-to-end tests that need a real kubelet node (test/node; skipped, saying why, where the machine cannot run one).
+test-node: controlplane node ginkgo helm ## Run the end-to-end tests that need a real kubelet node (test/node, with bin/helm for its Helm install; skipped, saying why, where the machine cannot run one).
 	KUBEBUILDER_ASSETS="$$(hack/build-controlplane.sh)" WARMROUTE_NODE_ASSETS="$$(hack/build-node.sh)" $(GINKGO) -v --timeout=30m ./test/node
 
 ##@ Build

@@ -98,6 +98,11 @@ func TestImages(t *testing.T) {
 			if !slices.Equal(cf.Config.Entrypoint, wantEntrypoint) {
 				t.Errorf("entrypoint %q, want %q", cf.Config.Entrypoint, wantEntrypoint)
 			}
+			for _, e := range target.Env {
+				if !slices.Contains(cf.Config.Env, e) {
+					t.Errorf("environment %q lacks %s", cf.Config.Env, e)
+				}
+			}
 
 			files := imageFiles(t, img)
 			var binaries []string

@@ -48,6 +48,8 @@ type Target struct {
 	Ref  string
 	// Binaries are placed at /<Name>; the first is the entrypoint.
 	Binaries []Binary
+	// Env is the image's environment (KEY=value).
+	Env []string
 	// Title, Description: org.opencontainers.image.{title,description}.
 	// Summary, LongDescription: the OpenShift/Red Hat "summary" and
 	// "description" labels, as the Dockerfiles set them.
@@ -90,9 +92,12 @@ func Targets(refs Refs) []Target {
 		Summary:         "warmroute LoRA agent",
 		LongDescription: "Loads and unloads one vLLM instance's LoRA adapters as the routing document places them, and reports what is loaded.",
 	}, {
-		Name:            "vllmsim",
-		Ref:             refs.Simulator,
-		Binaries:        []Binary{{Name: "vllmsim", Package: "./test/vllmsim/cmd/vllmsim"}},
+		Name: "vllmsim",
+		Ref:  refs.Simulator,
+		// A stand-in for vllm/vllm-openai: the operator runs `vllm serve
+		// …` in the model image, found on PATH.
+		Binaries:        []Binary{{Name: "vllm", Package: "./test/vllmsim/cmd/vllmsim"}},
+		Env:             []string{"PATH=/"},
 		Title:           "warmroute-vllmsim",
 		Description:     "vLLM-compatible simulator for tests without GPUs",
 		Summary:         "warmroute vLLM simulator",
@@ -160,6 +165,7 @@ func (t Target) Image(binDir, goarch, version string) (v1.Image, error) {
 		Binary: paths[0],
 		Extra:  paths[1:],
 		Labels: t.Labels(version),
+		Env:    t.Env,
 		Arch:   goarch,
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/test/kubeletvolume"
 	"github.com/warmroute/warmroute/test/process"
 )
 
@@ -92,7 +91,7 @@ func (e *Env) sharedSaltKey() (string, error) {
 	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	if err := kubeletvolume.Write(dir, map[string]string{"key": string(key)}); err != nil {
+	if err := projectVolume(dir, map[string]string{"key": string(key)}); err != nil {
 		return "", fmt.Errorf("write cache salt key: %w", err)
 	}
 	return path, nil

@@ -9,9 +9,10 @@
 //
 // With Options.RealNode (realnode.go): the whole cluster inside network and
 // mount namespaces of its own, with one real kubelet node (containerd,
-// runc, bridge CNI, kube-proxy, kube-router for NetworkPolicy, CoreDNS from
-// hack/build-node.sh) that runs the pod specs as containers; the host
-// reaches the API server through a bridged socket.
+// runc, bridge CNI, kube-proxy, kube-router for NetworkPolicy, from
+// hack/build-node.sh) that runs the pod specs as containers, and CoreDNS
+// as a pod behind the kube-dns Service; the host reaches the API server
+// through a bridged socket.
 package localcluster
 
 import (
@@ -79,8 +80,9 @@ type Options struct {
 	// machine can.
 	RealNode bool
 	// NodeBinDir holds containerd, ctr, the runc shim, kube-router and
-	// CoreDNS; default $WARMROUTE_NODE_ASSETS, else hack/build-node.sh's
-	// cache (see NodeBinDir).
+	// CoreDNS (which runs as a pod of an image built from it); default
+	// $WARMROUTE_NODE_ASSETS, else hack/build-node.sh's cache (see
+	// NodeBinDir).
 	NodeBinDir string
 	// Images are docker-save archives loaded into the node's containerd
 	// before the kubelet starts (Cluster.LoadImages loads more later).

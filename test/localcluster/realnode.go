@@ -157,8 +157,8 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 	if err := n.waitFile(ctx, containerdSocketOnHost(n), 30*time.Second); err != nil {
 		return fmt.Errorf("containerd: %w; see %s", err, filepath.Join(c.WorkDir, "containerd.log"))
 	}
-	images := append([]string{filepath.Join(c.WorkDir, "pause.tar")}, opts.Images...)
-	if err := buildPauseImage(ctx, images[0]); err != nil {
+	images := append([]string{filepath.Join(c.WorkDir, "node-images.tar")}, opts.Images...)
+	if err := buildNodeImages(ctx, images[0], n.nodeBin); err != nil {
 		return err
 	}
 	if err := c.LoadImages(ctx, images...); err != nil {
@@ -189,9 +189,6 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 	}); err != nil {
 		return err
 	}
-	if err := c.runInside("coredns", filepath.Join(n.nodeBin, "coredns"), []string{"-conf", files.path("Corefile")}); err != nil {
-		return err
-	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := cs.CoreV1().Nodes().Get(ctx, realNodeName, metav1.GetOptions{})
 		return err == nil, nil
@@ -217,6 +214,10 @@ func (c *Cluster) startRealNode(ctx context.Context, opts Options) error {
 		return fmt.Errorf("node %s not Ready within 90s; see %s: %w", realNodeName, filepath.Join(c.WorkDir, "kubelet.log"), err)
 	}
 	n.phase("node %s Ready", realNodeName)
+	if err := c.startClusterDNS(ctx, opts.BinDir); err != nil {
+		return err
+	}
+	n.phase("cluster DNS Ready (CoreDNS pod behind kube-dns %s)", KubeDNSIP)
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -20,7 +19,7 @@ import (
 // namespace, so every cluster can use the same ones.
 const (
 	// NodeIP is the node's address (a /32 on the namespace's loopback):
-	// the kubelet, the API server's advertised address and CoreDNS.
+	// the kubelet's and the API server's advertised address.
 	NodeIP = "10.200.0.2"
 	// PodSubnet is the bridge's subnet; the bridge (cni0) is its first
 	// address and every pod's gateway.
@@ -28,8 +27,11 @@ const (
 	podGateway = "10.244.0.1"
 	// ServiceCIDR holds the Service ClusterIPs; the kubernetes Service is
 	// its first address.
-	ServiceCIDR      = "10.96.0.0/16"
-	kubernetesSvcIP  = "10.96.0.1"
+	ServiceCIDR     = "10.96.0.0/16"
+	kubernetesSvcIP = "10.96.0.1"
+	// KubeDNSIP is the kube-dns Service's ClusterIP, the kubelet's
+	// clusterDNS (kubeadm's choice: the tenth address).
+	KubeDNSIP        = "10.96.0.10"
 	apiServerPort    = 6443
 	etcdClientURL    = "http://127.0.0.1:2379"
 	realNodeName     = "node-0"
@@ -109,8 +111,9 @@ func (f realNodeFiles) write() error {
 	files["containerd.toml"] = []byte(f.containerdConfig())
 	files["cni/10-warmroute.conflist"] = []byte(cniConfig)
 	files["kubelet.yaml"] = []byte(f.kubeletConfig())
-	files["resolv.conf"] = []byte("nameserver " + NodeIP + "\n")
-	files["Corefile"] = []byte(f.corefile())
+	// The node's own resolver, for pods with dnsPolicy Default: there is
+	// no upstream, so it is the cluster DNS too.
+	files["resolv.conf"] = []byte("nameserver " + KubeDNSIP + "\n")
 	for name, b := range files {
 		p := f.path(name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -223,24 +226,5 @@ serializeImagePulls: false
 syncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-`, f.cgroupRoot, containerdSocket, NodeIP, f.path("ca.crt"), clusterDomain, NodeIP, f.path("resolv.conf"))
-}
-
-// corefile serves cluster.local from the API server on the node's address,
-// the kubelet's clusterDNS. There is no upstream: nothing outside the
-// namespace is reachable.
-func (f realNodeFiles) corefile() string {
-	return strings.Join([]string{
-		".:53 {",
-		"  bind " + NodeIP,
-		"  errors",
-		"  kubernetes " + clusterDomain + " in-addr.arpa ip6.arpa {",
-		"    kubeconfig " + f.path("admin.kubeconfig") + " local",
-		"    pods insecure",
-		"    fallthrough in-addr.arpa ip6.arpa",
-		"  }",
-		"  cache 5",
-		"}",
-		"",
-	}, "\n")
+`, f.cgroupRoot, containerdSocket, NodeIP, f.path("ca.crt"), clusterDomain, KubeDNSIP, f.path("resolv.conf"))
 }

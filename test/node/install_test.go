@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -32,6 +37,9 @@ const (
 	endpointNamespace = "llm"
 	endpointName      = "chat"
 	modelName         = "sim-chat"
+	// loraEndpointName serves LoRA adapters, so that its agents'
+	// ServiceAccount and Role exist; it has no instances.
+	loraEndpointName = "tune"
 )
 
 var _ = Describe("warmroute on a real node", Ordered, func() {
@@ -55,6 +63,17 @@ var _ = Describe("warmroute on a real node", Ordered, func() {
 			Expect(p.Spec.ServiceAccountName).To(Equal(operatorName))
 			Expect(p.Status.PodIP).To(HavePrefix("10.244.0."), "a pod IP from the bridge")
 		}
+
+		// The API server calls both webhooks (failurePolicy Fail) for an
+		// LLMEndpoint, here in a server-side dry run, which succeeds only
+		// if they answer through their Service.
+		Eventually(func(g Gomega) {
+			out, err := kubectl(ctx, `{"apiVersion": "serving.warmroute.dev/v1alpha1", "kind": "LLMEndpoint",
+				"metadata": {"name": "dry-run", "namespace": "default"},
+				"spec": {"model": {"name": "m", "uri": "hf://org/m", "gpus": 0}}}`,
+				"create", "--dry-run=server", "-f", "-")
+			g.Expect(err).NotTo(HaveOccurred(), out)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
 
 	It("refuses, in a restricted namespace, a pod that breaks the standard (Pod Security admission)", func(ctx SpecContext) {
@@ -91,16 +110,7 @@ spec:
 		start := time.Now()
 		_, err := kubectl(ctx, endpoint, "apply", "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
-		for _, d := range []string{endpointName + "-vllm", endpointName + "-router"} {
-			// rollout status refuses a Deployment the operator has not
-			// created yet.
-			Eventually(func() error {
-				_, err := kube.AppsV1().Deployments(endpointNamespace).Get(ctx, d, metav1.GetOptions{})
-				return err
-			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
-			_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
-			Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
-		}
+		waitEndpointRollout(ctx, endpointName)
 		AddReportEntry("vLLM and router pods Ready after", time.Since(start).Round(100*time.Millisecond).String())
 
 		for role, want := range map[string]int{"vllm": 2, "router": 2} {
@@ -157,6 +167,34 @@ spec:
 		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 	})
 
+	It("resolves Service names in a pod through the cluster DNS, CoreDNS running as a pod behind the kube-dns Service", func(ctx SpecContext) {
+		dns, err := kube.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(dns.Spec.ClusterIP).To(Equal(localcluster.KubeDNSIP))
+		coredns, err := kube.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(coredns.Items).To(HaveLen(1))
+		Expect(coredns.Items[0].Spec.Containers[0].Image).To(Equal(localcluster.CoreDNSImage))
+		Expect(coredns.Items[0].Status.PodIP).To(HavePrefix("10.244.0."), "a pod IP from the bridge, not the node's")
+
+		router, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpointName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		port := strconv.Itoa(int(router.Spec.Ports[0].Port))
+		names := []string{
+			"kubernetes.default.svc.cluster.local:443",
+			endpointName + "." + endpointNamespace + ".svc.cluster.local:" + port,
+			endpointName + ":" + port, // the pod's search path
+		}
+		want := []string{"10.96.0.1:443", router.Spec.ClusterIP + ":" + port, router.Spec.ClusterIP + ":" + port}
+		phase, err := runNetcheck(ctx, "resolver", nil, names...)
+		Expect(err).NotTo(HaveOccurred())
+		logs := podLogs(ctx, "resolver")
+		Expect(phase).To(Equal(corev1.PodSucceeded), logs)
+		for i, name := range names {
+			Expect(logs).To(ContainSubstring(name+": connected to "+want[i]), logs)
+		}
+	})
+
 	It("enforces the endpoint's NetworkPolicies: a pod without the allowed labels reaches neither a vLLM pod nor the pick port; a monitoring peer reaches vLLM", func(ctx SpecContext) {
 		podIP := func(role string) string {
 			pods, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
@@ -168,7 +206,7 @@ spec:
 		}
 		vllm := podIP("vllm") + ":8000"
 		pick := podIP("router") + ":9091"
-		for _, tc := range []struct {
+		cases := []struct {
 			name   string
 			labels map[string]string
 			addr   string
@@ -177,14 +215,35 @@ spec:
 			{"scraper-to-vllm", map[string]string{"app": "scraper"}, vllm, corev1.PodSucceeded},
 			{"stranger-to-vllm", nil, vllm, corev1.PodFailed},
 			{"stranger-to-pick", nil, pick, corev1.PodFailed},
-		} {
-			Expect(runNetcheck(ctx, tc.name, tc.labels, tc.addr)).To(Equal(tc.want), "%s (%s): %s", tc.name, tc.addr, podLogs(ctx, tc.name))
+		}
+		// All at once: a refused client waits out netcheck's patience.
+		for _, tc := range cases {
+			Expect(startNetcheck(ctx, tc.name, tc.labels, tc.addr)).To(Succeed())
+		}
+		for _, tc := range cases {
+			Expect(endPhase(ctx, tc.name)).To(Equal(tc.want), "%s (%s): %s", tc.name, tc.addr, podLogs(ctx, tc.name))
 		}
 	})
 
 	It("gives each ServiceAccount the rights the README's RBAC table lists, and no more", func(ctx SpecContext) {
+		// The LoRA agent's Role exists for an endpoint that serves
+		// adapters; this one has no instances to run.
+		_, err := kubectl(ctx, fmt.Sprintf(`apiVersion: serving.warmroute.dev/v1alpha1
+kind: LLMEndpoint
+metadata: {name: %s, namespace: %s}
+spec:
+  replicas: 0
+  model: {name: sim-tune, uri: hf://sim/tune, image: %s, gpus: 0, maxLoras: 1}
+`, loraEndpointName, endpointNamespace, vllmImage), "apply", "-f", "-")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error {
+			_, err := kube.RbacV1().RoleBindings(endpointNamespace).Get(ctx, loraEndpointName+"-lora-agent", metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+
 		operator := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
 		router := "system:serviceaccount:" + endpointNamespace + ":" + endpointName + "-router"
+		loraAgent := "system:serviceaccount:" + endpointNamespace + ":" + loraEndpointName + "-lora-agent"
 		for _, row := range []struct {
 			as, verb, resource string
 			want               string
@@ -197,6 +256,14 @@ spec:
 			{router, "update", "leases.coordination.k8s.io/" + endpointName + "-router", "yes"},
 			{router, "get", "secrets", "no"},
 			{router, "create", "deployments", "no"},
+			{loraAgent, "get", "configmaps/" + loraEndpointName + "-routing", "yes"},
+			{loraAgent, "get", "configmaps/" + endpointName + "-routing", "no"},
+			{loraAgent, "patch", "pods", "yes"},
+			{loraAgent, "create", "pods", "no"},
+			{loraAgent, "delete", "pods", "no"},
+			{loraAgent, "get", "secrets", "no"},
+			{loraAgent, "update", "leases.coordination.k8s.io", "no"},
+			{loraAgent, "patch", "deployments", "no"},
 		} {
 			// can-i exits 1 when the answer is no.
 			out, _ := kubectl(ctx, "", "auth", "can-i", row.verb, row.resource, "-n", endpointNamespace, "--as="+row.as)
@@ -207,7 +274,7 @@ spec:
 		// operator grants warmroute-router by bind); the admission policy
 		// warmroute-router-lease holds it to its own. can-i asks RBAC
 		// only, so this one is a real write: a PUT, the verb it holds.
-		_, err := kubectl(ctx, `{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "another"}}`,
+		_, err = kubectl(ctx, `{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "another"}}`,
 			"apply", "-n", endpointNamespace, "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
 		another, err := kubectl(ctx, "", "get", "lease", "another", "-n", endpointNamespace, "-o", "json")
@@ -215,15 +282,63 @@ spec:
 		out, err := kubectl(ctx, another, "replace", "-n", endpointNamespace, "-f", "-", "--as="+router)
 		Expect(err).To(HaveOccurred(), "the router replaced another Lease: %s", out)
 		Expect(out).To(ContainSubstring("warmroute-router-lease"), "refused by the admission policy, not by RBAC")
+
+		// RBAC lets the LoRA agent patch any pod of its namespace (it
+		// cannot name a pod before it exists); the admission policy
+		// warmroute-lora-agent holds it to the lora-state annotation of
+		// the pod its token is bound to. Its credentials as the kubelet
+		// projects them: the service account, with the pod's name as
+		// extra user info.
+		vllm := endpointPods(ctx, "vllm")
+		Expect(len(vllm)).To(BeNumerically(">=", 2))
+		cfg := rest.CopyConfig(cluster.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: loraAgent, Extra: map[string][]string{
+			"authentication.kubernetes.io/pod-name": {vllm[0].Name},
+		}}
+		agent := kubernetes.NewForConfigOrDie(cfg)
+		for _, w := range []struct{ pod, patch, refusal string }{
+			{vllm[1].Name, `{"metadata": {"annotations": {"serving.warmroute.dev/lora-state": "{}"}}}`, "may not change pod " + vllm[1].Name},
+			{vllm[0].Name, `{"metadata": {"labels": {"` + controllers.LabelRole + `": "router"}}}`, "may change only the serving.warmroute.dev/lora-state annotation"},
+		} {
+			_, err := agent.CoreV1().Pods(endpointNamespace).Patch(ctx, w.pod, types.MergePatchType, []byte(w.patch), metav1.PatchOptions{})
+			Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "the LoRA agent of %s patched %s with %s: %v", vllm[0].Name, w.pod, w.patch, err)
+			Expect(err.Error()).To(ContainSubstring("warmroute-lora-agent"), "refused by the admission policy, not by RBAC")
+			Expect(err.Error()).To(ContainSubstring(w.refusal))
+		}
+		_, err = kubectl(ctx, "", "-n", endpointNamespace, "delete", "llmendpoint", loraEndpointName, "--wait=false")
+		Expect(err).NotTo(HaveOccurred())
 	})
+
+	It("answers every request sent through the router Service's DNS name while the endpoint scales 2→3→2 with drain and the picker pod dies; the routers follow the routing document without restarting", trafficUnderScaling)
+
+	It("runs an endpoint in InferencePool mode: picker-only router pods answer a Gateway stand-in in a pod over the Endpoint Picker Protocol with mutual TLS, and refuse one without a client certificate", inferencePoolMode)
+
+	It("installs again with the Helm chart once the kustomize install is removed: the manager pod serves the webhooks and the custom metrics API and takes over the endpoint", installWithHelm)
+
+	It("scales the endpoint under load with a HorizontalPodAutoscaler that reads the custom metrics API served from the manager pod through the aggregation layer", autoscaleOnCustomMetrics)
 })
+
+// waitEndpointRollout waits until the operator has created an endpoint's
+// vLLM and router Deployments and their pods are Ready.
+func waitEndpointRollout(ctx context.Context, endpoint string) {
+	GinkgoHelper()
+	for _, d := range []string{endpoint + "-vllm", endpoint + "-router"} {
+		// rollout status refuses a Deployment that does not exist yet.
+		Eventually(func() error {
+			_, err := kube.AppsV1().Deployments(endpointNamespace).Get(ctx, d, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		_, err := kubectl(ctx, "", "-n", endpointNamespace, "rollout", "status", "deployment/"+d, "--timeout=3m")
+		Expect(err).NotTo(HaveOccurred(), describePods(ctx, endpointNamespace))
+	}
+}
 
 // installManifest is config/default and config/admission as a user
 // without cert-manager installs them: the Certificates and their Issuer
 // left out, each Certificate's Secret created from a CA of the user's own,
 // and that CA written into the caBundle of every object that asks
-// cert-manager to inject it.
-func installManifest() (string, error) {
+// cert-manager to inject it. Objects of the skipped kinds are left out.
+func installManifest(skip ...string) (string, error) {
 	objs, err := harness.Kustomize(repoRoot, "default", "admission")
 	if err != nil {
 		return "", err
@@ -234,6 +349,9 @@ func installManifest() (string, error) {
 	}
 	var secrets, rest []*unstructured.Unstructured
 	for _, o := range objs {
+		if slices.Contains(skip, o.GetKind()) {
+			continue
+		}
 		switch o.GetKind() {
 		case "Certificate":
 			s, err := certificateSecret(o, ca)
@@ -303,34 +421,24 @@ func describePods(ctx context.Context, namespace string) string {
 	return strings.Join([]string{pods, events, desc}, "\n")
 }
 
-// runNetcheck runs test/node/netcheck against addr in a pod of the
-// endpoint's namespace with the given labels, as the restricted standard
-// allows, and returns the phase it ended in.
-func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addr string) (corev1.PodPhase, error) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: endpointNamespace, Labels: podLabels},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name:            "netcheck",
-				Image:           netcheckImage,
-				ImagePullPolicy: corev1.PullNever,
-				Args:            []string{addr},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
-	}
-	if _, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+// runNetcheck runs test/node/netcheck against addrs in a pod of the
+// endpoint's namespace with the given labels and returns the phase it
+// ended in.
+func runNetcheck(ctx context.Context, name string, podLabels map[string]string, addrs ...string) (corev1.PodPhase, error) {
+	if err := startNetcheck(ctx, name, podLabels, addrs...); err != nil {
 		return "", err
 	}
+	return endPhase(ctx, name)
+}
+
+func startNetcheck(ctx context.Context, name string, podLabels map[string]string, addrs ...string) error {
+	_, err := kube.CoreV1().Pods(endpointNamespace).Create(ctx, clientPod(name, podLabels, netcheckImage, addrs...), metav1.CreateOptions{})
+	return err
+}
+
+// endPhase waits for a client pod that runs once to end and returns its
+// phase.
+func endPhase(ctx context.Context, name string) (corev1.PodPhase, error) {
 	var phase corev1.PodPhase
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := kube.CoreV1().Pods(endpointNamespace).Get(ctx, name, metav1.GetOptions{})
@@ -341,6 +449,32 @@ func runNetcheck(ctx context.Context, name string, podLabels map[string]string, 
 		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
 	})
 	return phase, err
+}
+
+// clientPod is a pod of one of the suite's own images in the endpoint's
+// namespace, as the restricted standard allows, run once.
+func clientPod(name string, podLabels map[string]string, image string, args ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: endpointNamespace, Labels: podLabels},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            "client",
+				Image:           image,
+				ImagePullPolicy: corev1.PullNever,
+				Args:            args,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
 }
 
 // podLogs is a pod's output, for a failure message.

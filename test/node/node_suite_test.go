@@ -7,7 +7,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -24,10 +23,10 @@ import (
 	"github.com/warmroute/warmroute/test/localcluster"
 )
 
-// vllmImage is the simulator packaged as a stand-in for vllm/vllm-openai:
-// the operator runs `vllm serve …`, so the binary is /vllm, found on the
-// image's PATH.
-const vllmImage = "warmroute.test/vllm-openai:" + "sim"
+// vllmImage is the product's simulator image, a stand-in for
+// vllm/vllm-openai: the operator runs `vllm serve …`, and the image
+// carries the simulator as /vllm on its PATH.
+var vllmImage = images.DefaultRefs.Simulator
 
 // netcheckImage is the NetworkPolicy spec's client (test/node/netcheck).
 const netcheckImage = "warmroute.test/netcheck:test"
@@ -73,7 +72,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 }, NodeTimeout(20*time.Minute))
 
 // buildImages builds the operator, router and simulator images the way
-// `make images` does (hack/images), and the simulator as vLLM, into one
+// `make images` does (hack/images), and the suite's client pods, into one
 // docker-save archive.
 func buildImages(ctx context.Context, archive string) error {
 	arch := runtime.GOARCH
@@ -96,25 +95,19 @@ func buildImages(ctx context.Context, archive string) error {
 		}
 		imgs[t.Ref] = img
 	}
-	sim, err := os.ReadFile(filepath.Join(images.BinDir(out, arch), "vllmsim"))
-	if err != nil {
-		return err
-	}
-	vllm := filepath.Join(cluster.WorkDir, "vllm")
-	if err := os.WriteFile(vllm, sim, 0o755); err != nil {
-		return err
-	}
-	img, err := images.FromBinary(images.Spec{Ref: vllmImage, Binary: vllm, Env: []string{"PATH=/"}})
-	if err != nil {
-		return err
-	}
-	imgs[vllmImage] = img
-	netcheck := filepath.Join(cluster.WorkDir, "netcheck")
-	if err := images.BuildGo(ctx, repoRoot, "./test/node/netcheck", "linux", arch, netcheck); err != nil {
-		return err
-	}
-	if imgs[netcheckImage], err = images.FromBinary(images.Spec{Ref: netcheckImage, Binary: netcheck}); err != nil {
-		return err
+	// The suite's client pods.
+	for ref, pkg := range map[string]string{
+		netcheckImage: "./test/node/netcheck", loadgenImage: "./test/node/loadgen", eppClientImage: "./test/node/eppclient",
+	} {
+		bin := filepath.Join(cluster.WorkDir, filepath.Base(pkg))
+		if err := images.BuildGo(ctx, repoRoot, pkg, "linux", arch, bin); err != nil {
+			return err
+		}
+		img, err := images.FromBinary(images.Spec{Ref: ref, Binary: bin})
+		if err != nil {
+			return err
+		}
+		imgs[ref] = img
 	}
 	return images.WriteTarball(archive, imgs)
 }

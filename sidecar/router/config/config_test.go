@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/test/kubeletvolume"
 )
 
 func doc(gen int, instances ...string) []byte {
@@ -103,11 +102,38 @@ func TestLoaderApplyErrorKeepsLastGood(t *testing.T) {
 	}
 }
 
-// kubeletWrite updates a ConfigMap volume the way kubelet does.
+// kubeletWrite updates a ConfigMap volume's one key as the kubelet does
+// (AtomicWriter): the data in a new hidden version directory, the
+// `..data` symlink swapped to it by renaming `..data_tmp` over it, the
+// key a symlink through `..data`, the old version removed. test/node runs
+// the router against a real kubelet's volume; this is for the watcher's
+// unit tests.
 func kubeletWrite(t *testing.T, dir string, data []byte) {
 	t.Helper()
-	if err := kubeletvolume.Write(dir, map[string]string{routingv1alpha1.ConfigMapKey: string(data)}); err != nil {
+	version, err := os.MkdirTemp(dir, "..version_")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(version, routingv1alpha1.ConfigMapKey), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if err := os.Symlink(filepath.Base(version), filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, routingv1alpha1.ConfigMapKey)
+	if _, err := os.Lstat(key); os.IsNotExist(err) {
+		if err := os.Symlink(filepath.Join("..data", routingv1alpha1.ConfigMapKey), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -1,8 +1,9 @@
-// Command netcheck is the client pod of test/node's NetworkPolicy spec: it
-// tries to open a TCP connection to each address it is given until one
-// attempt connects or its patience runs out, and exits 0 when every
-// address connected, 1 when any never did, so the pod's phase (Succeeded
-// or Failed) is the answer.
+// Command netcheck is the client pod of test/node's NetworkPolicy and DNS
+// specs: it tries to open a TCP connection to each address it is given (a
+// host name goes through the pod's resolver) until one attempt connects or
+// its patience runs out, prints the address it reached, and exits 0 when
+// every address connected, 1 when any never did, so the pod's phase
+// (Succeeded or Failed) is the answer.
 package main
 
 import (
@@ -21,27 +22,28 @@ const patience = 15 * time.Second
 func main() {
 	failed := len(os.Args) < 2
 	for _, addr := range os.Args[1:] {
-		if err := connect(addr); err != nil {
+		remote, err := connect(addr)
+		if err != nil {
 			fmt.Printf("%s: %v\n", addr, err)
 			failed = true
 			continue
 		}
-		fmt.Printf("%s: connected\n", addr)
+		fmt.Printf("%s: connected to %s\n", addr, remote)
 	}
 	if failed {
 		os.Exit(1)
 	}
 }
 
-func connect(addr string) error {
+func connect(addr string) (string, error) {
 	deadline := time.Now().Add(patience)
 	for {
 		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {
-			return conn.Close()
+			return conn.RemoteAddr().String(), conn.Close()
 		}
 		if time.Now().After(deadline) {
-			return err
+			return "", err
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
