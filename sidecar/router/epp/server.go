@@ -2,9 +2,9 @@
 // Protocol: Envoy's ext_proc v3 stream, request and response bodies in
 // FULL_DUPLEX_STREAMED mode. For each request the gateway sends the
 // headers and the body in chunks; the server holds the body whole (within
-// the router's body limit and budget), has the router place it exactly as
-// the proxy would (proxy.Router.Decide: the same extraction, salt and
-// picker), and answers with the chosen endpoint in the
+// the router's body limit and budget), has the router admit it through
+// the proxy's own pipeline (proxy.Router.Identify on the headers, then
+// proxy.Router.Admit on the whole body), and answers with the chosen endpoint in the
 // x-gateway-destination-endpoint header and the envoy.lb dynamic metadata,
 // then streams the body on. It watches the response go by to end the
 // request's load accounting: the first token at the first response body
@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
 // The protocol's names (Inference Extension proposal 004).
@@ -138,15 +139,17 @@ func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*he
 
 // exchange is one HTTP request's state on its stream.
 type exchange struct {
-	s       *Server
-	stream  extprocv3.ExternalProcessor_ProcessServer
-	method  string
-	path    string
-	header  http.Header
-	subset  []string // nil: no hint
+	s      *Server
+	stream extprocv3.ExternalProcessor_ProcessServer
+	method string
+	path   string
+	header http.Header
+	subset []string // nil: no hint
+	// caller is who the headers identified, carried into the admission.
+	caller  tenancy.Identity
 	body    []byte
 	held    int64
-	decided *proxy.Decided
+	decided *proxy.Placement
 	// began: request headers came; placed: the request was decided (it
 	// stays true once the decision ended); ended: the request is counted.
 	began, placed, ended bool
@@ -284,7 +287,8 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			return true, x.immediate(headersTooLarge())
 		}
 		// Who the caller is decides whether its body is held at all.
-		if refused := x.s.router.Admit(x.header); refused != nil {
+		var refused *proxy.Refusal
+		if x.caller, refused = x.s.router.Identify(x.header); refused != nil {
 			return true, x.immediate(refused)
 		}
 		x.subset = subsetHint(req.GetMetadataContext())
@@ -428,7 +432,8 @@ const (
 // decide places the request and answers the request headers with the
 // endpoint, then sends the body on (unless the request has none).
 func (x *exchange) decide(end bodyEnd) (bool, error) {
-	d, refused := x.s.router.Decide(x.stream.Context(), x.method, x.path, x.header, x.body)
+	d, refused := x.s.router.Admit(x.stream.Context(), proxy.Admission{Method: x.method, Path: x.path, Header: x.header,
+		Caller: x.caller, Body: x.body})
 	if refused != nil {
 		return true, x.immediate(refused)
 	}
@@ -446,7 +451,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 		// The salt may have changed the body's length.
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
-	mut.RemoveHeaders = d.RemoveHeaders
+	mut.RemoveHeaders = x.s.router.StrippedHeaders(x.header)
 	md, err := structpb.NewStruct(map[string]any{MetadataNamespace: map[string]any{DestinationHeader: addr}})
 	if err != nil {
 		return true, err

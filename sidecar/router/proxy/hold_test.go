@@ -242,10 +242,11 @@ func TestHoldAnAdapterAtZero(t *testing.T) {
 	g.Expect(b.count()).To(Equal(1))
 }
 
-// TestDecideAsksForAnInstance: through the Endpoint Picker Protocol
-// (Decide), a request is answered 503 at once, and asks for an instance
-// exactly when the proxy would hold it (waitsForInstance).
-func TestDecideAsksForAnInstance(t *testing.T) {
+// TestGatewayAdmissionAsksForAnInstance: admitted for a caller that
+// forwards nothing (the Endpoint Picker Protocol), a request is answered
+// 503 at once, and asks for an instance exactly when the proxy would hold
+// it (waitsForInstance).
+func TestGatewayAdmissionAsksForAnInstance(t *testing.T) {
 	b := newBackend(t, "a")
 	for _, tc := range []struct {
 		name      string
@@ -263,7 +264,7 @@ func TestDecideAsksForAnInstance(t *testing.T) {
 			if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, tc.instances, routingv1alpha1.Adapter{Name: "lora-x"})); err != nil {
 				t.Fatal(err)
 			}
-			d, refused := r.Decide(context.Background(), http.MethodPost, "/v1/chat/completions", http.Header{}, []byte(chatBody(tc.model, "hi", "")))
+			d, refused := r.Admit(context.Background(), Admission{Method: http.MethodPost, Path: "/v1/chat/completions", Body: []byte(chatBody(tc.model, "hi", ""))})
 			if d != nil || refused == nil {
 				t.Fatalf("decided %v, want a refusal", d)
 			}
