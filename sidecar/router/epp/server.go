@@ -404,14 +404,9 @@ func headersTooLarge() *proxy.Refusal {
 // the body the request is placed.
 func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	chunk := b.GetBody()
-	if int64(len(x.body)+len(chunk)) > x.s.router.MaxBodyBytes() {
-		return true, x.immediate(x.s.router.TooLarge())
-	}
-	if grow := int64(len(x.body) + len(chunk)); grow > x.held {
-		if !x.s.router.Hold(grow - x.held) {
-			return true, x.immediate(x.s.router.Overloaded())
-		}
-		x.held = grow
+	var refused *proxy.Refusal
+	if x.held, refused = x.s.router.HoldBody(x.held, int64(len(x.body)+len(chunk))); refused != nil {
+		return true, x.immediate(refused)
 	}
 	x.body = append(x.body, chunk...)
 	if b.GetEndOfStream() {

@@ -79,11 +79,11 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	} else {
 		p.Body = [][]byte{in.Body}
 	}
-	key := r.picker.Key(policyRequest(x))
+	key := r.picker.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes})
 	t, err := r.picker.Pick(ctx, key)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
 	waits := waitsForInstance(st, key.Model)
-	holds := in.Forward && r.holding() && waits
+	holds := in.Forward && r.opts.HoldTimeout > 0 && waits
 	if holds || !in.Forward {
 		t, err = r.inRotation(t, err)
 	}

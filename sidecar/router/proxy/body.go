@@ -120,31 +120,30 @@ func (r *Router) readGrowing(src io.Reader, held *int64) ([]byte, error) {
 	}
 }
 
-// The body limits for a caller that reads the body itself (the Endpoint
-// Picker Protocol receives it in chunks), answered as the proxy answers.
+// HoldBody is the budget a body held by a caller that reads it itself
+// (the Endpoint Picker Protocol, which receives it in chunks) takes as it
+// grows to n bytes from held: the new hold, or the refusal of a body over
+// MaxBodyBytes (413) or over the budget, which is shed with 429 as the
+// protocol asks (the proxy answers 503 with Retry-After, which its own
+// clients retry alike). Release gives the hold back.
+func (r *Router) HoldBody(held, n int64) (int64, *Refusal) {
+	if n > r.opts.MaxBodyBytes {
+		return held, r.bodyRefusal(errBodyTooLarge)
+	}
+	if n > held {
+		if !r.budget.reserve(n - held) {
+			return held, refuse(http.StatusTooManyRequests, "rate_limit_exceeded", "router_overloaded", "", overloadedMsg, 1)
+		}
+		held = n
+	}
+	return held, nil
+}
 
-// MaxBodyBytes is the largest request body the router accepts.
-func (r *Router) MaxBodyBytes() int64 { return r.opts.MaxBodyBytes }
-
-// TooLarge is the refusal of a body over MaxBodyBytes.
-func (r *Router) TooLarge() *Refusal { return r.bodyRefusal(errBodyTooLarge) }
+// Release returns bytes taken by HoldBody.
+func (r *Router) Release(n int64) { r.budget.release(n) }
 
 // BodyTimedOut is the refusal of a body that took longer than
 // BodyReadTimeout.
 func (r *Router) BodyTimedOut() *Refusal { return r.bodyRefusal(errBodyTimeout) }
 
-// Hold takes n bytes of the router-wide body budget, or reports false
-// (then Overloaded is the answer); Release gives them back.
-func (r *Router) Hold(n int64) bool { return r.budget.reserve(n) }
-
-// Release returns bytes taken by Hold.
-func (r *Router) Release(n int64) { r.budget.release(n) }
-
 const overloadedMsg = "the router is holding as many request bodies as it may; retry shortly"
-
-// Overloaded is the refusal while the body budget is spent: the request
-// is shed, 429 as the Endpoint Picker Protocol asks (the proxy answers 503
-// with Retry-After, which its own clients retry alike).
-func (r *Router) Overloaded() *Refusal {
-	return refuse(http.StatusTooManyRequests, "rate_limit_exceeded", "router_overloaded", "", overloadedMsg, 1)
-}

@@ -72,9 +72,6 @@ var (
 	errHoldTimeout = errors.New("held past the wait limit")
 )
 
-// holding reports whether requests are held at all (HoldTimeout > 0).
-func (r *Router) holding() bool { return r.opts.HoldTimeout > 0 }
-
 // waitsForInstance reports whether a request for model that found no
 // instance would be served by one coming up, and so asks for one (OnHold)
 // and is held: a request for the base model, or for any model while the

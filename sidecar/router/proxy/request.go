@@ -42,11 +42,6 @@ func (r *Router) bodyRefusal(err error) *Refusal {
 	return invalid(http.StatusBadRequest, "", "", "could not read the request body")
 }
 
-// policyRequest is what the policy is told of an extracted request.
-func policyRequest(x extract.Request) policy.Request {
-	return policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes}
-}
-
 // Identify resolves who the caller is from its headers alone
 // (tenancy.Auth), before its body takes any of the buffer budget: with API
 // keys a request without a known key, and with a trusted header a request
