@@ -23,6 +23,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,16 +63,12 @@ const (
 )
 
 // Options bound what one stream may take. Zero values take the defaults.
+// Its time is bounded by the router's own timeouts (proxy.Options): the
+// request, headers and body, within BodyReadTimeout of the stream's start
+// (408 after), the response headers within ResponseHeaderTimeout of the
+// decision, and no silence longer than StreamIdleTimeout once the
+// response began.
 type Options struct {
-	// BodyReadTimeout bounds the time from the stream's start to the
-	// request body's end: the proxy's --body-read-timeout (408 after).
-	BodyReadTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait from the decision to the
-	// response headers (--response-header-timeout).
-	ResponseHeaderTimeout time.Duration
-	// StreamIdleTimeout bounds the silence between messages once the
-	// response began (--stream-idle-timeout).
-	StreamIdleTimeout time.Duration
 	// MaxHeaderBytes bounds the request's header block, names and values
 	// (431 above): the proxy's --max-header-bytes.
 	MaxHeaderBytes int
@@ -91,9 +88,6 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	o.BodyReadTimeout = cmp.Or(max(o.BodyReadTimeout, 0), proxy.DefaultBodyReadTimeout)
-	o.ResponseHeaderTimeout = cmp.Or(max(o.ResponseHeaderTimeout, 0), proxy.DefaultResponseHeaderTimeout)
-	o.StreamIdleTimeout = cmp.Or(max(o.StreamIdleTimeout, 0), proxy.DefaultStreamIdleTimeout)
 	o.MaxHeaderBytes = cmp.Or(max(o.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
 	o.MaxStreams = cmp.Or(max(o.MaxStreams, 0), DefaultMaxStreams)
 	return o
@@ -106,13 +100,14 @@ type Server struct {
 	router  *proxy.Router
 	log     logr.Logger
 	opts    Options
+	timeout proxy.Options // the router's, for its timeouts
 	streams chan struct{} // a slot per open stream
 }
 
 // New returns the service for r.
 func New(r *proxy.Router, log logr.Logger, opts Options) *Server {
 	opts = opts.withDefaults()
-	return &Server{router: r, log: log, opts: opts, streams: make(chan struct{}, opts.MaxStreams)}
+	return &Server{router: r, log: log, opts: opts, timeout: r.Options(), streams: make(chan struct{}, opts.MaxStreams)}
 }
 
 // Register adds the ext_proc and health services to g.
@@ -221,13 +216,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-// deadline is how long the stream may wait for its next message, at now:
-// the request (headers and body) must be whole within BodyReadTimeout of
-// the stream's start, the response must begin within
-// ResponseHeaderTimeout of the decision, and then no message may be
-// further apart than StreamIdleTimeout.
+// deadline is how long the stream may wait for its next message, at now
+// (see Options).
 func (x *exchange) deadline(now time.Time) time.Duration {
-	o := x.s.opts
+	o := &x.s.timeout
 	switch {
 	case !x.placed:
 		return x.start.Add(o.BodyReadTimeout).Sub(now)
@@ -433,7 +425,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 		return true, x.immediate(refused)
 	}
 	x.decided, x.placed, x.placedAt = d, true, time.Now()
-	if x.subset != nil && !x.inSubset() {
+	if x.subset != nil && !x.moveTo(func(addr string) bool { return slices.Contains(x.subset, addr) }) {
 		return true, x.immediate(noEndpoint())
 	}
 	addr := d.Instance().Address
@@ -503,20 +495,16 @@ func chunked(body [][]byte) [][]byte {
 	return out
 }
 
-// inSubset moves the decision along its fallback order to the first
-// instance the gateway's subset hint allows; false when none is.
-func (x *exchange) inSubset() bool {
-	for {
-		addr := x.decided.Instance().Address
-		for _, s := range x.subset {
-			if s == addr {
-				return true
-			}
-		}
+// moveTo moves the decision along its fallback order to the first
+// instance whose address ok accepts (the gateway's subset hint, the
+// endpoint it served); false when none does.
+func (x *exchange) moveTo(ok func(addr string) bool) bool {
+	for !ok(x.decided.Instance().Address) {
 		if !x.decided.Next() {
 			return false
 		}
 	}
+	return true
 }
 
 // served moves the accounting to the endpoint the gateway reports it
@@ -526,15 +514,8 @@ func (x *exchange) served(md *corev3.Metadata) {
 		return
 	}
 	v := md.GetFilterMetadata()[MetadataNamespace].GetFields()[ServedKey].GetStringValue()
-	if v == "" || v == x.decided.Instance().Address {
-		return
-	}
-	want := v
-	for x.decided.Instance().Address != want {
-		if !x.decided.Next() {
-			x.s.log.V(1).Info("gateway served an endpoint outside the decision's order", "served", want)
-			return
-		}
+	if v != "" && !x.moveTo(func(addr string) bool { return addr == v }) {
+		x.s.log.V(1).Info("gateway served an endpoint outside the decision's order", "served", v)
 	}
 }
 

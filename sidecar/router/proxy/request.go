@@ -16,17 +16,6 @@ func noConfig() *Refusal {
 	return unavailable(http.StatusServiceUnavailable, "no_routing_config", "the router has no routing configuration yet", 1)
 }
 
-// readRequest reads the body within the router's limits (readBody) and
-// turns a refusal into what the client sees. The caller releases held
-// from the buffer budget once it no longer needs the body.
-func (r *Router) readRequest(w http.ResponseWriter, req *http.Request) (body []byte, held int64, refused *Refusal) {
-	body, held, err := r.readBody(w, req)
-	if err == nil {
-		return body, held, nil
-	}
-	return nil, held, r.bodyRefusal(err)
-}
-
 // bodyRefusal is the answer to a body readBody refused.
 func (r *Router) bodyRefusal(err error) *Refusal {
 	switch {

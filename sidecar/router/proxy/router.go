@@ -279,6 +279,9 @@ func (r *Router) perInstance(get func(id string) int64) func(report func(backend
 	}
 }
 
+// Options are the router's options, defaults applied.
+func (r *Router) Options() Options { return r.opts }
+
 // Metrics are the router's metrics.
 func (r *Router) Metrics() *metrics.Metrics { return r.opts.Metrics }
 
@@ -486,11 +489,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		r.reject(w, refused)
 		return
 	}
-	body, held, refused := r.readRequest(w, req)
+	body, held, err := r.readBody(w, req)
 	defer r.budget.release(held)
-	if refused != nil {
+	if err != nil {
 		w.Header().Set("Connection", "close")
-		r.reject(w, refused)
+		r.reject(w, r.bodyRefusal(err))
 		return
 	}
 	p, refused := r.Admit(req.Context(), Admission{Method: req.Method, Path: req.URL.Path, Header: req.Header,
