@@ -275,6 +275,25 @@ func TestGatewayAdmissionAsksForAnInstance(t *testing.T) {
 	}
 }
 
+// TestUnheldRequestAsksForAnInstance: without holding (HoldTimeout 0) a
+// request that finds no instance is answered 503 at once and still asks
+// for one (scale from zero), as the same request through the Endpoint
+// Picker Protocol does.
+func TestUnheldRequestAsksForAnInstance(t *testing.T) {
+	var holds atomic.Int64
+	r := New(Options{AllowLoopbackBackends: true, OnHold: func() { holds.Add(1) }})
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-send(context.Background(), newServer(t, r), chatBody("m", "at zero", ""))
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
+		t.Fatalf("answered %d %v %s, want 503 with Retry-After", a.status, a.header, a.body)
+	}
+	if holds.Load() != 1 || r.heldCount() != 0 {
+		t.Fatalf("asked for an instance %d times, %d held; want once, none held", holds.Load(), r.heldCount())
+	}
+}
+
 // TestHooksTellHeldFromForwarded: a held request calls OnHold and not
 // OnForward until it is sent to an instance; each request sent calls
 // OnForward once.
