@@ -68,8 +68,7 @@ func serveEPP(watchCtx context.Context, f *flags, r *proxy.Router, log logr.Logg
 	if e.listen == "" {
 		return func(context.Context) {}, nil
 	}
-	s := epp.New(r, log.WithName("epp"), epp.Options{BodyReadTimeout: f.bodyReadTimeout, ResponseHeaderTimeout: f.upstream.responseHeaderTimeout,
-		StreamIdleTimeout: f.streamIdleTimeout, MaxHeaderBytes: f.maxHeaderBytes, MaxStreams: e.maxStreams})
+	s := epp.New(r, log.WithName("epp"), epp.Options{MaxHeaderBytes: f.maxHeaderBytes, MaxStreams: e.maxStreams})
 	// The certificate watch logs through controller-runtime's logger.
 	ctrllog.SetLogger(log.WithName("epp"))
 	var cfg *tls.Config

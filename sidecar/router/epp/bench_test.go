@@ -55,7 +55,12 @@ func BenchmarkDecide(b *testing.B) {
 	f := newFixture(b, 3, proxy.Options{})
 	body := chat("a benchmark prompt of moderate length, the same every time")
 	for b.Loop() {
-		d, refused := f.router.Decide(context.Background(), http.MethodPost, "/v1/chat/completions", http.Header{}, body)
+		h := http.Header{}
+		id, refused := f.router.Identify(h)
+		if refused != nil {
+			b.Fatal(refused.Status)
+		}
+		d, refused := f.router.Admit(context.Background(), proxy.Admission{Method: http.MethodPost, Path: "/v1/chat/completions", Header: h, Caller: id, Body: body})
 		if refused != nil {
 			b.Fatal(refused.Status)
 		}

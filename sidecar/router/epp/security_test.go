@@ -1,12 +1,15 @@
 package epp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -123,7 +126,7 @@ func TestOneRequestPerStream(t *testing.T) {
 // prefill tokens end with it (the finding: 19 unfinished 100 kB POSTs
 // held 75,000 prefill tokens for good).
 func TestDecisionEndsAtItsDeadline(t *testing.T) {
-	f := newFixtureWith(t, 2, proxy.Options{}, setup{epp: Options{ResponseHeaderTimeout: 200 * time.Millisecond}})
+	f := newFixture(t, 2, proxy.Options{ResponseHeaderTimeout: 200 * time.Millisecond})
 	body := chat(strings.Repeat("a long prompt. ", 100<<10/15))
 	var streams []extprocv3.ExternalProcessor_ProcessClient
 	for range 19 {
@@ -148,7 +151,7 @@ func TestDecisionEndsAtItsDeadline(t *testing.T) {
 // back to the budget, and a stream that sends nothing is ended too, so
 // header-only streams and half-sent bodies cannot be held for ever.
 func TestSlowBodyTimesOut(t *testing.T) {
-	f := newFixtureWith(t, 1, proxy.Options{}, setup{epp: Options{BodyReadTimeout: 200 * time.Millisecond}})
+	f := newFixture(t, 1, proxy.Options{BodyReadTimeout: 200 * time.Millisecond})
 	for name, first := range map[string][]byte{"half a body": []byte(`{"model":"m","mess`), "headers only": nil} {
 		t.Run(name, func(t *testing.T) {
 			stream, err := f.client.Process(waitCtx(t))
@@ -238,7 +241,9 @@ func TestStreamBounds(t *testing.T) {
 		other := extprocv3.NewExternalProcessorClient(f.dial(t, credentials.NewTLS(f.pki.GatewayTLS(t))))
 		stream, err := other.Process(waitCtx(t))
 		must(t, err)
-		must(t, stream.Send(requestHeaders(true)))
+		// The refusal may end the stream before this send (io.EOF); the
+		// answer is read either way.
+		_ = stream.Send(requestHeaders(true))
 		resp, err := stream.Recv()
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("a third stream: answered %v, error %v; want ResourceExhausted", resp, err)
@@ -266,5 +271,79 @@ func TestClientCAReload(t *testing.T) {
 		if accepted := err == nil; accepted != (ca == next) {
 			t.Fatalf("%s: error %v", name, err)
 		}
+	}
+}
+
+// TestRefusalsMatchTheProxy: a request the router refuses gets the same
+// answer through the protocol as from the proxy, status, headers and body,
+// whether its headers are refused (a 401 carries WWW-Authenticate either
+// way) or its body is: both doors run one admission.
+func TestRefusalsMatchTheProxy(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "acme"), []byte(keyAcme), 0o600))
+	ks := &tenancy.KeyStore{}
+	_, err := ks.LoadDir(dir)
+	must(t, err)
+	trusted := newFixture(t, 1, proxy.Options{Auth: tenancy.Auth{TrustedHeader: "x-gateway-tenant"}})
+	keyed := newFixture(t, 1, proxy.Options{Auth: tenancy.Auth{Keys: ks}})
+	for _, tc := range []struct {
+		name   string
+		f      *fixture
+		body   []byte
+		kv     []string
+		status int
+	}{
+		{"no tenant header", trusted, chat("hello"), nil, http.StatusUnauthorized},
+		{"two tenant headers", trusted, chat("hello"), []string{"x-gateway-tenant", "a", "x-gateway-tenant", "b"}, http.StatusBadRequest},
+		{"no key", keyed, chat("hello"), nil, http.StatusUnauthorized},
+		{"a wrong key", keyed, chat("hello"), []string{"authorization", "Bearer sk-wrong"}, http.StatusUnauthorized},
+		{"an unknown model", keyed, []byte(`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`),
+			[]string{"authorization", "Bearer " + keyAcme}, http.StatusNotFound},
+		{"a body that is not JSON", keyed, []byte(`{"model":`), []string{"authorization", "Bearer " + keyAcme}, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.f.router.Handler())
+			t.Cleanup(srv.Close)
+			req, err := http.NewRequestWithContext(waitCtx(t), http.MethodPost, srv.URL+"/v1/chat/completions", bytes.NewReader(tc.body))
+			must(t, err)
+			for i := 0; i+1 < len(tc.kv); i += 2 {
+				req.Header.Add(tc.kv[i], tc.kv[i+1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			want, err := io.ReadAll(resp.Body)
+			must(t, err)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("the proxy answered %d %s, want %d", resp.StatusCode, want, tc.status)
+			}
+			wantHeader := resp.Header.Clone()
+			for _, k := range []string{"Connection", "Content-Length", "Date"} { // the transport's own
+				wantHeader.Del(k)
+			}
+
+			stream, err := tc.f.client.Process(waitCtx(t))
+			must(t, err)
+			must(t, stream.Send(requestHeaders(false, tc.kv...)))
+			// A refusal on the headers ends the stream: this send may
+			// find it closed, and the answer is read either way.
+			_ = stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+				RequestBody: &extprocv3.HttpBody{Body: tc.body, EndOfStream: true}}})
+			got, err := stream.Recv()
+			must(t, err)
+			im := got.GetImmediateResponse()
+			if im == nil {
+				t.Fatalf("the protocol answered %v, want an immediate response", got)
+			}
+			if int(im.GetStatus().GetCode()) != resp.StatusCode || !bytes.Equal(im.GetBody(), want) {
+				t.Errorf("the protocol answered %d %s, the proxy %d %s", im.GetStatus().GetCode(), im.GetBody(), resp.StatusCode, want)
+			}
+			if tc.status == http.StatusUnauthorized && wantHeader.Get("WWW-Authenticate") == "" {
+				t.Errorf("the proxy's 401 names no scheme: %v", wantHeader)
+			}
+			if h := immediateHeader(im); !reflect.DeepEqual(h, wantHeader) {
+				t.Errorf("the protocol's headers %v, the proxy's %v", h, wantHeader)
+			}
+		})
 	}
 }

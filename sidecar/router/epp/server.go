@@ -2,9 +2,9 @@
 // Protocol: Envoy's ext_proc v3 stream, request and response bodies in
 // FULL_DUPLEX_STREAMED mode. For each request the gateway sends the
 // headers and the body in chunks; the server holds the body whole (within
-// the router's body limit and budget), has the router place it exactly as
-// the proxy would (proxy.Router.Decide: the same extraction, salt and
-// picker), and answers with the chosen endpoint in the
+// the router's body limit and budget), has the router admit it through
+// the proxy's own pipeline (proxy.Router.Identify on the headers, then
+// proxy.Router.Admit on the whole body), and answers with the chosen endpoint in the
 // x-gateway-destination-endpoint header and the envoy.lb dynamic metadata,
 // then streams the body on. It watches the response go by to end the
 // request's load accounting: the first token at the first response body
@@ -23,6 +23,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
+	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
 // The protocol's names (Inference Extension proposal 004).
@@ -61,16 +63,12 @@ const (
 )
 
 // Options bound what one stream may take. Zero values take the defaults.
+// Its time is bounded by the router's own timeouts (proxy.Options): the
+// request, headers and body, within BodyReadTimeout of the stream's start
+// (408 after), the response headers within ResponseHeaderTimeout of the
+// decision, and no silence longer than StreamIdleTimeout once the
+// response began.
 type Options struct {
-	// BodyReadTimeout bounds the time from the stream's start to the
-	// request body's end: the proxy's --body-read-timeout (408 after).
-	BodyReadTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait from the decision to the
-	// response headers (--response-header-timeout).
-	ResponseHeaderTimeout time.Duration
-	// StreamIdleTimeout bounds the silence between messages once the
-	// response began (--stream-idle-timeout).
-	StreamIdleTimeout time.Duration
 	// MaxHeaderBytes bounds the request's header block, names and values
 	// (431 above): the proxy's --max-header-bytes.
 	MaxHeaderBytes int
@@ -90,9 +88,6 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	o.BodyReadTimeout = cmp.Or(max(o.BodyReadTimeout, 0), proxy.DefaultBodyReadTimeout)
-	o.ResponseHeaderTimeout = cmp.Or(max(o.ResponseHeaderTimeout, 0), proxy.DefaultResponseHeaderTimeout)
-	o.StreamIdleTimeout = cmp.Or(max(o.StreamIdleTimeout, 0), proxy.DefaultStreamIdleTimeout)
 	o.MaxHeaderBytes = cmp.Or(max(o.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
 	o.MaxStreams = cmp.Or(max(o.MaxStreams, 0), DefaultMaxStreams)
 	return o
@@ -105,13 +100,14 @@ type Server struct {
 	router  *proxy.Router
 	log     logr.Logger
 	opts    Options
+	timeout proxy.Options // the router's, for its timeouts
 	streams chan struct{} // a slot per open stream
 }
 
 // New returns the service for r.
 func New(r *proxy.Router, log logr.Logger, opts Options) *Server {
 	opts = opts.withDefaults()
-	return &Server{router: r, log: log, opts: opts, streams: make(chan struct{}, opts.MaxStreams)}
+	return &Server{router: r, log: log, opts: opts, timeout: r.Options(), streams: make(chan struct{}, opts.MaxStreams)}
 }
 
 // Register adds the ext_proc and health services to g.
@@ -138,15 +134,17 @@ func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*he
 
 // exchange is one HTTP request's state on its stream.
 type exchange struct {
-	s       *Server
-	stream  extprocv3.ExternalProcessor_ProcessServer
-	method  string
-	path    string
-	header  http.Header
-	subset  []string // nil: no hint
+	s      *Server
+	stream extprocv3.ExternalProcessor_ProcessServer
+	method string
+	path   string
+	header http.Header
+	subset []string // nil: no hint
+	// caller is who the headers identified, carried into the admission.
+	caller  tenancy.Identity
 	body    []byte
 	held    int64
-	decided *proxy.Decided
+	decided *proxy.Placement
 	// began: request headers came; placed: the request was decided (it
 	// stays true once the decision ended); ended: the request is counted.
 	began, placed, ended bool
@@ -218,13 +216,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-// deadline is how long the stream may wait for its next message, at now:
-// the request (headers and body) must be whole within BodyReadTimeout of
-// the stream's start, the response must begin within
-// ResponseHeaderTimeout of the decision, and then no message may be
-// further apart than StreamIdleTimeout.
+// deadline is how long the stream may wait for its next message, at now
+// (see Options).
 func (x *exchange) deadline(now time.Time) time.Duration {
-	o := x.s.opts
+	o := &x.s.timeout
 	switch {
 	case !x.placed:
 		return x.start.Add(o.BodyReadTimeout).Sub(now)
@@ -284,7 +279,8 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			return true, x.immediate(headersTooLarge())
 		}
 		// Who the caller is decides whether its body is held at all.
-		if refused := x.s.router.Admit(x.header); refused != nil {
+		var refused *proxy.Refusal
+		if x.caller, refused = x.s.router.Identify(x.header); refused != nil {
 			return true, x.immediate(refused)
 		}
 		x.subset = subsetHint(req.GetMetadataContext())
@@ -400,14 +396,9 @@ func headersTooLarge() *proxy.Refusal {
 // the body the request is placed.
 func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	chunk := b.GetBody()
-	if int64(len(x.body)+len(chunk)) > x.s.router.MaxBodyBytes() {
-		return true, x.immediate(x.s.router.TooLarge())
-	}
-	if grow := int64(len(x.body) + len(chunk)); grow > x.held {
-		if !x.s.router.Hold(grow - x.held) {
-			return true, x.immediate(x.s.router.Overloaded())
-		}
-		x.held = grow
+	var refused *proxy.Refusal
+	if x.held, refused = x.s.router.HoldBody(x.held, int64(len(x.body)+len(chunk))); refused != nil {
+		return true, x.immediate(refused)
 	}
 	x.body = append(x.body, chunk...)
 	if b.GetEndOfStream() {
@@ -428,12 +419,13 @@ const (
 // decide places the request and answers the request headers with the
 // endpoint, then sends the body on (unless the request has none).
 func (x *exchange) decide(end bodyEnd) (bool, error) {
-	d, refused := x.s.router.Decide(x.stream.Context(), x.method, x.path, x.header, x.body)
+	d, refused := x.s.router.Admit(x.stream.Context(), proxy.Admission{Method: x.method, Path: x.path, Header: x.header,
+		Caller: x.caller, Body: x.body})
 	if refused != nil {
 		return true, x.immediate(refused)
 	}
 	x.decided, x.placed, x.placedAt = d, true, time.Now()
-	if x.subset != nil && !x.inSubset() {
+	if x.subset != nil && !x.moveTo(func(addr string) bool { return slices.Contains(x.subset, addr) }) {
 		return true, x.immediate(noEndpoint())
 	}
 	addr := d.Instance().Address
@@ -446,7 +438,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 		// The salt may have changed the body's length.
 		mut.SetHeaders = append(mut.SetHeaders, header("content-length", strconv.Itoa(n)))
 	}
-	mut.RemoveHeaders = d.RemoveHeaders
+	mut.RemoveHeaders = x.s.router.StrippedHeaders(x.header)
 	md, err := structpb.NewStruct(map[string]any{MetadataNamespace: map[string]any{DestinationHeader: addr}})
 	if err != nil {
 		return true, err
@@ -503,20 +495,16 @@ func chunked(body [][]byte) [][]byte {
 	return out
 }
 
-// inSubset moves the decision along its fallback order to the first
-// instance the gateway's subset hint allows; false when none is.
-func (x *exchange) inSubset() bool {
-	for {
-		addr := x.decided.Instance().Address
-		for _, s := range x.subset {
-			if s == addr {
-				return true
-			}
-		}
+// moveTo moves the decision along its fallback order to the first
+// instance whose address ok accepts (the gateway's subset hint, the
+// endpoint it served); false when none does.
+func (x *exchange) moveTo(ok func(addr string) bool) bool {
+	for !ok(x.decided.Instance().Address) {
 		if !x.decided.Next() {
 			return false
 		}
 	}
+	return true
 }
 
 // served moves the accounting to the endpoint the gateway reports it
@@ -526,15 +514,8 @@ func (x *exchange) served(md *corev3.Metadata) {
 		return
 	}
 	v := md.GetFilterMetadata()[MetadataNamespace].GetFields()[ServedKey].GetStringValue()
-	if v == "" || v == x.decided.Instance().Address {
-		return
-	}
-	want := v
-	for x.decided.Instance().Address != want {
-		if !x.decided.Next() {
-			x.s.log.V(1).Info("gateway served an endpoint outside the decision's order", "served", want)
-			return
-		}
+	if v != "" && !x.moveTo(func(addr string) bool { return addr == v }) {
+		x.s.log.V(1).Info("gateway served an endpoint outside the decision's order", "served", v)
 	}
 }
 

@@ -119,3 +119,31 @@ func (r *Router) readGrowing(src io.Reader, held *int64) ([]byte, error) {
 		}
 	}
 }
+
+// HoldBody is the budget a body held by a caller that reads it itself
+// (the Endpoint Picker Protocol, which receives it in chunks) takes as it
+// grows to n bytes from held: the new hold, or the refusal of a body over
+// MaxBodyBytes (413) or over the budget, which is shed with 429 as the
+// protocol asks (the proxy answers 503 with Retry-After, which its own
+// clients retry alike). Release gives the hold back.
+func (r *Router) HoldBody(held, n int64) (int64, *Refusal) {
+	if n > r.opts.MaxBodyBytes {
+		return held, r.bodyRefusal(errBodyTooLarge)
+	}
+	if n > held {
+		if !r.budget.reserve(n - held) {
+			return held, refuse(http.StatusTooManyRequests, "rate_limit_exceeded", "router_overloaded", "", overloadedMsg, 1)
+		}
+		held = n
+	}
+	return held, nil
+}
+
+// Release returns bytes taken by HoldBody.
+func (r *Router) Release(n int64) { r.budget.release(n) }
+
+// BodyTimedOut is the refusal of a body that took longer than
+// BodyReadTimeout.
+func (r *Router) BodyTimedOut() *Refusal { return r.bodyRefusal(errBodyTimeout) }
+
+const overloadedMsg = "the router is holding as many request bodies as it may; retry shortly"

@@ -26,6 +26,17 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
+// Refusal is the answer to a request the router will not place: status,
+// headers (Content-Type, WWW-Authenticate on a 401, Retry-After when a
+// retry may succeed) and an OpenAI-style body. The proxy writes it as its
+// response; the Endpoint Picker Protocol sends it as the gateway's
+// immediate response.
+type Refusal struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
 // apiError is the OpenAI error body, which OpenAI clients parse and show:
 // {"error":{"message","type","param","code"}}.
 type apiError struct {
@@ -35,9 +46,9 @@ type apiError struct {
 	Code    *string `json:"code"`
 }
 
-// writeError answers with an OpenAI-style error. retryAfter > 0 adds a
-// Retry-After header (seconds), which clients honour on 503.
-func writeError(w http.ResponseWriter, status int, typ, code, param, msg string, retryAfter int) {
+// refuse builds a refusal; retryAfter > 0 adds a Retry-After header
+// (seconds), which clients honour on 503.
+func refuse(status int, typ, code, param, msg string, retryAfter int) *Refusal {
 	e := apiError{Message: truncate(msg, maxErrorMessage), Type: typ}
 	if param != "" {
 		e.Param = &param
@@ -48,12 +59,28 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string,
 	body, _ := json.Marshal(struct {
 		Error apiError `json:"error"`
 	}{e})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h := http.Header{"Content-Type": {"application/json"}}
 	if retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(retryAfter))
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return &Refusal{Status: status, Header: h, Body: body}
+}
+
+func invalid(status int, code, param, msg string) *Refusal {
+	return refuse(status, "invalid_request_error", code, param, msg, 0)
+}
+
+func unavailable(status int, code, msg string, retryAfter int) *Refusal {
+	return refuse(status, "service_unavailable", code, "", msg, retryAfter)
+}
+
+// write answers the request with the refusal.
+func (f *Refusal) write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range f.Header {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(f.Body)))
+	w.WriteHeader(f.Status)
+	_, _ = w.Write(f.Body)
 }

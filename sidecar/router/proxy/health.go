@@ -29,7 +29,7 @@ func (r *Router) RunHealthChecks(ctx context.Context) {
 		case <-ticker.C:
 		}
 		var wg sync.WaitGroup
-		for _, in := range r.policy.Instances() {
+		for _, in := range r.own.Instances() {
 			wg.Go(func() {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Address+"/health", nil)
 				if err != nil {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -72,9 +71,6 @@ var (
 	errHoldFull    = errors.New("hold queue full")
 	errHoldTimeout = errors.New("held past the wait limit")
 )
-
-// holding reports whether requests are held at all (HoldTimeout > 0).
-func (r *Router) holding() bool { return r.opts.HoldTimeout > 0 }
 
 // waitsForInstance reports whether a request for model that found no
 // instance would be served by one coming up, and so asks for one (OnHold)
@@ -246,21 +242,11 @@ func (r *Router) pass() {
 // candidate ejected the policy fails open and names an ejected one, which
 // a router that holds requests waits out instead (the periodic retry finds
 // the instance once its back-off ends or a health check readmits it), and
-// a gateway is refused (see Decide).
+// a gateway is refused (see Admit).
 func (r *Router) inRotation(t *picker.Ticket, err error) (*picker.Ticket, error) {
-	if err == nil && !r.policy.Healthy(t.Instance().ID) {
+	if err == nil && !r.picker.InRotation(t.Instance().ID) {
 		t.Drop()
 		return nil, policy.ErrNoInstance
 	}
 	return t, err
-}
-
-// heldError is the answer to a request that was held and not dispatched.
-func (r *Router) heldError(err error) *badRequest {
-	if errors.Is(err, errHoldTimeout) {
-		return &badRequest{status: http.StatusGatewayTimeout, typ: "service_unavailable", code: "no_instance_in_time",
-			msg: "no instance could serve this model within " + r.opts.HoldTimeout.String() + "; retry later", retryAfter: 5}
-	}
-	return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
-		msg: "no instance can serve this model right now and the router holds as many requests as it may; retry shortly", retryAfter: 1}
 }

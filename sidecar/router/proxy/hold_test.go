@@ -242,10 +242,11 @@ func TestHoldAnAdapterAtZero(t *testing.T) {
 	g.Expect(b.count()).To(Equal(1))
 }
 
-// TestDecideAsksForAnInstance: through the Endpoint Picker Protocol
-// (Decide), a request is answered 503 at once, and asks for an instance
-// exactly when the proxy would hold it (waitsForInstance).
-func TestDecideAsksForAnInstance(t *testing.T) {
+// TestGatewayAdmissionAsksForAnInstance: admitted for a caller that
+// forwards nothing (the Endpoint Picker Protocol), a request is answered
+// 503 at once, and asks for an instance exactly when the proxy would hold
+// it (waitsForInstance).
+func TestGatewayAdmissionAsksForAnInstance(t *testing.T) {
 	b := newBackend(t, "a")
 	for _, tc := range []struct {
 		name      string
@@ -263,7 +264,7 @@ func TestDecideAsksForAnInstance(t *testing.T) {
 			if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, tc.instances, routingv1alpha1.Adapter{Name: "lora-x"})); err != nil {
 				t.Fatal(err)
 			}
-			d, refused := r.Decide(context.Background(), http.MethodPost, "/v1/chat/completions", http.Header{}, []byte(chatBody(tc.model, "hi", "")))
+			d, refused := r.Admit(context.Background(), Admission{Method: http.MethodPost, Path: "/v1/chat/completions", Body: []byte(chatBody(tc.model, "hi", ""))})
 			if d != nil || refused == nil {
 				t.Fatalf("decided %v, want a refusal", d)
 			}
@@ -271,6 +272,25 @@ func TestDecideAsksForAnInstance(t *testing.T) {
 				t.Errorf("asked for an instance: %v, want %v", got, tc.asks)
 			}
 		})
+	}
+}
+
+// TestUnheldRequestAsksForAnInstance: without holding (HoldTimeout 0) a
+// request that finds no instance is answered 503 at once and still asks
+// for one (scale from zero), as the same request through the Endpoint
+// Picker Protocol does.
+func TestUnheldRequestAsksForAnInstance(t *testing.T) {
+	var holds atomic.Int64
+	r := New(Options{AllowLoopbackBackends: true, OnHold: func() { holds.Add(1) }})
+	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-send(context.Background(), newServer(t, r), chatBody("m", "at zero", ""))
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" {
+		t.Fatalf("answered %d %v %s, want 503 with Retry-After", a.status, a.header, a.body)
+	}
+	if holds.Load() != 1 || r.heldCount() != 0 {
+		t.Fatalf("asked for an instance %d times, %d held; want once, none held", holds.Load(), r.heldCount())
 	}
 }
 

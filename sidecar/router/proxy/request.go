@@ -4,56 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
-// badRequest is a request refused before routing, as the client sees it.
-type badRequest struct {
-	status                int
-	typ, code, param, msg string
-	retryAfter            int
-}
-
-func invalid(status int, code, param, msg string) *badRequest {
-	return &badRequest{status: status, typ: "invalid_request_error", code: code, param: param, msg: msg}
-}
-
-func (b *badRequest) write(w http.ResponseWriter) {
-	writeError(w, b.status, b.typ, b.code, b.param, b.msg, b.retryAfter)
-}
-
 // noConfig answers every request until the first routing document.
-var noConfig = &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "no_routing_config",
-	msg: "the router has no routing configuration yet", retryAfter: 1}
-
-// unpickable is the answer to a request the policy found no instance for.
-func unpickable(err error, model string) *badRequest {
-	if errors.Is(err, policy.ErrUnknownModel) {
-		return invalid(http.StatusNotFound, "model_not_found", "model",
-			fmt.Sprintf("The model `%s` does not exist.", truncate(model, maxEchoBytes)))
-	}
-	return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "no_instance",
-		msg: "no instance can serve this model right now", retryAfter: 1}
-}
-
-// readRequest reads the body within the router's limits (readBody) and
-// turns a refusal into what the client sees. The caller releases held
-// from the buffer budget once it no longer needs the body.
-func (r *Router) readRequest(w http.ResponseWriter, req *http.Request) (body []byte, held int64, bad *badRequest) {
-	body, held, err := r.readBody(w, req)
-	if err == nil {
-		return body, held, nil
-	}
-	// The body may be left unread: close the connection after answering.
-	w.Header().Set("Connection", "close")
-	return nil, held, r.bodyRefusal(err)
+func noConfig() *Refusal {
+	return unavailable(http.StatusServiceUnavailable, "no_routing_config", "the router has no routing configuration yet", 1)
 }
 
 // bodyRefusal is the answer to a body readBody refused.
-func (r *Router) bodyRefusal(err error) *badRequest {
+func (r *Router) bodyRefusal(err error) *Refusal {
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
@@ -62,49 +26,62 @@ func (r *Router) bodyRefusal(err error) *badRequest {
 		return invalid(http.StatusRequestTimeout, "request_timeout", "",
 			fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
 	case errors.Is(err, errOverBudget):
-		return &badRequest{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "router_overloaded",
-			msg: "the router is holding as many request bodies as it may; retry shortly", retryAfter: 1}
+		return unavailable(http.StatusServiceUnavailable, "router_overloaded", overloadedMsg, 1)
 	}
 	return invalid(http.StatusBadRequest, "", "", "could not read the request body")
 }
 
-// policyRequest is what the policy is told of an extracted request.
-func policyRequest(x extract.Request) policy.Request {
-	return policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes}
-}
-
-// identify resolves who the client is from its headers (tenancy.Auth):
-// with API keys a request without a known key, and with a trusted header a
-// request without exactly one value of it, is refused here, before its
-// body is read, with an OpenAI-style body that never quotes the key.
-func (r *Router) identify(w http.ResponseWriter, req *http.Request) (tenancy.Identity, *badRequest) {
-	id, outcome := r.opts.Auth.Identify(req.Header)
-	if outcome == tenancy.Resolved {
+// Identify resolves who the caller is from its headers alone
+// (tenancy.Auth), before its body takes any of the buffer budget: with API
+// keys a request without a known key, and with a trusted header a request
+// without exactly one value of it, is refused, with an OpenAI-style body
+// that never quotes the key.
+func (r *Router) Identify(h http.Header) (tenancy.Identity, *Refusal) {
+	id, outcome := r.opts.Auth.Identify(h)
+	switch outcome {
+	case tenancy.Resolved:
 		return id, nil
-	}
-	w.Header().Set("Connection", "close") // the body is left unread
-	if outcome == tenancy.AmbiguousHeader {
+	case tenancy.AmbiguousHeader:
 		return id, invalid(http.StatusBadRequest, "ambiguous_tenant", id.Param,
 			fmt.Sprintf("the %s header must be given once, with one value", id.Param))
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="warmroute"`) // every 401 names a scheme (RFC 9110 §15.5.2)
-	if outcome == tenancy.MissingHeader {
-		return id, invalid(http.StatusUnauthorized, "missing_tenant", id.Param,
+	var refused *Refusal
+	switch outcome {
+	case tenancy.MissingHeader:
+		refused = invalid(http.StatusUnauthorized, "missing_tenant", id.Param,
 			fmt.Sprintf("the %s header is required: requests must come through the authenticating gateway", id.Param))
+	case tenancy.MissingKey:
+		refused = invalid(http.StatusUnauthorized, "invalid_api_key", "",
+			"You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+	default:
+		refused = invalid(http.StatusUnauthorized, "invalid_api_key", "", "Incorrect API key provided.")
 	}
-	msg := "Incorrect API key provided."
-	if outcome == tenancy.MissingKey {
-		msg = "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+	refused.Header.Set("WWW-Authenticate", `Bearer realm="warmroute"`) // every 401 names a scheme (RFC 9110 §15.5.2)
+	return id, refused
+}
+
+// StrippedHeaders are the names, lower case, of the headers in h that vLLM
+// must not see (the tenant's, the client's credentials: tenancy.Auth.Strip),
+// for a caller that forwards the request itself. vLLM's own key
+// (Options.UpstreamAPIKey) is never part of them: the gateway adds it.
+func (r *Router) StrippedHeaders(h http.Header) []string {
+	kept := h.Clone()
+	r.opts.Auth.Strip(kept)
+	var out []string
+	for k := range h {
+		if _, ok := kept[k]; !ok {
+			out = append(out, strings.ToLower(k))
+		}
 	}
-	return id, invalid(http.StatusUnauthorized, "invalid_api_key", "", msg)
+	return out
 }
 
 // extractRouting reads what the policy needs from a body sent to ep, under
 // the routing document in force, for the client id is.
-func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *badRequest) {
+func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
-		lim.Lookahead = r.policy.LookaheadBytes()
+		lim.Lookahead = r.picker.LookaheadBytes()
 	}
 	var x extract.Request
 	var err error
@@ -134,7 +111,7 @@ func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.
 // for the tenant as its only one, and neither the client's cache_salt nor
 // its prompt_cache_key (extract.SaltedBody). Every path's body was read
 // whole as JSON by extractRouting already, /invocations included.
-func (r *Router) saltedBody(body []byte, x extract.Request) ([][]byte, *badRequest) {
+func (r *Router) saltedBody(body []byte, x extract.Request) ([][]byte, *Refusal) {
 	pieces, err := extract.SaltedBody(body, r.opts.Salts.Salt(x.Tenant), x.TenantFields)
 	if err != nil { // not expected: the body was read whole already
 		return nil, invalid(http.StatusBadRequest, "", "", err.Error())

@@ -1,6 +1,8 @@
-// Package proxy is the router's HTTP side: it reads each request, asks the
-// policy for an instance, and forwards the request with
-// httputil.ReverseProxy, streaming the response back as it comes.
+// Package proxy is the router's HTTP side: it reads each request, admits
+// it (admission.go: the caller, the routing text, the salt, the key and
+// the picker's choice), and forwards it with httputil.ReverseProxy,
+// streaming the response back as it comes. The Endpoint Picker Protocol
+// (package epp) runs the same admission and forwards nothing.
 package proxy
 
 import (
@@ -23,7 +25,6 @@ import (
 	"github.com/go-logr/logr"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
-	"github.com/warmroute/warmroute/sidecar/router/extract"
 	"github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -126,10 +127,12 @@ type state struct {
 // Router serves traffic.
 type Router struct {
 	opts Options
-	// policy is this replica's own: it hashes requests into keys, counts
-	// this replica's requests, and decides while no picker answers.
-	policy   *policy.Policy
+	// picker decides, and answers every question of a decision (keys,
+	// rotation). own is this replica's policy, which the picker hashes
+	// and decides with while no picker answers; the router reads its
+	// counters for metrics and the instances for health checks.
 	picker   *picker.Picker
+	own      *policy.Policy
 	state    atomic.Pointer[state]
 	proxy    *httputil.ReverseProxy
 	upstream http.RoundTripper
@@ -182,7 +185,7 @@ func New(opts Options) *Router {
 	if seedFromDocument {
 		opts.Keys = picker.RandomKeys()
 	}
-	r := &Router{opts: opts, policy: policy.New(opts.Tuning), failures: map[string]failure{}, seedFromDocument: seedFromDocument}
+	r := &Router{opts: opts, own: policy.New(opts.Tuning), failures: map[string]failure{}, seedFromDocument: seedFromDocument}
 	if opts.UpstreamAPIKey != "" && opts.Auth.Authenticated() {
 		r.upstreamAuth = "Bearer " + opts.UpstreamAPIKey
 	}
@@ -202,7 +205,7 @@ func New(opts Options) *Router {
 		ErrorLog:       StdLogger(opts.Log.WithName("reverseproxy")),
 		BufferPool:     bufferPool{},
 	}
-	r.picker = picker.New(picker.Options{Replica: opts.Replica, Keys: opts.Keys, Own: r.policy, Tuning: opts.Tuning,
+	r.picker = picker.New(picker.Options{Replica: opts.Replica, Keys: opts.Keys, Own: r.own, Tuning: opts.Tuning,
 		PickTimeout: opts.PickTimeout, Tries: opts.MaxAttempts, Metrics: picker.NewMetrics(r.opts.Metrics.Registry), Log: opts.Log.WithName("picker")})
 	switch opts.Picker {
 	case "", PickerSelf:
@@ -258,29 +261,32 @@ func NewTransport() *http.Transport {
 // Gauges are the values metrics read from the router when scraped.
 func (r *Router) Gauges() metrics.Gauges {
 	return metrics.Gauges{
-		IndexEntries:  func() float64 { return float64(r.policy.IndexEntries()) },
-		IndexBytes:    func() float64 { return float64(r.policy.MemoryBytes()) },
+		IndexEntries:  func() float64 { return float64(r.own.IndexEntries()) },
+		IndexBytes:    func() float64 { return float64(r.own.MemoryBytes()) },
 		Buffered:      func() float64 { return float64(r.budget.used.Load()) },
 		Held:          func() float64 { return float64(r.heldCount()) },
-		InFlight:      r.perInstance(r.policy.InFlight),
-		PrefillTokens: r.perInstance(r.policy.PrefillTokens),
+		InFlight:      r.perInstance(r.own.InFlight),
+		PrefillTokens: r.perInstance(r.own.PrefillTokens),
 	}
 }
 
 // perInstance reports a policy figure for every configured instance.
 func (r *Router) perInstance(get func(id string) int64) func(report func(backend string, n float64)) {
 	return func(report func(backend string, n float64)) {
-		for _, in := range r.policy.Instances() {
+		for _, in := range r.own.Instances() {
 			report(in.ID, float64(get(in.ID)))
 		}
 	}
 }
 
+// Options are the router's options, defaults applied.
+func (r *Router) Options() Options { return r.opts }
+
 // Metrics are the router's metrics.
 func (r *Router) Metrics() *metrics.Metrics { return r.opts.Metrics }
 
 // Policy exposes this replica's own policy (metrics, tests).
-func (r *Router) Policy() *policy.Policy { return r.policy }
+func (r *Router) Policy() *policy.Policy { return r.own }
 
 // Picker exposes who decides (the election, the pick listener, tests).
 func (r *Router) Picker() *picker.Picker { return r.picker }
@@ -332,7 +338,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
 	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
 	for _, in := range doc.Instances {
-		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.policy.Healthy(in.ID)))
+		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.picker.InRotation(in.ID)))
 		r.opts.Metrics.BackendDraining.WithLabelValues(in.ID).Set(boolGauge(in.Draining))
 	}
 	// Forget removed instances: their series (instance names are pod
@@ -392,7 +398,7 @@ func (r *Router) Handler() http.Handler {
 		}
 		if r.state.Load() == nil && req.URL.Path != "/healthz" {
 			w.Header().Set("Connection", "close") // the body is left unread
-			noConfig.write(w)
+			noConfig().write(w)
 			return
 		}
 		mux.ServeHTTP(w, req)
@@ -401,14 +407,14 @@ func (r *Router) Handler() http.Handler {
 
 func (r *Router) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /invocations", func(w http.ResponseWriter, req *http.Request) { r.serveInference(w, req, endpointInvocations) })
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, req *http.Request) { r.serveInference(w, req, endpointChat) })
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, req *http.Request) { r.serveInference(w, req, endpointCompletions) })
+	mux.HandleFunc("POST /invocations", r.serveInference)
+	mux.HandleFunc("POST /v1/chat/completions", r.serveInference)
+	mux.HandleFunc("POST /v1/completions", r.serveInference)
 	mux.HandleFunc("GET /v1/models", r.serveModels)
 	mux.HandleFunc("GET /ping", r.serveHealthz)
 	r.HealthRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "", "no route for "+req.Method+" "+truncate(req.URL.Path, maxEchoBytes), 0)
+		invalid(http.StatusNotFound, "not_found", "", "no route for "+req.Method+" "+truncate(req.URL.Path, maxEchoBytes)).write(w)
 	})
 	return mux
 }
@@ -441,14 +447,9 @@ const (
 // route is the per-request state the transport needs, carried in the
 // request context from the handler through ReverseProxy.
 type route struct {
-	router *Router
-	choice *picker.Ticket
-	// body is what goes to vLLM: the client's body in pieces around the
-	// router's cache_salt (extract.SaltedBody), bodyLen bytes in all.
-	body     [][]byte
-	bodyLen  int64
+	*Placement
+	bodyLen  int64 // of Placement.Body
 	start    time.Time
-	stream   bool
 	attempts int
 	// staleRetried: the one retry on a pooled connection the backend had
 	// closed is spent.
@@ -465,7 +466,7 @@ type route struct {
 // prompt leaves the instance's prefill load (a non-streamed response shows
 // no such moment and stays counted as prefill until it is done).
 func (rt *route) firstToken() {
-	rt.choice.Prefilled()
+	rt.Prefilled()
 	rt.tokenAt = time.Now()
 	rt.router.opts.Metrics.TimeToFirstToken.Observe(rt.tokenAt.Sub(rt.start).Seconds())
 }
@@ -477,69 +478,43 @@ func (rt *route) fullResponse() {
 
 type routeKey struct{}
 
-func (r *Router) serveInference(w http.ResponseWriter, req *http.Request, ep endpoint) {
+// serveInference admits an inference request and forwards it. A refusal
+// before the body is read whole (the caller's headers, the body's limits)
+// closes the connection: the rest of the body is left unread.
+func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	st := r.state.Load()
-	// Who the client is, before its body takes any of the buffer budget.
-	id, bad := r.identify(w, req)
-	if bad != nil {
-		r.reject(w, st.strategy, bad)
+	id, refused := r.Identify(req.Header)
+	if refused != nil {
+		w.Header().Set("Connection", "close")
+		r.reject(w, refused)
 		return
 	}
-	body, held, bad := r.readRequest(w, req)
+	body, held, err := r.readBody(w, req)
 	defer r.budget.release(held)
-	decideStart := time.Now()
-	var x extract.Request
-	if bad == nil {
-		x, bad = r.extractRouting(st, ep, body, id)
-	}
-	var pieces [][]byte
-	if bad == nil {
-		pieces, bad = r.saltedBody(body, x)
-	}
-	if bad != nil {
-		r.reject(w, st.strategy, bad)
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		r.reject(w, r.bodyRefusal(err))
 		return
 	}
-	// The key refers to the routing text until the pick is made, which for
-	// a held request is when an instance can take it (the picker is sent
-	// hashes, never the text).
-	key := r.policy.Key(policyRequest(x))
-	choice, err := r.picker.Pick(req.Context(), key)
-	r.opts.Metrics.DecisionDuration.Observe(time.Since(decideStart).Seconds())
-	hold := r.holding() && waitsForInstance(st, key.Model)
-	if hold {
-		choice, err = r.inRotation(choice, err)
-	}
-	if errors.Is(err, policy.ErrNoInstance) && hold {
-		choice, err = r.hold(req.Context(), key, held)
-		if err != nil {
-			x.Release()
-			if req.Context().Err() == nil {
-				r.reject(w, st.strategy, r.heldError(err))
-			}
+	p, refused := r.Admit(req.Context(), Admission{Method: req.Method, Path: req.URL.Path, Header: req.Header,
+		Caller: id, Body: body, Held: held, Forward: true})
+	if refused != nil {
+		if req.Context().Err() != nil {
+			r.CountUnplaced(OutcomeCanceled) // nobody is left to answer
 			return
 		}
-	}
-	x.Release()
-	if err != nil {
-		r.reject(w, st.strategy, unpickable(err, x.Model))
+		r.reject(w, refused)
 		return
 	}
-	r.countChoice(choice)
-	r.warm(choice, req.URL.Path, pieces, req.Header)
-	if r.opts.OnForward != nil {
-		r.opts.OnForward()
+	rt := &route{Placement: p, start: start}
+	for _, piece := range p.Body {
+		rt.bodyLen += int64(len(piece))
 	}
-	rt := &route{router: r, choice: choice, body: pieces, start: start, stream: x.Stream}
-	for _, p := range pieces {
-		rt.bodyLen += int64(len(p))
-	}
-	r.forward(w, req, rt, string(st.strategy))
+	r.forward(w, req, rt)
 }
 
 // forward proxies with the route attached and settles the accounting.
-func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route, strategy string) {
+func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route) {
 	sw := &statusWriter{ResponseWriter: w}
 	rt.upstream, rt.cancel = context.WithCancelCause(context.WithValue(req.Context(), routeKey{}, rt))
 	defer func() {
@@ -547,12 +522,10 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route, st
 		// cut mid-way), which it lets pass on to the server.
 		rt.cancel(nil)
 		// The backend may have changed on retry; settle on the final one.
-		final := rt.choice.Instance().ID
-		rt.choice.Done()
 		outcome := r.settle(req.Context(), rt, sw)
-		r.countRequest(final, strategy, outcome)
-		r.opts.Log.V(2).Info("request", "path", req.URL.Path, "backend", final, "status", sw.status, "outcome", outcome,
-			"spill", rt.choice.Spill, "attempts", rt.attempts, "duration", time.Since(rt.start).String())
+		rt.Finish(outcome)
+		r.opts.Log.V(2).Info("request", "path", req.URL.Path, "backend", rt.Instance().ID, "status", sw.status, "outcome", outcome,
+			"spill", rt.Spill, "attempts", rt.attempts, "duration", time.Since(rt.start).String())
 	}()
 	r.proxy.ServeHTTP(sw, req.WithContext(rt.upstream))
 }
@@ -561,7 +534,7 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route, st
 // in it: a stream cut by the client, by the backend, or by the idle timeout
 // is not a success, whatever status went out first.
 func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) string {
-	id := rt.choice.Instance().ID
+	id := rt.Instance().ID
 	resp := rt.resp
 	switch {
 	case sw.status == 0 && client.Err() != nil:
@@ -611,9 +584,9 @@ func StatusOutcome(status int) string {
 	return "5xx"
 }
 
-func (r *Router) reject(w http.ResponseWriter, strategy policy.Strategy, bad *badRequest) {
-	r.countRequest("", string(strategy), OutcomeRejected)
-	bad.write(w)
+func (r *Router) reject(w http.ResponseWriter, refused *Refusal) {
+	r.CountUnplaced(OutcomeRejected)
+	refused.write(w)
 }
 
 // countChoice records what a decision did beyond its pick: spills, cold
@@ -648,8 +621,9 @@ func (r *Router) countRequest(backend, strategy, outcome string) {
 // (each holds only its own adapters). It reads no request body. With API
 // keys it too needs one: adapter names are the users' business.
 func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
-	if _, bad := r.identify(w, req); bad != nil {
-		bad.write(w)
+	if _, refused := r.Identify(req.Header); refused != nil {
+		w.Header().Set("Connection", "close")
+		refused.write(w)
 		return
 	}
 	st := r.state.Load()
@@ -662,14 +636,14 @@ func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
 func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(routeKey{}).(*route)
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = rt.choice.Instance().Address
+	pr.Out.URL.Host = rt.Instance().Address
 	pr.Out.Host = ""
 	pr.SetXForwarded()
 	r.opts.Auth.Strip(pr.Out.Header)
 	if r.upstreamAuth != "" {
 		pr.Out.Header.Set("Authorization", r.upstreamAuth)
 	}
-	if rt.body != nil {
+	if rt.Body != nil {
 		pr.Out.Body = rt.newBody()
 		// GetBody lets the transport resend on a fresh connection when a
 		// pooled one fails before anything was written.
@@ -681,7 +655,7 @@ func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 
 // newBody reads the body to send from its start.
 func (rt *route) newBody() io.ReadCloser {
-	b := net.Buffers(slices.Clone(rt.body)) // reading consumes the list
+	b := net.Buffers(slices.Clone(rt.Body)) // reading consumes the list
 	return io.NopCloser(&b)
 }
 
@@ -699,12 +673,12 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 	rt := req.Context().Value(routeKey{}).(*route)
 	for {
 		rt.attempts++
-		in := rt.choice.Instance()
+		in := rt.Instance()
 		out := req
 		if rt.attempts > 1 {
 			out = req.Clone(req.Context())
 			out.URL.Host = in.Address
-			if rt.body != nil {
+			if rt.Body != nil {
 				out.Body = rt.newBody()
 			}
 		}
@@ -735,11 +709,11 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		r.opts.Metrics.UpstreamErrors.WithLabelValues(in.ID, "connect").Inc()
 		r.failed(in.ID, "passive", false)
-		if rt.attempts >= r.opts.MaxAttempts || !rt.choice.Next() {
+		if rt.attempts >= r.opts.MaxAttempts || !rt.Next() {
 			return nil, err
 		}
 		r.opts.Metrics.Retries.Inc()
-		r.opts.Log.V(1).Info("connection failed; retrying on the next instance", "backend", in.ID, "next", rt.choice.Instance().ID, "error", err.Error())
+		r.opts.Log.V(1).Info("connection failed; retrying on the next instance", "backend", in.ID, "next", rt.Instance().ID, "error", err.Error())
 	}
 }
 
@@ -820,19 +794,19 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {
 	rt := req.Context().Value(routeKey{}).(*route)
 	if headerTimedOut(w, rt) {
-		r.opts.Log.Info("backend sent no response headers in time", "backend", rt.choice.Instance().ID, "timeout", r.headerTimeout(rt.stream).String())
+		r.opts.Log.Info("backend sent no response headers in time", "backend", rt.Instance().ID, "timeout", r.headerTimeout(rt.stream).String())
 		return
 	}
 	if req.Context().Err() != nil {
 		// The client went away; nobody is left to answer.
 		return
 	}
-	r.opts.Log.Error(err, "upstream request failed", "backend", rt.choice.Instance().ID, "attempts", rt.attempts)
+	r.opts.Log.Error(err, "upstream request failed", "backend", rt.Instance().ID, "attempts", rt.attempts)
 	status, code := http.StatusBadGateway, "upstream_error"
 	if isConnectError(err) {
 		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
 	}
-	writeError(w, status, "service_unavailable", code, "", "the model server could not be reached", 1)
+	unavailable(status, code, "the model server could not be reached", 1).write(w)
 }
 
 // statusWriter records the status for metrics and logs. Unwrap lets

@@ -82,7 +82,6 @@ func headerTimedOut(w http.ResponseWriter, rt *route) bool {
 	if !errors.Is(context.Cause(rt.upstream), errHeaderTimeout) {
 		return false
 	}
-	writeError(w, http.StatusGatewayTimeout, "service_unavailable", "upstream_timeout", "",
-		"the model server did not answer in time", 0)
+	unavailable(http.StatusGatewayTimeout, "upstream_timeout", "the model server did not answer in time", 0).write(w)
 	return true
 }
