@@ -62,7 +62,7 @@ func BuildGo(ctx context.Context, moduleDir, pkg, goos, goarch, out string, ldfl
 	if err != nil {
 		return fmt.Errorf("go build %s for %s/%s: %w", pkg, goos, goarch, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	magic := make([]byte, len(archiveMagic))
 	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == archiveMagic {
 		return fmt.Errorf("go build %s for %s/%s: not a main package", pkg, goos, goarch)

@@ -100,7 +100,7 @@ func buildContext(t *testing.T, root string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	patterns, err := ignorefile.ReadAll(f)
 	if err != nil {
 		t.Fatalf("parse .dockerignore: %v", err)

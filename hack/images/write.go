@@ -55,11 +55,11 @@ func WriteTarball(path string, images map[string]v1.Image) error {
 	}
 	tmp := path + ".tmp"
 	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -82,7 +82,7 @@ func Index(images ...v1.Image) (v1.ImageIndex, error) {
 	}
 	// The order of manifests is part of the index digest.
 	sort.SliceStable(adds, func(i, j int) bool {
-		return adds[i].Descriptor.Platform.String() < adds[j].Descriptor.Platform.String()
+		return adds[i].Platform.String() < adds[j].Platform.String()
 	})
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	return mutate.AppendManifests(idx, adds...), nil

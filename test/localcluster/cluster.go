@@ -292,7 +292,7 @@ func (c *Cluster) startProcess(name, bin string, args []string, env ...string) e
 	// instead of timing out later on pods that never run.
 	time.Sleep(300 * time.Millisecond)
 	if ok, werr := p.Exited(); ok {
-		return fmt.Errorf("%s exited at start (%v); see %s", name, werr, filepath.Join(c.WorkDir, name+".log"))
+		return fmt.Errorf("%s exited at start (%w); see %s", name, werr, filepath.Join(c.WorkDir, name+".log"))
 	}
 	return nil
 }

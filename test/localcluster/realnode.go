@@ -71,7 +71,7 @@ func RealNodeMissing() string {
 var cgroupControllers = []string{"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd"}
 
 func (n *realNode) phase(format string, args ...any) {
-	fmt.Fprintf(n.log, "localcluster: [%5.1fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(n.log, "localcluster: [%5.1fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // startRealNode starts every component in order and returns once the node
@@ -279,8 +279,12 @@ func (c *Cluster) startNamespace() error {
 		if _, err := os.Stat(ready); err == nil {
 			break
 		}
-		if ok, werr := p.Exited(); ok || time.Now().After(deadline) {
-			return fmt.Errorf("set up the cluster's namespaces (exited: %v, %v); see %s", ok, werr, filepath.Join(c.WorkDir, "namespace.log"))
+		log := filepath.Join(c.WorkDir, "namespace.log")
+		if ok, werr := p.Exited(); ok {
+			return fmt.Errorf("set up the cluster's namespaces: %w; see %s", werr, log)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("set up the cluster's namespaces: not ready after 10 s; see %s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -81,10 +81,10 @@ func runOwner() {
 	opts.PodCIDR = "127.8.0.1/16"
 	c, err := Start(context.Background(), opts)
 	if err != nil {
-		os.Stdout.WriteString("ERROR " + err.Error() + "\n")
+		_, _ = os.Stdout.WriteString("ERROR " + err.Error() + "\n")
 		os.Exit(1)
 	}
 	b, _ := json.Marshal(c.PIDs())
-	os.Stdout.WriteString("PIDS " + string(b) + "\n")
+	_, _ = os.Stdout.WriteString("PIDS " + string(b) + "\n")
 	select {}
 }

@@ -2,6 +2,7 @@ package epp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
@@ -45,7 +46,7 @@ func benchmarkExchange(b *testing.B, su setup) {
 			}
 		}
 		_ = stream.CloseSend()
-		if _, err := stream.Recv(); err != io.EOF {
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 			b.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ func rawPost(t *testing.T, base, path string, contentLength int, part string) ne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, contentLength, part)
+	_, _ = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, contentLength, part)
 	return conn
 }
 
@@ -147,7 +147,7 @@ func TestModelsFromTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: router\r\nContent-Length: %d\r\n\r\n", 1<<30)
+	_, _ = fmt.Fprintf(conn, "GET /v1/models HTTP/1.1\r\nHost: router\r\nContent-Length: %d\r\n\r\n", 1<<30)
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {

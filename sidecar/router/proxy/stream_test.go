@@ -191,7 +191,7 @@ func TestCutStreamsCountedAsWhatTheyAre(t *testing.T) {
 		w.(http.Flusher).Flush()
 		if reset.Load() {
 			conn, _, _ := w.(http.Hijacker).Hijack()
-			conn.(*net.TCPConn).SetLinger(0) // RST
+			_ = conn.(*net.TCPConn).SetLinger(0) // RST
 			conn.Close()
 			return
 		}

@@ -71,7 +71,7 @@ func run(picker, serverName, tlsDir string, noClientCert bool, model string, pro
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
+	defer func() { _ = cc.Close() }()
 	processor := extprocv3.NewExternalProcessorClient(cc)
 	chosen := map[int]string{}
 	for i := range 2 * prompts {
@@ -193,7 +193,7 @@ func throughGateway(processor extprocv3.ExternalProcessorClient, body []byte) (s
 		return dest, 0, err
 	}
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
-		return dest, 0, fmt.Errorf("the stream did not end: %v", err)
+		return dest, 0, fmt.Errorf("the stream did not end: %w", err)
 	}
 	return dest, hr.StatusCode, nil
 }
