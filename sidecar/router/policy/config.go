@@ -57,12 +57,12 @@ const (
 	// their share to the other keys whose first choice they are.
 	defaultReplicaLoad = 0.75
 	// defaultShareSlack and moveSlack keep each instance's recent share of
-	// requests near 1.10 × the average: a new key is placed only within
+	// requests within 1.10 × the average: a new key is placed only within
 	// 1.05 ×, and a known key moves (a cold prefill) only off an instance
-	// past 1.10 ×. The gap is hysteresis, so keys near the bound do not
+	// past 1.08 ×. The gap is hysteresis, so keys near the bound do not
 	// move back and forth.
 	defaultShareSlack = 1.05
-	moveSlack         = 1.10
+	moveSlack         = 1.08
 	// defaultSketchWidth is the popularity sketch's counters per row: it
 	// over-estimates a fraction by about blocks per request ÷ width, 32 ÷
 	// 65,536 ≈ 0.05 %, far below the fractions that decide replica sets

@@ -59,7 +59,7 @@ func TestKnownKeyAffinityRules(t *testing.T) {
 		moved   string
 	}{
 		{"stays on its holder", [4]int64{100, 100, 100, 100}, -1, false, held, MoveNone},
-		{"stays on its holder under moveSlack × the average", [4]int64{95, 108, 100, 97}, -1, false, held, MoveNone},
+		{"stays on its holder under moveSlack × the average", [4]int64{95, 106, 100, 99}, -1, false, held, MoveNone},
 		{"over moveSlack × the average: to its other choice within ShareSlack", [4]int64{90, 125, 95, 90}, -1, false, 0, MoveShare},
 		{"over moveSlack, its other choice over ShareSlack too: stays", [4]int64{120, 125, 80, 75}, -1, false, held, MoveNone},
 		{"over moveSlack but under the average + stickySlack: stays", [4]int64{3, 12, 3, 2}, -1, false, held, MoveNone},
