@@ -21,7 +21,6 @@
 package flow
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,55 +60,6 @@ type Config struct {
 // Enabled says whether flow control is configured; when it is not, the
 // router places requests as it would without it.
 func (c Config) Enabled() bool { return c.QueueTimeout > 0 }
-
-// Validate checks the ranges of the LLMEndpoint API, naming the field.
-func (c Config) Validate() error {
-	if !c.Enabled() {
-		if c.MaxQueued != 0 || len(c.Tenants) != 0 {
-			return fmt.Errorf("flowControl: queueTimeout must be set (100ms–10m) when maxQueued or tenants are")
-		}
-		return nil
-	}
-	if c.QueueTimeout < 100*time.Millisecond || c.QueueTimeout > 10*time.Minute {
-		return fmt.Errorf("flowControl.queueTimeout: %v is not in 100ms–10m", c.QueueTimeout)
-	}
-	if c.MaxQueued < 1 || c.MaxQueued > 100000 {
-		return fmt.Errorf("flowControl.maxQueued: %d is not in 1–100000", c.MaxQueued)
-	}
-	if len(c.Tenants) > 256 {
-		return fmt.Errorf("flowControl.tenants: %d entries, at most 256", len(c.Tenants))
-	}
-	if err := c.Default.validate("flowControl.default"); err != nil {
-		return err
-	}
-	for name, l := range c.Tenants {
-		if name == "" || len(name) > 64 || name[0] == '.' {
-			return fmt.Errorf("flowControl.tenants: name %q must be 1–64 characters, not starting with '.'", name)
-		}
-		if err := l.validate(fmt.Sprintf("flowControl.tenants[%q]", name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (l Limits) validate(field string) error {
-	for _, r := range []struct {
-		name         string
-		v, low, high int64
-	}{
-		{"weight", int64(l.Weight), 1, 1000},
-		{"priority", int64(l.Priority), -1000, 1000},
-		{"requestsPerMinute", l.RequestsPerMinute, 0, 10_000_000},
-		{"tokensPerMinute", l.TokensPerMinute, 0, 10_000_000_000},
-		{"maxQueued", int64(l.MaxQueued), 0, 10_000},
-	} {
-		if r.v < r.low || r.v > r.high {
-			return fmt.Errorf("%s.%s: %d is not in %d–%d", field, r.name, r.v, r.low, r.high)
-		}
-	}
-	return nil
-}
 
 // Controller runs an endpoint's flow control. Its methods are safe for
 // concurrent use.
@@ -232,8 +182,9 @@ func (c *Controller) entryLocked(name string, l Limits, now time.Time) *entry {
 		f = &flow{name: name}
 		c.flows[name] = f
 	}
-	// A weight below 1 would give the tenant unbounded service; Validate
-	// refuses it, and the controller never divides by it.
+	// A weight below 1 would give the tenant unbounded service; the routing
+	// document refuses it (routing.FlowControl.Validate), and the
+	// controller never divides by it.
 	f.weight = float64(max(l.Weight, 1))
 	f.maxQueued = l.MaxQueued
 	f.m = e.m
