@@ -185,3 +185,39 @@ func TestUsageSettlesTokens(t *testing.T) {
 		t.Errorf("admitted_tokens_total{metered} = %v, want 30", got)
 	}
 }
+
+// Nothing queued is lost when the picker changes or its configuration
+// does: a reload keeps the queue, and a leader that steps down places
+// what waits at once (the next picker adopts those requests).
+func TestQueuedSurviveReloadAndStepDown(t *testing.T) {
+	leader, follower := flowPair(t, queueConfig())
+	l := leader.leading()
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Done()
+	local := pickAsync(leader, "the leader's own waits", Sender{Tenant: "gold"})
+	remote := pickAsync(follower, "a follower's waits", Sender{Tenant: "gold"})
+	eventually(t, "both to queue", func() bool { return l.flow.Waiting() == 2 })
+
+	cfg := queueConfig()
+	cfg.Tenants["gold"] = flow.Limits{Weight: 2, Priority: 50, MaxQueued: 10}
+	leader.SetFlow(cfg)
+	if got := l.flow.Waiting(); got != 2 {
+		t.Fatalf("%d queued after a reload, want 2", got)
+	}
+
+	leader.stepDown()
+	for name, ch := range map[string]<-chan picked{"local": local, "remote": remote} {
+		select {
+		case p := <-ch:
+			if p.err != nil {
+				t.Fatalf("%s: %v, want placed", name, p.err)
+			}
+			p.tk.Done()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still waiting after the leader stepped down", name)
+		}
+	}
+}
