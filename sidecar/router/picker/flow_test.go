@@ -221,3 +221,37 @@ func TestQueuedSurviveReloadAndStepDown(t *testing.T) {
 		}
 	}
 }
+
+// A queued request may wait longer than the pick port's read and write
+// timeouts, which bound a stalled caller, not a waiting one.
+func TestWaitOutlastsThePortTimeouts(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 1, 1)
+	leader := newReplica(t, "router-0", keys, cfg)
+	leader.SetFlow(queueConfig())
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	lim := defaultServerLimits
+	lim.readHeader, lim.read, lim.write = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	srv := serveWith(t, newServer("", leader.Handler(), lim, nil))
+	follower := newReplica(t, "router-1", keys, cfg)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := pickAsync(follower, "waits past the timeouts", Sender{})
+	eventually(t, "the request to queue", func() bool { return leader.leading().flow.Waiting() == 1 })
+	time.Sleep(400 * time.Millisecond)
+	busy.Done()
+	p := <-waiting
+	if p.err != nil {
+		t.Fatalf("a request queued past the port's timeouts: %v, want placed", p.err)
+	}
+	p.tk.Done()
+	if got := picks(t, follower.opts.Metrics, "fallback"); got != 0 {
+		t.Fatalf("%v requests routed by the fallback: the wait call did not last", got)
+	}
+}
