@@ -145,6 +145,11 @@ func floodAndSteady(ctx SpecContext) {
 	Expect(wait["flood"].GetSampleCount()).To(BeNumerically(">", 0), "flood requests that waited in the queue")
 	Expect(shed["flood"]).To(BeNumerically(">", 0), "flood requests shed")
 	Expect(shed["steady"]).To(BeZero(), "steady requests shed")
+	// And it counts each refusal the flood's client saw under its reason.
+	for reason, kind := range map[string]string{"tenant_queue_full": "429 tenant_queue_full", "pressure": "503 queue_full", "deadline": "503 queue_timeout"} {
+		Expect(flowSum(ctx, Default, routers, "warmroute_router_flow_shed_total", map[string]string{"tenant": "flood", "reason": reason})).
+			To(BeEquivalentTo(flood.Answers[kind].Count), "flood shed for %s, against its client's %s answers", reason, kind)
+	}
 	// Both router pods took requests from the Service: the followers'
 	// requests were queued by the picker as well.
 	for _, r := range routers {
@@ -224,6 +229,16 @@ func flowSeries(ctx context.Context, g Gomega, routers []corev1.Pod, name, label
 		}
 	}
 	return out
+}
+
+// flowSum sums a flow metric's samples with the given labels over the
+// router pods.
+func flowSum(ctx context.Context, g Gomega, routers []corev1.Pod, name string, want map[string]string) float64 {
+	var sum float64
+	for _, r := range routers {
+		sum += promscrape.Sum(routerMetrics(ctx, g, r.Name)[name], want)
+	}
+	return sum
 }
 
 // flowHistogram sums a histogram's count and sum over the router pods by
