@@ -63,23 +63,31 @@ type counter struct {
 	s  Stats
 }
 
-// record counts one request: its answer's kind and headers when it got
-// one (res non-nil), and err when it did not succeed.
-func (c *counter) record(res *http.Response, kind string, took time.Duration, err error) {
+// reply is the part of an answer that is counted.
+type reply struct {
+	status int
+	header http.Header
+	// kind is the status, followed for an OpenAI error body by its code.
+	kind string
+}
+
+// record counts one request: its answer when it got one (r non-nil), and
+// err when it did not succeed.
+func (c *counter) record(r *reply, took time.Duration, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if res == nil {
+	if r == nil {
 		c.s.Unanswered++
 	} else {
-		a := c.s.Answers[kind]
+		a := c.s.Answers[r.kind]
 		if a == nil {
-			a = &Answer{FirstHeaders: res.Header}
-			c.s.Answers[kind] = a
+			a = &Answer{FirstHeaders: r.header}
+			c.s.Answers[r.kind] = a
 		}
 		a.Count++
 		a.TotalSeconds += took.Seconds()
 		a.MaxSeconds = max(a.MaxSeconds, took.Seconds())
-		if (res.StatusCode == http.StatusTooManyRequests || res.StatusCode == http.StatusServiceUnavailable) && res.Header.Get("Retry-After") == "" {
+		if (r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable) && r.header.Get("Retry-After") == "" {
 			c.s.RefusedWithoutRetryAfter++
 		}
 	}
@@ -144,10 +152,10 @@ func main() {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				start := time.Now()
-				res, kind, err := c.chat(fmt.Sprintf("worker %d request %d: say hello", w, i))
-				counts.record(res, kind, time.Since(start), err)
+				r, err := c.chat(fmt.Sprintf("worker %d request %d: say hello", w, i))
+				counts.record(r, time.Since(start), err)
 				pause := *interval - time.Since(start)
-				if res != nil && res.StatusCode != http.StatusOK {
+				if r != nil && r.status != http.StatusOK {
 					pause = max(pause, *refusalPause)
 				}
 				select {
@@ -171,20 +179,19 @@ func main() {
 }
 
 // chat sends one chat completion. It returns the answer (nil when there
-// was none) with its kind, and an error unless it was a 200 with a chat
-// completion.
-func (c client) chat(prompt string) (*http.Response, string, error) {
+// was none), and an error unless it was a 200 with a chat completion.
+func (c client) chat(prompt string) (*reply, error) {
 	body, err := json.Marshal(map[string]any{
 		"model":      c.model,
 		"messages":   []map[string]string{{"role": "user", "content": prompt}},
 		"max_tokens": c.maxTokens,
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	req, err := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.key != "" {
@@ -192,18 +199,18 @@ func (c client) chat(prompt string) (*http.Response, string, error) {
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
-		return nil, "", fmt.Errorf("read response (status %d): %w", res.StatusCode, err)
+		return nil, fmt.Errorf("read response (status %d): %w", res.StatusCode, err)
 	}
-	kind := answerKind(res.StatusCode, raw)
+	r := &reply{status: res.StatusCode, header: res.Header, kind: answerKind(res.StatusCode, raw)}
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(raw), `"chat.completion"`) {
-		return res, kind, fmt.Errorf("status %d: %.200s", res.StatusCode, raw)
+		return r, fmt.Errorf("status %d: %.200s", res.StatusCode, raw)
 	}
-	return res, kind, nil
+	return r, nil
 }
 
 // answerKind is the status, followed for an OpenAI error body by its code
