@@ -32,6 +32,14 @@ import (
 // requests and unprefilled prompt tokens per backend.
 func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *httptest.Server {
 	t.Helper()
+	s := httptest.NewServer(routerMetrics(inFlight, prefillTokens).Handler())
+	t.Cleanup(s.Close)
+	return s
+}
+
+// routerMetrics is the router's real registry with the given in-flight
+// requests and unprefilled prompt tokens per backend.
+func routerMetrics(inFlight, prefillTokens map[string]float64) *routermetrics.Metrics {
 	perBackend := func(values map[string]float64) func(func(string, float64)) {
 		return func(report func(string, float64)) {
 			for b, n := range values {
@@ -39,7 +47,7 @@ func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *htt
 			}
 		}
 	}
-	m := routermetrics.New(routermetrics.Gauges{
+	return routermetrics.New(routermetrics.Gauges{
 		IndexEntries:  func() float64 { return 0 },
 		IndexBytes:    func() float64 { return 0 },
 		Buffered:      func() float64 { return 0 },
@@ -47,9 +55,6 @@ func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *htt
 		InFlight:      perBackend(inFlight),
 		PrefillTokens: perBackend(prefillTokens),
 	})
-	s := httptest.NewServer(m.Handler())
-	t.Cleanup(s.Close)
-	return s
 }
 
 // fakeVLLM serves vLLM's metric names (as the simulator exports them)
