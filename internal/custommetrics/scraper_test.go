@@ -279,6 +279,23 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 	if writes != 1 {
 		t.Errorf("%d status writes, want 1", writes)
 	}
+	// A figure gone unknown leaves the status rather than keep its last
+	// value: a merge patch keeps what it does not name.
+	store.set(name, Load{Time: time.Unix(160, 0), Instances: 2, InFlight: 7, Waiting: 1, InFlightKnown: true, WaitingKnown: true}, Heat{})
+	for range 2 {
+		if err := p.PublishOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Get(ctx, name, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Load == nil || got.Status.Load.PrefixCacheHitPercent != nil || got.Status.Load.InFlightPerInstance != "3.5" {
+		t.Errorf("status.load after the hit rate went unknown = %+v, want no hit rate", got.Status.Load)
+	}
+	if writes != 2 {
+		t.Errorf("%d status writes, want 2", writes)
+	}
 }
 
 type interceptingClient struct {

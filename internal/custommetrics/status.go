@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,9 +79,7 @@ func (p *StatusPublisher) PublishOnce(ctx context.Context) error {
 		if sameFigures(ep.Status.Load, want) {
 			continue
 		}
-		// A merge patch of status.load alone: it cannot undo what the
-		// reconciler writes in the same status.
-		body, err := json.Marshal(map[string]any{"status": map[string]any{"load": want}})
+		body, err := loadPatch(want)
 		if err != nil {
 			return err
 		}
@@ -94,6 +93,39 @@ func (p *StatusPublisher) PublishOnce(ctx context.Context) error {
 		p.recordShedding(ep, before, want)
 	}
 	return errors.Join(errs...)
+}
+
+// loadFields are the json names of status.load's members.
+var loadFields = func() []string {
+	var names []string
+	t := reflect.TypeFor[v1alpha1.LoadStatus]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names = append(names, name)
+	}
+	return names
+}()
+
+// loadPatch is a merge patch that makes status.load want: of status.load
+// alone, so that it cannot undo what the reconciler writes in the same
+// status. A merge patch keeps the members it does not name, so each
+// figure want lacks (gone unknown, or flow control's once it stops
+// shedding or is turned off) is named with null.
+func loadPatch(want *v1alpha1.LoadStatus) ([]byte, error) {
+	b, err := json.Marshal(want)
+	if err != nil {
+		return nil, fmt.Errorf("encode status.load: %w", err)
+	}
+	load := map[string]any{}
+	if err := json.Unmarshal(b, &load); err != nil {
+		return nil, fmt.Errorf("encode status.load: %w", err)
+	}
+	for _, name := range loadFields {
+		if _, ok := load[name]; !ok {
+			load[name] = nil
+		}
+	}
+	return json.Marshal(map[string]any{"status": map[string]any{"load": load}})
 }
 
 // Reasons of the events on shedding.
