@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	routermetrics "github.com/warmroute/warmroute/sidecar/router/metrics"
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
@@ -66,12 +67,14 @@ func TestDashboardsAndAlertsNameRealMetrics(t *testing.T) {
 func TestKnownMetricsRefusesMadeUpNames(t *testing.T) {
 	known := knownMetrics(t)
 	for _, n := range []string{"warmroute_router_requests_total", "warmroute_router_time_to_first_token_seconds_bucket",
-		"warmroute_router_in_flight_requests", "warmroute_router_picks_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
+		"warmroute_router_in_flight_requests", "warmroute_router_picks_total", "warmroute_router_flow_queue_wait_seconds_bucket",
+		"vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
 		if !known.has(n) {
 			t.Errorf("%s is a real metric, refused", n)
 		}
 	}
 	for _, n := range []string{"warmroute_router_request_total", "warmroute_router_requests_total_bucket", "warmroute_router_peers",
+		"warmroute_router_flow_shed", "warmroute_router_flow_queued_bucket",
 		"vllm:prefix_cache_hit_total", "vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"} {
 		if known.has(n) {
 			t.Errorf("%s is not a real metric, accepted", n)
@@ -109,9 +112,12 @@ func knownMetrics(t *testing.T) metricSet {
 	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero, Held: zero,
 		InFlight: oneBackend, PrefillTokens: oneBackend})
 	pm := picker.NewMetrics(m.Registry)
+	// Flow control's metrics are served from the same registry, the
+	// router's metrics port, as the picker's are.
+	fm := flow.NewMetrics(m.Registry)
 	// Vectors without a child are missing from a Gather: describe the
 	// structs' collectors as well.
-	for _, v := range []any{*m, *pm} {
+	for _, v := range []any{*m, *pm, *fm} {
 		describe(t, v, s)
 	}
 	gather(t, m.Registry, s)
