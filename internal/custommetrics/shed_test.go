@@ -5,11 +5,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -159,12 +161,12 @@ func TestScrapeShowsQueueAndShedding(t *testing.T) {
 	}
 }
 
-// Tenants tied on the displayed rate are ordered by name, so that the
-// same rates give the same status and no write; rates that round to 0 and
-// names the CRD would refuse are left out.
+// Tenants tied on the displayed rate are ordered by name, so that noise
+// below the precision gives the same status and no write; rates that
+// round to 0 and names the CRD would refuse are left out.
 func TestMostShed(t *testing.T) {
 	long := string(make([]byte, maxTenantName+1))
-	got := mostShed(map[string]float64{"b": 2, "a": 2, "c": 0.04, long: 50, "d": 1})
+	got := mostShed(map[string]float64{"b": 2.04, "a": 1.98, "c": 0.04, long: 50, "d": 1})
 	want := []v1alpha1.TenantShed{{Name: "a", PerMinute: "2.0"}, {Name: "b", PerMinute: "2.0"}, {Name: "d", PerMinute: "1.0"}}
 	if len(got) != len(want) {
 		t.Fatalf("most shed = %+v, want %+v", got, want)
@@ -172,6 +174,43 @@ func TestMostShed(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("most shed[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// An Event when the published rate starts showing shedding and when it
+// is measured at 0 again; none while it goes on, nor when it goes unknown
+// (routers unreachable, flow control off), which is not news of the
+// queue.
+func TestSheddingEvents(t *testing.T) {
+	shedding := &v1alpha1.LoadStatus{ShedPerMinute: "20.0", ShedTenants: []v1alpha1.TenantShed{{Name: "batch", PerMinute: "20.0"}}}
+	quiet := &v1alpha1.LoadStatus{ShedPerMinute: "0.0"}
+	unknown := &v1alpha1.LoadStatus{}
+	for _, tc := range []struct {
+		name          string
+		before, after *v1alpha1.LoadStatus
+		want          string
+	}{
+		{"first status, quiet", nil, quiet, ""},
+		{"starts", quiet, shedding, "Warning Shedding Flow control sheds 20.0 requests/min (batch 20.0)"},
+		{"starts from unknown", unknown, shedding, "Warning Shedding"},
+		{"goes on", shedding, &v1alpha1.LoadStatus{ShedPerMinute: "12.5"}, ""},
+		{"stops", shedding, quiet, "Normal SheddingStopped"},
+		{"goes unknown", shedding, unknown, ""},
+	} {
+		rec := events.NewFakeRecorder(4)
+		p := &StatusPublisher{Recorder: rec}
+		p.recordShedding(&v1alpha1.LLMEndpoint{}, tc.before, tc.after)
+		close(rec.Events)
+		var got []string
+		for e := range rec.Events {
+			got = append(got, e)
+		}
+		switch {
+		case tc.want == "" && len(got) != 0:
+			t.Errorf("%s: events %q, want none", tc.name, got)
+		case tc.want != "" && (len(got) != 1 || !strings.HasPrefix(got[0], tc.want)):
+			t.Errorf("%s: events %q, want one starting %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -134,13 +134,14 @@ const (
 	ReasonSheddingStopped = "SheddingStopped"
 )
 
-// recordShedding emits an Event when the published figures start or stop
-// showing shedding.
+// recordShedding emits an Event when the published figures start
+// showing shedding, and when they show it stopped: a rate measured at 0,
+// not one gone unknown (routers unreachable, flow control turned off).
 func (p *StatusPublisher) recordShedding(ep *v1alpha1.LLMEndpoint, before, after *v1alpha1.LoadStatus) {
 	was, is := shedding(before), shedding(after)
 	switch {
-	case p.Recorder == nil || was == is:
-	case is:
+	case p.Recorder == nil:
+	case is && !was:
 		tenants := make([]string, 0, len(after.ShedTenants))
 		for _, t := range after.ShedTenants {
 			tenants = append(tenants, t.Name+" "+t.PerMinute)
@@ -148,7 +149,7 @@ func (p *StatusPublisher) recordShedding(ep *v1alpha1.LLMEndpoint, before, after
 		p.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, ReasonShedding, "FlowControl",
 			"Flow control sheds %s requests/min (%s): raise the tenant's maxQueued or weight, or add instances; or the tenant sends more than its share",
 			after.ShedPerMinute, strings.Join(tenants, ", "))
-	default:
+	case was && after.ShedPerMinute == decimal(0):
 		p.Recorder.Eventf(ep, nil, corev1.EventTypeNormal, ReasonSheddingStopped, "FlowControl",
 			"Flow control shed no request in the last %g minutes", shedWindow.Minutes())
 	}
@@ -194,8 +195,9 @@ const maxShedTenants = 3
 const maxTenantName = 64
 
 // mostShed lists the tenants with a shed rate that shows at the displayed
-// precision, most shed first (ties by name, so that an unchanged rate
-// writes nothing), at most maxShedTenants.
+// precision, most shed first, at most maxShedTenants. The order is that of
+// the displayed rates, ties by name: noise below the precision must not
+// reorder the list, or it would be a write.
 func mostShed(perMinute map[string]float64) []v1alpha1.TenantShed {
 	type tenant struct {
 		name string
@@ -203,10 +205,11 @@ func mostShed(perMinute map[string]float64) []v1alpha1.TenantShed {
 	}
 	var shed []tenant
 	for name, rate := range perMinute {
+		rate = math.Round(rate*10) / 10
 		// The routers name only configured tenants and ".default"; a name
 		// the CRD would refuse is left out rather than have the API
 		// server refuse every figure of the patch.
-		if name == "" || len(name) > maxTenantName || decimal(rate) == decimal(0) {
+		if name == "" || len(name) > maxTenantName || rate <= 0 {
 			continue
 		}
 		shed = append(shed, tenant{name, rate})
