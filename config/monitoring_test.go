@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	routermetrics "github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
+	routermetrics "github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/test/vllmsim"
 )
