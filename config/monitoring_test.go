@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	"github.com/warmroute/warmroute/sidecar/router/flow"
 	routermetrics "github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -112,12 +111,9 @@ func knownMetrics(t *testing.T) metricSet {
 	m := routermetrics.New(routermetrics.Gauges{IndexEntries: zero, IndexBytes: zero, Buffered: zero, Held: zero,
 		InFlight: oneBackend, PrefillTokens: oneBackend})
 	pm := picker.NewMetrics(m.Registry)
-	// Flow control's metrics are served from the same registry, the
-	// router's metrics port, as the picker's are.
-	fm := flow.NewMetrics(m.Registry)
 	// Vectors without a child are missing from a Gather: describe the
-	// structs' collectors as well.
-	for _, v := range []any{*m, *pm, *fm} {
+	// structs' collectors as well, flow control's among the picker's.
+	for _, v := range []any{*m, *pm, *pm.Flow} {
 		describe(t, v, s)
 	}
 	gather(t, m.Registry, s)

@@ -17,18 +17,19 @@ import (
 
 	v1alpha1 "github.com/warmroute/warmroute/api/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 )
 
-// flowRouter serves a router's real registry with flow control's metrics
-// on it, as the router's metrics port has them, and returns the metrics to
-// drive.
+// flowRouter serves a router's real registry with the picker's metrics,
+// flow control's among them, as the router's metrics port has them, and
+// returns flow control's to drive.
 func flowRouter(t *testing.T) (*flow.Metrics, *httptest.Server) {
 	t.Helper()
 	m := routerMetrics(nil, nil)
-	fm := flow.NewMetrics(m.Registry)
+	pm := picker.NewMetrics(m.Registry)
 	s := httptest.NewServer(m.Handler())
 	t.Cleanup(s.Close)
-	return fm, s
+	return pm.Flow, s
 }
 
 func TestCounterWindowPerMinute(t *testing.T) {
