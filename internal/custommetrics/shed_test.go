@@ -2,15 +2,18 @@ package custommetrics
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -159,6 +162,68 @@ func TestScrapeShowsQueueAndShedding(t *testing.T) {
 	st = scrape()
 	if st.Queued != nil || st.ShedPerMinute != "" || st.ShedTenants != nil {
 		t.Errorf("flow control off: status shows queued %v, shed %q %v", st.Queued, st.ShedPerMinute, st.ShedTenants)
+	}
+}
+
+// The figures as the real flow control records them: a Controller
+// instrumented with the metrics the router serves queues two of team-a's
+// requests, refuses team-a's third (its maxQueued) and an unlisted
+// tenant's (maxQueued 0), and the status names both tenants.
+func TestScrapeReadsRealFlowControl(t *testing.T) {
+	m, srv := flowRouter(t)
+	fc := flow.New(flow.Config{
+		Default:      flow.Limits{Weight: 1},
+		Tenants:      map[string]flow.Limits{"team-a": {Weight: 1, MaxQueued: 2}},
+		QueueTimeout: time.Hour,
+		MaxQueued:    10,
+	}, time.Now)
+	fc.Instrument(m)
+
+	ep := &v1alpha1.LLMEndpoint{ObjectMeta: metav1.ObjectMeta{Name: "bot", Namespace: "ns"}}
+	ep.Spec.Router.FlowControl = &v1alpha1.FlowControl{}
+	c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(ep,
+		pod("bot-router-1", roleRouter, routerPortName, port(t, srv.URL))).Build()
+	now := time.Unix(1000, 0)
+	store := NewStore()
+	s := &Scraper{Reader: c, Store: store, HTTP: &http.Client{Timeout: 5 * time.Second}, now: func() time.Time { return now }}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.ScrapeOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	waiters := make(chan error, 2)
+	for range 2 {
+		go func() { waiters <- fc.Wait(ctx, flow.Queued{Tenant: "team-a", Tokens: 100}) }()
+	}
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-waiters; !errors.Is(err, context.Canceled) {
+				t.Errorf("a queued request ended with %v, want its client gone", err)
+			}
+		}
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return fc.Waiting() == 2, nil
+	}); err != nil {
+		t.Fatalf("team-a's requests not queued: %d waiting", fc.Waiting())
+	}
+	for _, tenant := range []string{"team-a", "someone-else"} {
+		var refusal *flow.Refusal
+		if err := fc.Wait(ctx, flow.Queued{Tenant: tenant, Tokens: 100}); !errors.As(err, &refusal) {
+			t.Fatalf("%s's request: %v, want a refusal", tenant, err)
+		}
+	}
+
+	now = now.Add(time.Minute)
+	if err := s.ScrapeOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := store.Get(types.NamespacedName{Namespace: "ns", Name: "bot"})
+	st := LoadStatus(l)
+	want := []v1alpha1.TenantShed{{Name: flow.DefaultName, PerMinute: "1.0"}, {Name: "team-a", PerMinute: "1.0"}}
+	if ptr.Deref(st.Queued, -1) != 2 || st.ShedPerMinute != "2.0" || !slices.Equal(st.ShedTenants, want) {
+		t.Errorf("status.load = queued %v, shed %q %+v; want 2 queued, 2.0 shed %+v", st.Queued, st.ShedPerMinute, st.ShedTenants, want)
 	}
 }
 
