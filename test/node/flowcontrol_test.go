@@ -157,6 +157,19 @@ func floodAndSteady(ctx SpecContext) {
 		Expect(promscrape.Sum(fams["warmroute_router_requests_total"], nil)).To(BeNumerically(">", 0), "requests through %s", r.Name)
 	}
 
+	// The operator's scraper reads the same counters into the endpoint's
+	// status: kubectl shows the shedding, and names the flood.
+	Eventually(func(g Gomega) {
+		out, err := kubectl(ctx, "", "-n", endpointNamespace, "get", "llmendpoint", flowEndpoint, "-o", "jsonpath={.status.load.shedTenants[0].name} {.status.load.shedPerMinute}")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Fields(out)).To(HaveLen(2), "shedTenants and shedPerMinute in the status: %q", out)
+		g.Expect(strings.Fields(out)[0]).To(Equal("flood"))
+		wide, err := kubectl(ctx, "", "-n", endpointNamespace, "get", "llmendpoint", flowEndpoint, "-o", "wide")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(wide).To(ContainSubstring("SHED/MIN"))
+		AddReportEntry("status: shed tenant, per minute", out)
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
 	// A rate limit, patched in: the routers reload the document (no
 	// restart) and hold the flood to 30 requests a minute.
 	_, err = kubectl(ctx, "", "-n", endpointNamespace, "patch", "llmendpoint", flowEndpoint, "--type=json", "-p",
