@@ -9,10 +9,14 @@
 // Per request, the router:
 //
 //	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
-//	epoch := c.Epoch()
-//	if c.Enabled() && (c.Waiting() > 0 || no instance that could serve it has room) {
+//	for c.Enabled() {
+//		epoch := c.Epoch()
+//		if c.Waiting() == 0 && an instance that could serve it has room {
+//			break // placed there
+//		}
 //		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch})
-//		// nil: place it now; a *Refusal: its Reason.Status() with Retry-After
+//		// nil: place it now; ErrRetry: look again; a *Refusal: its
+//		// Reason.Status() with Retry-After
 //	}
 //	... c.Freed(1) when it ends; ticket.Settle(usage.total_tokens)
 //

@@ -131,14 +131,15 @@ func (o *order) remove(w *waiter) {
 }
 
 // next is the request to serve: the highest priority, then the flow with
-// the least weighted service, then the earliest deadline.
+// the least weighted service (the earlier arrival between equals), then
+// the earliest deadline.
 func (o *order) next() *waiter {
 	if o.n == 0 {
 		return nil
 	}
 	best := o.bands[0].queues[0]
 	for _, q := range o.bands[0].queues[1:] {
-		if q.fl.vt < best.fl.vt || q.fl.vt == best.fl.vt && q.fl.name < best.fl.name {
+		if q.fl.vt < best.fl.vt || q.fl.vt == best.fl.vt && q.ws[0].seq < best.ws[0].seq {
 			best = q
 		}
 	}

@@ -49,6 +49,9 @@ var (
 	ErrShed = errors.New("shed from the queue")
 	// ErrDeadline matches a Refusal of a request that waited its deadline out.
 	ErrDeadline = errors.New("queue deadline passed")
+	// ErrRetry is Wait's answer when capacity freed since the caller last
+	// looked for room: it looks again rather than waits.
+	ErrRetry = errors.New("capacity freed since the request looked for room: try again")
 )
 
 // Refusal is Wait's answer for a request it did not release.
@@ -112,8 +115,10 @@ func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 // (a Refusal matching ErrDeadline), it is shed (a Refusal matching
 // ErrShed), or ctx ends (ctx.Err()). On nil the caller places the request
 // at once, even over an instance's threshold if another took the room in
-// between: it waited its turn. Wait also answers nil at once when capacity
-// freed since the caller read req.Epoch, room the request may take.
+// between: it waited its turn. Wait answers ErrRetry at once when capacity
+// freed since the caller read req.Epoch: the caller reads the epoch again
+// and tries to place the request where there is room, which another may
+// have taken already, before it waits.
 func (c *Controller) Wait(ctx context.Context, req Queued) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -137,14 +142,14 @@ func (c *Controller) Wait(ctx context.Context, req Queued) error {
 	}
 }
 
-// arriveLocked queues req, or answers it at once: nil to try placing again
-// (the epoch moved), or a Refusal.
+// arriveLocked queues req, or answers it at once: ErrRetry (the epoch
+// moved), or a Refusal.
 func (c *Controller) arriveLocked(req Queued) (*waiter, time.Time, error) {
 	// Counted before the epoch is read, the reverse of Freed.
 	c.waiting.Add(1)
 	if c.epoch.Load() != req.Epoch {
 		c.waiting.Add(-1)
-		return nil, time.Time{}, nil
+		return nil, time.Time{}, ErrRetry
 	}
 	now := c.clock()
 	e := c.snap.Load().lookup(req.Tenant)

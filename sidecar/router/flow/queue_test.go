@@ -371,12 +371,12 @@ func TestWaitOutcomes(t *testing.T) {
 			t.Errorf("still %d waiting", c.Waiting())
 		}
 	})
-	t.Run("nil at once when capacity freed since the epoch was read", func(t *testing.T) {
+	t.Run("ErrRetry at once when capacity freed since the epoch was read", func(t *testing.T) {
 		c := New(cfg, time.Now)
 		e := c.Epoch()
 		c.Freed(1)
-		if err := c.Wait(context.Background(), Queued{Tenant: "a", Epoch: e}); err != nil {
-			t.Errorf("Wait: %v, want nil", err)
+		if err := c.Wait(context.Background(), Queued{Tenant: "a", Epoch: e}); !errors.Is(err, ErrRetry) {
+			t.Errorf("Wait: %v, want ErrRetry", err)
 		}
 		if c.Waiting() != 0 {
 			t.Errorf("%d waiting, want none", c.Waiting())
@@ -428,6 +428,9 @@ func TestEveryWaiterOneOutcome(t *testing.T) {
 						break
 					}
 					err := c.Wait(ctx, Queued{Tenant: tenant, Priority: rng.IntN(3), Tokens: int64(1 + rng.IntN(100)), Epoch: e})
+					if errors.Is(err, ErrRetry) {
+						continue
+					}
 					if err == nil {
 						if inUse.Add(1) > slots {
 							over.Add(1)

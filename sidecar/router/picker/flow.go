@@ -90,20 +90,26 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 		l.mu.Lock()
 		l.admitted[k] = t
 		l.mu.Unlock()
-		req.Epoch = f.Epoch()
-		if f.Waiting() == 0 {
-			c, err := l.policy.PickIfRoom(req.Key)
-			if !errors.Is(err, policy.ErrFull) {
-				return c, l.unadmitted(k, err)
-			}
+		if c, placed, err := l.pickIfRoom(req, &req.Epoch); placed {
+			return c, l.unadmitted(k, err)
 		}
 		if !local {
 			return nil, &errQueued{Epoch: req.Epoch, Timeout: f.QueueTimeout()}
 		}
 	}
-	err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: f.Clamp(tenant, req.Sender.asked()), Tokens: est, Epoch: req.Epoch})
-	if err != nil {
-		return nil, l.unadmitted(k, err)
+	for {
+		err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: f.Clamp(tenant, req.Sender.asked()), Tokens: est, Epoch: req.Epoch})
+		if errors.Is(err, flow.ErrRetry) {
+			// Room freed since it looked: take it unless another did.
+			if c, placed, err := l.pickIfRoom(req, &req.Epoch); placed {
+				return c, l.unadmitted(k, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, l.unadmitted(k, err)
+		}
+		break
 	}
 	// Released: placed now, even over a threshold if a request that
 	// did not wait took the room in between.
@@ -112,6 +118,18 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 		f.Freed(1) // the room it was released for is the next one's
 	}
 	return c, l.unadmitted(k, err)
+}
+
+// pickIfRoom places a request unless others wait or every instance that
+// could serve it is full (placed false); it reads the flow's epoch first
+// into epoch, for the wait that follows.
+func (l *ledger) pickIfRoom(req pickRequest, epoch *int64) (c *policy.Choice, placed bool, err error) {
+	*epoch = l.flow.Epoch()
+	if l.flow.Waiting() > 0 {
+		return nil, false, nil
+	}
+	c, err = l.policy.PickIfRoom(req.Key)
+	return c, !errors.Is(err, policy.ErrFull), err
 }
 
 // unadmitted settles the rate limits of a request that will not be sent
