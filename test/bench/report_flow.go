@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -167,7 +168,7 @@ func outcomeCell(runs []map[string]int) string {
 		}
 	}
 	var parts []string
-	for _, k := range sortedNames(sum) {
+	for _, k := range slices.Sorted(maps.Keys(sum)) {
 		parts = append(parts, fmt.Sprintf("%s: %s", k, thousands(int64(sum[k]))))
 	}
 	return strings.Join(parts, ", ")
@@ -176,10 +177,10 @@ func outcomeCell(runs []map[string]int) string {
 // flowCounters renders the router's shed and rate-limited counters of one run.
 func flowCounters(shed, limited map[string]int64) string {
 	var parts []string
-	for _, k := range sortedNames(shed) {
+	for _, k := range slices.Sorted(maps.Keys(shed)) {
 		parts = append(parts, fmt.Sprintf("%s %s", k, thousands(shed[k])))
 	}
-	for _, k := range sortedNames(limited) {
+	for _, k := range slices.Sorted(maps.Keys(limited)) {
 		parts = append(parts, fmt.Sprintf("%s rate-limited %s", k, thousands(limited[k])))
 	}
 	return strings.Join(parts, ", ")
@@ -197,15 +198,6 @@ func routerCell(runs []string) string {
 		return runs[0]
 	}
 	return strings.Join(runs, "; ")
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // deviation is the largest relative gap between a minute's admissions
