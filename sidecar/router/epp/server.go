@@ -320,6 +320,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			return true, violation("a response body before the decision")
 		}
 		b := m.ResponseBody
+		if x.decided != nil {
+			x.decided.Response(b.GetBody())
+		}
 		if x.decided != nil && !x.prefilled && len(b.GetBody()) > 0 {
 			x.prefilled = true
 			x.decided.Prefilled()

@@ -30,18 +30,24 @@ type Ticket struct {
 
 // Settle corrects the tenant's tokens with the request's actual usage
 // (prompt and completion), refunding or charging the difference from the
-// estimate Admit charged. Call it once per admitted request, with the
-// estimate when the response carried no usage.
+// estimate Admit charged: 0 for a request refused or never sent, Unknown
+// when the response carried no usage (the estimate stands). Call it once
+// per admitted request.
 func (t Ticket) Settle(actual int64) {
 	if t.e == nil {
 		return
 	}
-	actual = max(actual, 0)
+	if actual < 0 {
+		actual = t.est
+	}
 	t.e.m.admitted(actual)
 	if t.e.lm != nil && actual != t.est {
 		t.e.lm.settle(actual - t.est)
 	}
 }
+
+// Unknown is the usage of a request whose response did not say (Settle).
+const Unknown = -1
 
 // Limited is a refusal by a rate limit (HTTP 429).
 type Limited struct {

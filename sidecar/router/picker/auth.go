@@ -44,7 +44,7 @@ import (
 const AuthHeader = "X-Warmroute-Pick-Auth"
 
 // wireVersion is the first field of AuthHeader and the paths' version.
-const wireVersion = "v2"
+const wireVersion = "v3"
 
 // maxSkew is how far a call's time may be from the picker's clock: pod
 // clocks in a cluster agree to well under a second, and a call takes

@@ -40,7 +40,7 @@ func BenchmarkPickCall(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				start := time.Now()
-				tk, err := p.Pick(ctx, key(p, texts[i%len(texts)]))
+				tk, err := p.Pick(ctx, key(p, texts[i%len(texts)]), Sender{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,7 +97,7 @@ func BenchmarkPickAPIFleet256(b *testing.B) {
 					time.Sleep(time.Until(start.Add(time.Duration(float64(i) / offered * 1e9))))
 				}
 				t0 := time.Now()
-				tk, err := ps[c%replicas].Pick(context.Background(), ks[i%int64(len(ks))])
+				tk, err := ps[c%replicas].Pick(context.Background(), ks[i%int64(len(ks))], Sender{})
 				if err != nil {
 					b.Error(err)
 					return false

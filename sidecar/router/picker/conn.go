@@ -29,8 +29,8 @@ type localConn struct {
 	replica string
 }
 
-func (c localConn) pick(_ context.Context, req pickRequest) (answer, error) {
-	return c.l.pick(c.replica, req, time.Now())
+func (c localConn) pick(ctx context.Context, req pickRequest) (answer, error) {
+	return c.l.pick(ctx, c.replica, req, time.Now())
 }
 
 func (c localConn) events(_ context.Context, evs []event) (uint64, error) {
@@ -58,6 +58,11 @@ const (
 	statusUnknownModel = http.StatusNotFound
 	statusNoInstance   = http.StatusConflict
 	statusNotLeader    = http.StatusServiceUnavailable
+	// Flow control's answers (flow.go): queued, call again to wait;
+	// refused by a rate limit; refused by the queue.
+	statusQueued  = http.StatusAccepted
+	statusLimited = http.StatusTooManyRequests
+	statusRefused = http.StatusGone
 )
 
 // errUnsealed is an answer that does not open with the endpoint's key:
@@ -107,6 +112,12 @@ func (c *remoteConn) call(ctx context.Context, path string, body []byte, limit i
 		return nil, policy.ErrNoInstance
 	case statusNotLeader:
 		return nil, errNotLeader
+	case statusQueued:
+		return nil, decodeQueued(out)
+	case statusLimited:
+		return nil, decodeLimited(out)
+	case statusRefused:
+		return nil, decodeRefusal(out)
 	}
 	return nil, fmt.Errorf("pick API %s: %s: %s", path, resp.Status, strings.TrimSpace(string(out)))
 }

@@ -133,7 +133,7 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 // startTerm begins this replica's term as the picker, cold: a leader that
 // stepped down gracefully sends its state within a moment (handOver).
 func (p *Picker) startTerm() {
-	l, err := newLedger(p.opts.Tuning, p.cfg.Load(), p.opts.Tries)
+	l, err := p.newLedger()
 	if err != nil {
 		p.opts.Log.Error(err, "cannot start the picker's term")
 		return

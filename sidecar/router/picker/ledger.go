@@ -1,11 +1,13 @@
 package picker
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -17,7 +19,9 @@ import (
 type ledger struct {
 	epoch  uint64
 	policy *policy.Policy
-	tries  int // Options.Tries
+	// flow is the endpoint's flow control (flow.go), for this term.
+	flow  *flow.Controller
+	tries int // Options.Tries
 	// started is when the term began; warm is set once the old leader's
 	// state was restored (see receive).
 	started time.Time
@@ -38,6 +42,9 @@ type ledger struct {
 	// warms are the decisions whose warm copy a replica has yet to report
 	// (eventWarmed): a copy may outlive its request.
 	warms map[ticketKey]*policy.Choice
+	// admitted are the rate-limit tickets of requests flow control
+	// admitted, settled when they end.
+	admitted map[ticketKey]flow.Ticket
 }
 
 type ticketKey struct {
@@ -50,9 +57,11 @@ type ticketKey struct {
 // least every heartbeatEvery, so ten missed heartbeats mean it is gone.
 const ticketTTL = 10 * heartbeatEvery
 
-func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) {
-	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), tries: tries, started: time.Now(), expired: time.Now(),
-		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}, warms: map[ticketKey]*policy.Choice{}}
+func newLedger(t policy.Tuning, cfg *policy.Config, fc flow.Config, fm *flow.Metrics, tries int) (*ledger, error) {
+	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), flow: flow.New(fc, time.Now), tries: tries, started: time.Now(), expired: time.Now(),
+		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}, warms: map[ticketKey]*policy.Choice{},
+		admitted: map[ticketKey]flow.Ticket{}}
+	l.flow.Instrument(fm)
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
 			return nil, err
@@ -63,8 +72,8 @@ func newLedger(t policy.Tuning, cfg *policy.Config, tries int) (*ledger, error) 
 
 // pick decides a replica's request and counts it until the replica says
 // it is done.
-func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, error) {
-	c, err := l.decide(replica, req, now, false)
+func (l *ledger) pick(ctx context.Context, replica string, req pickRequest, now time.Time) (answer, error) {
+	c, err := l.decide(ctx, replica, req, now, false)
 	if err != nil {
 		return answer{}, err
 	}
@@ -80,9 +89,9 @@ func (l *ledger) pick(replica string, req pickRequest, now time.Time) (answer, e
 // leader's own replica (local) holds the Choice itself as its ticket and
 // settles its warm copy on it; another replica's copy is settled by its
 // eventWarmed.
-func (l *ledger) decide(replica string, req pickRequest, now time.Time, local bool) (*policy.Choice, error) {
+func (l *ledger) decide(ctx context.Context, replica string, req pickRequest, now time.Time, local bool) (*policy.Choice, error) {
 	l.apply(replica, req.Events, now)
-	c, err := l.policy.Pick(req.Key)
+	c, err := l.admit(ctx, replica, req, local)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +102,7 @@ func (l *ledger) decide(replica string, req pickRequest, now time.Time, local bo
 	if _, gone := l.dropped[k]; gone {
 		// The replica gave up waiting and already said so: the request
 		// went elsewhere, and is adopted there.
-		c.Done()
+		l.end(k, c, 0)
 		c.Warmed(false)
 		delete(l.dropped, k)
 		return c, nil
@@ -103,6 +112,7 @@ func (l *ledger) decide(replica string, req pickRequest, now time.Time, local bo
 	}
 	if old, ok := l.tickets[k]; ok {
 		old.Done() // a replica never reuses a number; a restarted one might
+		l.flow.Freed(1)
 	}
 	l.tickets[k] = c
 	return c, nil
@@ -135,9 +145,9 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 			}
 		case eventDone:
 			if ok {
-				c.Done()
-				delete(l.tickets, k)
+				l.end(k, c, e.Tokens)
 			} else {
+				l.settleLocked(k, 0)
 				l.dropped[k] = now
 			}
 		case eventPrefilled:
@@ -195,8 +205,12 @@ func (l *ledger) expire(now time.Time) {
 		delete(l.seen, r)
 		for k, c := range l.tickets {
 			if k.replica == r {
-				c.Done()
-				delete(l.tickets, k)
+				l.end(k, c, flow.Unknown)
+			}
+		}
+		for k := range l.admitted {
+			if k.replica == r {
+				l.settleLocked(k, flow.Unknown)
 			}
 		}
 		for k, c := range l.warms {
@@ -206,6 +220,16 @@ func (l *ledger) expire(now time.Time) {
 			}
 		}
 	}
+}
+
+// end releases a request that ended, having used tokens (see
+// settleLocked): its instance, its rate limits, and its place for a
+// queued request. Called with l.mu held.
+func (l *ledger) end(k ticketKey, c *policy.Choice, tokens int64) {
+	c.Done()
+	delete(l.tickets, k)
+	l.settleLocked(k, tokens)
+	l.flow.Freed(1)
 }
 
 // open is how many requests the ledger counts in flight.

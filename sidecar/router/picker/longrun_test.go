@@ -46,7 +46,7 @@ func TestLongRunMemory(t *testing.T) {
 	start := time.Now()
 	callers(replicas*per, int64(total), func(c int, i int64) bool {
 		p := ps[c%replicas]
-		tk, err := p.Pick(context.Background(), key(p, fmt.Sprintf("conversation %d: %s", i, doc)))
+		tk, err := p.Pick(context.Background(), key(p, fmt.Sprintf("conversation %d: %s", i, doc)), Sender{})
 		if err != nil {
 			t.Error(err)
 			return false

@@ -1,6 +1,10 @@
 package picker
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warmroute/warmroute/sidecar/router/flow"
+)
 
 // Metrics are the picker's, registered with the router's others.
 type Metrics struct {
@@ -19,6 +23,8 @@ type Metrics struct {
 	Handoffs *prometheus.CounterVec
 	// Refused counts pick API calls refused for want of a valid signature.
 	Refused prometheus.Counter
+	// Flow is flow control's, recorded while this replica leads.
+	Flow *flow.Metrics
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: none).
@@ -41,6 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The picker's state handed from a leader that stepped down to its successor, by direction (sent, received) and result (sent: ok, failed, no_successor; received: restored, refused)."}, []string{"direction", "result"}),
 		Refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "pick_api_refused_total",
 			Help: "Pick API calls refused for want of a valid signature with the endpoint's key."}),
+		Flow: flow.NewMetrics(reg),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Picks, m.PickErrors, m.PickDuration, m.Leader, m.Known, m.Terms, m.Handoffs, m.Refused)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -70,9 +71,10 @@ const heartbeatEvery = time.Second
 // Picker is one replica's side of the picker: it asks the leader (itself
 // or a sibling), or falls back, and tracks its requests in flight.
 type Picker struct {
-	opts Options
-	cfg  atomic.Pointer[policy.Config]
-	seq  atomic.Uint64
+	opts    Options
+	cfg     atomic.Pointer[policy.Config]
+	flowCfg atomic.Pointer[flow.Config]
+	seq     atomic.Uint64
 	// session signs and seals this replica's calls; peers are the
 	// sessions of the callers its pick API answered.
 	session *session
@@ -138,9 +140,14 @@ func (p *Picker) Update(cfg policy.Config) error {
 	p.mu.Lock()
 	l := p.lead
 	p.mu.Unlock()
-	if l != nil {
-		return l.policy.Update(cfg)
+	if l == nil {
+		return nil
 	}
+	if err := l.policy.Update(cfg); err != nil {
+		return err
+	}
+	// Instances added or a threshold raised: room for queued requests.
+	l.flow.Freed(l.policy.Room())
 	return nil
 }
 
@@ -185,6 +192,8 @@ type Ticket struct {
 	// warm is the warm copy the picker asked for (see WarmTarget).
 	warm       *policy.Instance
 	warmTokens int64
+	// used is the tokens the request used (Used), for rate limits.
+	used atomic.Int64
 	policy.Decision
 }
 
@@ -232,13 +241,17 @@ func (t *Ticket) Prefilled() {
 	t.p.tell(t, event{Kind: eventPrefilled, Seq: t.seq}, false)
 }
 
+// Used records the tokens the request used (its response's
+// usage.total_tokens), which settle its tenant's token rate limit at Done.
+func (t *Ticket) Used(tokens int64) { t.used.Store(tokens + 1) }
+
 // Done ends the request; calling it twice is harmless.
 func (t *Ticket) Done() {
 	t.own.Done()
 	if t.mine != nil {
 		t.mine.Done()
 	}
-	t.p.tell(t, event{Kind: eventDone, Seq: t.seq}, true)
+	t.p.tell(t, event{Kind: eventDone, Seq: t.seq, Tokens: t.used.Load() - 1}, true)
 }
 
 // Drop ends a ticket whose request is not sent: nor is its warm copy,
@@ -253,21 +266,25 @@ func (t *Ticket) Drop() {
 // Pick decides where a request goes: by the picker, or by the fallback
 // while none answers. Only a request the policy cannot place at all
 // (policy.ErrUnknownModel, policy.ErrNoInstance) fails.
-func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
+func (p *Picker) Pick(ctx context.Context, key policy.Key, s Sender) (*Ticket, error) {
 	seq := p.seq.Add(1)
 	if l, ok := p.asking(); ok {
 		if lc, local := l.conn.(localConn); local {
-			return p.decideHere(l, lc.l, seq, key)
+			return p.decideHere(ctx, l, lc.l, seq, key, s)
 		}
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, p.opts.PickTimeout)
 		evs := p.take(l)
-		a, err := l.conn.pick(cctx, pickRequest{Seq: seq, Key: key, Events: evs})
+		req := pickRequest{Seq: seq, Key: key, Sender: s, Events: evs}
+		a, err := l.conn.pick(cctx, req)
 		cancel()
-		if err != nil && !errors.Is(err, policy.ErrUnknownModel) && !errors.Is(err, policy.ErrNoInstance) {
+		p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
+		var q *errQueued
+		if errors.As(err, &q) {
+			a, err = p.waitCall(ctx, l, req, q)
+		} else if err != nil && !errors.Is(err, policy.ErrUnknownModel) && !errors.Is(err, policy.ErrNoInstance) && !IsRefusal(err) {
 			p.putBack(l, evs) // the picker may not have had them
 		}
-		p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
 		switch {
 		case err == nil:
 			t, ferr := p.follow(l, seq, a)
@@ -279,9 +296,12 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 			// yet (their documents are a moment apart): release it
 			// there, and fall back.
 			p.enqueue(l, event{Kind: eventDone, Seq: seq})
-		case errors.Is(err, policy.ErrUnknownModel) || errors.Is(err, policy.ErrNoInstance):
+		case errors.Is(err, policy.ErrUnknownModel) || errors.Is(err, policy.ErrNoInstance) || IsRefusal(err):
 			return nil, err
 		case ctx.Err() != nil:
+			// The picker may hold it queued, or have decided it: it is
+			// done either way.
+			p.enqueue(l, event{Kind: eventDone, Seq: seq, Tokens: 0})
 			return nil, ctx.Err()
 		default:
 			// The call may have reached the picker and been counted
@@ -307,8 +327,8 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key) (*Ticket, error) {
 
 // decideHere decides a request while this replica leads: the ledger's
 // Choice is the ticket, charged once, on the counts every decision reads.
-func (p *Picker) decideHere(l *link, led *ledger, seq uint64, key policy.Key) (*Ticket, error) {
-	c, err := led.decide(p.opts.Replica, pickRequest{Seq: seq, Key: key, Events: p.take(l)}, time.Now(), true)
+func (p *Picker) decideHere(ctx context.Context, l *link, led *ledger, seq uint64, key policy.Key, s Sender) (*Ticket, error) {
+	c, err := led.decide(ctx, p.opts.Replica, pickRequest{Seq: seq, Key: key, Sender: s, Events: p.take(l)}, time.Now(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -518,6 +538,11 @@ func (p *Picker) send(ctx context.Context, l *link) {
 	}
 }
 
+// newLedger is a term's state under this replica's configuration.
+func (p *Picker) newLedger() (*ledger, error) {
+	return newLedger(p.opts.Tuning, p.cfg.Load(), p.flowConfig(), p.opts.Metrics.Flow, p.opts.Tries)
+}
+
 // becomeLeader makes this replica the picker, with l as its state.
 func (p *Picker) becomeLeader(l *ledger) {
 	p.mu.Lock()
@@ -530,7 +555,7 @@ func (p *Picker) becomeLeader(l *ledger) {
 // Lead makes this replica the picker for good (no election: benchmarks,
 // tests, a single router).
 func (p *Picker) Lead() error {
-	l, err := newLedger(p.opts.Tuning, p.cfg.Load(), p.opts.Tries)
+	l, err := p.newLedger()
 	if err != nil {
 		return fmt.Errorf("start picker: %w", err)
 	}
@@ -595,6 +620,9 @@ func (p *Picker) stepDown() []byte {
 		return nil
 	}
 	snap := l.policy.Snapshot()
+	// Queued requests are placed now, on this term's counts, which the
+	// next picker adopts from their replicas.
+	l.flow.Update(flow.Config{})
 	p.opts.Metrics.Leader.Set(0)
 	p.use(nil)
 	return snap

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -30,11 +31,11 @@ func TestFollowerAsksTheLeader(t *testing.T) {
 	leader, follower := leaderAndFollower(t, 3)
 
 	ctx := context.Background()
-	a, err := follower.Pick(ctx, key(follower, "a system prompt and a question"))
+	a, err := follower.Pick(ctx, key(follower, "a system prompt and a question"), Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := leader.Pick(ctx, key(leader, "a system prompt and a question"))
+	b, err := leader.Pick(ctx, key(leader, "a system prompt and a question"), Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +64,14 @@ func TestFollowerAsksTheLeader(t *testing.T) {
 func TestAnswerNamesOnlyTheInstancesTried(t *testing.T) {
 	leader, follower := leaderAndFollower(t, 256)
 	k := key(follower, "a system prompt and a question")
-	a, err := leader.leading().pick("router-1", pickRequest{Seq: 1, Key: k}, time.Now())
+	a, err := leader.leading().pick(context.Background(), "router-1", pickRequest{Seq: 1, Key: k}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(a.Order) != testTries {
 		t.Fatalf("the answer names %d instances, want %d", len(a.Order), testTries)
 	}
-	tk, err := follower.Pick(context.Background(), k)
+	tk, err := follower.Pick(context.Background(), k, Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestPickAPIRefusesStrangers(t *testing.T) {
 	stranger := testKeys(t, []byte("another endpoint's key, 32 bytes"))
 	outsider := newReplica(t, "not-a-sibling", stranger, testConfig(stranger, 3, 10))
 	outsider.Follow(strings.TrimPrefix(srv.URL, "http://"))
-	tk, err := outsider.Pick(context.Background(), key(outsider, "hello"))
+	tk, err := outsider.Pick(context.Background(), key(outsider, "hello"), Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +148,11 @@ func TestFallbackThenAdoption(t *testing.T) {
 	var held []*Ticket
 	for i := range 20 {
 		text := fmt.Sprintf("conversation %d", i)
-		x, err := a.Pick(ctx, key(a, text))
+		x, err := a.Pick(ctx, key(a, text), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		y, err := b.Pick(ctx, key(b, text))
+		y, err := b.Pick(ctx, key(b, text), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +163,7 @@ func TestFallbackThenAdoption(t *testing.T) {
 		y.Done()
 	}
 	for range 6 {
-		x, err := a.Pick(ctx, key(a, "one hot key"))
+		x, err := a.Pick(ctx, key(a, "one hot key"), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestHandoff(t *testing.T) {
 	var texts []string
 	for i := range 200 {
 		text := fmt.Sprintf("document %d: %s", i%40, strings.Repeat("filler ", 20))
-		tk, err := old.Pick(ctx, key(old, text))
+		tk, err := old.Pick(ctx, key(old, text), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +263,7 @@ func TestHandoff(t *testing.T) {
 	// have, had it gone on.
 	differ := 0
 	for _, text := range texts {
-		tk, err := successor.Pick(ctx, key(successor, text))
+		tk, err := successor.Pick(ctx, key(successor, text), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +287,7 @@ func TestHandoff(t *testing.T) {
 // the request is counted where the fallback sent it once adopted.
 func TestLatePickIsNotCounted(t *testing.T) {
 	keys := testKeys(t, testSecret)
-	l, err := newLedger(policy.Tuning{}, func() *policy.Config { c := testConfig(keys, 3, 10); return &c }(), 0)
+	l, err := newLedger(policy.Tuning{}, func() *policy.Config { c := testConfig(keys, 3, 10); return &c }(), flow.Config{}, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestLatePickIsNotCounted(t *testing.T) {
 	p := newReplica(t, "router-1", keys, testConfig(keys, 3, 10))
 	k := key(p, "a request whose pick call timed out")
 	l.apply("router-1", []event{{Kind: eventDone, Seq: 7}}, now)
-	if _, err := l.pick("router-1", pickRequest{Seq: 7, Key: k}, now); err != nil {
+	if _, err := l.pick(context.Background(), "router-1", pickRequest{Seq: 7, Key: k}, now); err != nil {
 		t.Fatal(err)
 	}
 	if n := l.open(); n != 0 {

@@ -182,7 +182,7 @@ func TestReplayedPicksAreRefused(t *testing.T) {
 	cfg := testConfig(keys, 3, 10)
 	leader, srv := newLeader(t, keys, cfg)
 	f, rec := recordedFollower(t, keys, cfg, srv)
-	tk, err := f.Pick(context.Background(), key(f, "a request someone captured"))
+	tk, err := f.Pick(context.Background(), key(f, "a request someone captured"), Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestReplayedPicksAreRefused(t *testing.T) {
 // decision after ticketTTL no longer counts them.
 func TestSilentReplicaExpiresUnderAFixedPicker(t *testing.T) {
 	leader, follower := leaderAndFollower(t, 3)
-	tk, err := follower.Pick(context.Background(), key(follower, "a request whose replica dies"))
+	tk, err := follower.Pick(context.Background(), key(follower, "a request whose replica dies"), Sender{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestSilentReplicaExpiresUnderAFixedPicker(t *testing.T) {
 		t.Fatalf("the picker counts %d requests, want 1", n)
 	}
 	later := time.Now().Add(ticketTTL + 2*heartbeatEvery)
-	if _, err := l.pick("router-0", pickRequest{Seq: 1, Key: key(leader, "the leader's own request")}, later); err != nil {
+	if _, err := l.pick(context.Background(), "router-0", pickRequest{Seq: 1, Key: key(leader, "the leader's own request")}, later); err != nil {
 		t.Fatal(err)
 	}
 	if n := l.open(); n != 1 {
@@ -254,7 +254,7 @@ func TestFollowersIgnoreUnsealedAnswers(t *testing.T) {
 		}))
 		f := newReplica(t, "router-1", keys, cfg)
 		f.Follow(strings.TrimPrefix(impostor.URL, "http://"))
-		tk, err := f.Pick(context.Background(), key(f, "a question for the served model"))
+		tk, err := f.Pick(context.Background(), key(f, "a question for the served model"), Sender{})
 		impostor.Close()
 		if err != nil {
 			t.Errorf("impostor answering %d: the pick failed: %v", status, err)
@@ -277,7 +277,7 @@ func TestHandoffIsSealedFromImpostors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		tk, err := old.Pick(context.Background(), key(old, fmt.Sprintf("document %d: %s", i, strings.Repeat("filler ", 20))))
+		tk, err := old.Pick(context.Background(), key(old, fmt.Sprintf("document %d: %s", i, strings.Repeat("filler ", 20))), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestPickTrafficRevealsNothing(t *testing.T) {
 		for _, h := range k.BlockHashes() {
 			hashes = append(hashes, binary.LittleEndian.AppendUint64(nil, h))
 		}
-		tk, err := f.Pick(context.Background(), k)
+		tk, err := f.Pick(context.Background(), k, Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +387,7 @@ func TestExLeaderFollowsAfterALateLeaseMove(t *testing.T) {
 	picked := func(what string) {
 		t.Helper()
 		before := picks(t, p.opts.Metrics, "picker")
-		tk, err := p.Pick(context.Background(), key(p, "a question"))
+		tk, err := p.Pick(context.Background(), key(p, "a question"), Sender{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -24,6 +25,10 @@ type serverLimits struct {
 	// request (a handoff's megabytes included), write the answer, idle a
 	// kept-alive connection between calls.
 	readHeader, read, write, idle time.Duration
+	// queued, when set, raises conns by the requests flow control may
+	// queue: each queued request of another replica holds a connection
+	// open while it waits.
+	queued func() int64
 }
 
 // defaultServerLimits: a replica keeps at most NewTransport's 256 idle
@@ -44,7 +49,9 @@ const maxHeaderBytes = 16 << 10
 // under serverLimits. errorLog takes net/http's own errors (nil: the
 // standard logger).
 func (p *Picker) Server(addr string, errorLog *log.Logger) *http.Server {
-	return newServer(addr, p.Handler(), defaultServerLimits, errorLog)
+	lim := defaultServerLimits
+	lim.queued = func() int64 { return int64(p.flowConfig().MaxQueued) }
+	return newServer(addr, p.Handler(), lim, errorLog)
 }
 
 func newServer(addr string, h http.Handler, lim serverLimits, errorLog *log.Logger) *http.Server {
@@ -54,7 +61,11 @@ func newServer(addr string, h http.Handler, lim serverLimits, errorLog *log.Logg
 		ConnState: func(c net.Conn, s http.ConnState) {
 			switch s {
 			case http.StateNew:
-				if open.Add(1) > lim.conns {
+				limit := lim.conns
+				if lim.queued != nil {
+					limit += lim.queued()
+				}
+				if open.Add(1) > limit {
 					_ = c.Close() // its goroutine sees it closed, and reports StateClosed
 				}
 			case http.StateClosed, http.StateHijacked:
@@ -75,7 +86,7 @@ func (p *Picker) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathPick, p.servePick)
 	mux.HandleFunc("POST "+PathEvents, p.serveEvents)
 	mux.HandleFunc("POST "+PathHandoff, p.serveHandoff)
-	mux.HandleFunc("/pick/v1/", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/pick/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Connection", "close")
 		http.Error(w, "this picker speaks pick API "+wireVersion+" only: upgrade the router", http.StatusUpgradeRequired)
 	})
@@ -196,12 +207,31 @@ func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
 		p.replyError(w, c, http.StatusBadRequest, err.Error())
 		return
 	}
-	a, err := l.pick(c.caller, pr, time.Now())
+	if pr.Wait {
+		// A queued request's call stays open while it waits.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(l.flow.QueueTimeout() + defaultServerLimits.write))
+	}
+	a, err := l.pick(req.Context(), c.caller, pr, time.Now())
+	var (
+		queued  *errQueued
+		limited *flow.Limited
+		refused *flow.Refusal
+	)
 	switch {
+	case err == nil:
+	case errors.As(err, &queued):
+		p.reply(w, c, statusQueued, appendQueued(nil, queued))
+		return
+	case errors.As(err, &limited):
+		p.reply(w, c, statusLimited, appendLimited(nil, limited))
+		return
+	case errors.As(err, &refused):
+		p.reply(w, c, statusRefused, appendRefusal(nil, refused))
+		return
 	case errors.Is(err, policy.ErrUnknownModel):
 		p.replyError(w, c, statusUnknownModel, err.Error())
 		return
-	case err != nil:
+	default:
 		p.replyError(w, c, statusNoInstance, err.Error())
 		return
 	}

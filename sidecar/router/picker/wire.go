@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -39,6 +41,11 @@ var errMalformed = errors.New("malformed pick API body")
 type pickRequest struct {
 	Seq    uint64
 	Key    policy.Key
+	Sender Sender
+	// Wait is the second call of a request the picker queued (see
+	// flow.go), with the Epoch the first call answered.
+	Wait   bool
+	Epoch  int64
 	Events []event
 }
 
@@ -66,6 +73,8 @@ const (
 )
 
 // event is one thing a replica tells the picker about one of its requests.
+// Done carries the tokens the request used, from its response's usage
+// (flow.Unknown: none said), to settle its tenant's rate limits.
 // Next names the instance moved to, so that a batch delivered twice (a
 // pick call that timed out after the picker applied it) moves it once.
 // Adopt carries the request's charge: its order, prompt, prefill left,
@@ -78,6 +87,7 @@ type event struct {
 	Prompt, Prefill int64
 	Prefilled       bool
 	OK              bool
+	Tokens          int64
 }
 
 type writer []byte
@@ -86,6 +96,7 @@ func (w *writer) uint(v uint64)  { *w = binary.AppendUvarint(*w, v) }
 func (w *writer) int(v int64)    { w.uint(uint64(max(v, 0))) }
 func (w *writer) str(s string)   { w.uint(uint64(len(s))); *w = append(*w, s...) }
 func (w *writer) fixed(v uint64) { *w = binary.LittleEndian.AppendUint64(*w, v) }
+func (w *writer) sint(v int64)   { *w = binary.AppendVarint(*w, v) }
 func (w *writer) bool(b bool) {
 	if b {
 		*w = append(*w, 1)
@@ -125,6 +136,19 @@ func (r *reader) uint(what string, limit uint64) uint64 {
 }
 
 func (r *reader) int(what string) int64 { return int64(r.uint(what, 1<<62)) }
+
+func (r *reader) sint(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
 
 func (r *reader) fixed(what string) uint64 {
 	if r.err != nil {
@@ -190,6 +214,11 @@ func (p *pickRequest) append(b []byte) []byte {
 	for _, h := range hashes {
 		w.fixed(h)
 	}
+	w.str(p.Sender.Tenant)
+	w.bool(p.Sender.Lowers)
+	w.sint(int64(p.Sender.Priority))
+	w.bool(p.Wait)
+	w.int(p.Epoch)
 	return appendEvents(w, p.Events)
 }
 
@@ -211,6 +240,11 @@ func decodePick(b []byte) (pickRequest, error) {
 			p.Key.Hashes[i] = r.fixed("hash")
 		}
 	}
+	p.Sender.Tenant = r.str("tenant")
+	p.Sender.Lowers = r.bool("lowers")
+	p.Sender.Priority = int(max(min(r.sint("priority"), math.MaxInt32), math.MinInt32))
+	p.Wait = r.bool("wait")
+	p.Epoch = r.int("epoch")
 	if r.err != nil {
 		return p, r.err
 	}
@@ -281,6 +315,9 @@ func appendEvents(b []byte, evs []event) []byte {
 		if e.Kind == eventWarmed {
 			w.bool(e.OK)
 		}
+		if e.Kind == eventDone {
+			w.sint(e.Tokens)
+		}
 	}
 	return w
 }
@@ -298,7 +335,9 @@ func decodeEvents(b []byte) ([]event, error) {
 		r.b = r.b[1:]
 		e.Seq = r.uint("seq", 1<<63)
 		switch e.Kind {
-		case eventDone, eventPrefilled:
+		case eventDone:
+			e.Tokens = max(r.sint("tokens"), flow.Unknown)
+		case eventPrefilled:
 		case eventNext:
 			e.Instance = r.str("instance")
 		case eventAdopt:

@@ -5,6 +5,7 @@ package policy
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -96,20 +97,59 @@ func (p *Policy) allowed(model string) (*table, []int, error) {
 	return t, set, err
 }
 
+// ErrFull is PickIfRoom's answer when every instance that could serve the
+// request is at its concurrency threshold.
+var ErrFull = errors.New("every instance that could serve the request is at its concurrency threshold")
+
 // Pick decides where a request goes (the strategy's decide, which
 // changes nothing) and then records the decision (record). Decisions run
 // one at a time (see Policy.pick).
-func (p *Policy) Pick(key Key) (*Choice, error) {
+func (p *Policy) Pick(key Key) (*Choice, error) { return p.choose(key, false) }
+
+// PickIfRoom is Pick for a request that may wait (flow control): when
+// every available instance that could serve it is at its threshold, it
+// records nothing and answers ErrFull instead of overflowing. It reads
+// more than Pick only when the decision lands on a full instance.
+func (p *Policy) PickIfRoom(key Key) (*Choice, error) { return p.choose(key, true) }
+
+func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
 	t, allowed, err := p.allowed(key.Model)
 	if err != nil {
 		return nil, err
 	}
-	d := t.strategy.decide(p, p.look(t), key, allowed)
+	v := p.look(t)
+	d := t.strategy.decide(p, v, key, allowed)
+	if ifRoom && v.full(d.order[0]) && !slices.ContainsFunc(allowed, func(m int) bool { return v.available(m) && !v.full(m) }) {
+		return nil, ErrFull
+	}
 	d.Strategy = t.Cfg.Strategy
 	return p.record(t, key, &d), nil
 }
+
+// Room is how many more requests the instances in rotation take before
+// each is at its threshold: what a configuration change frees (flow
+// control releases that many queued requests).
+func (p *Policy) Room() int {
+	p.pick.Lock()
+	defer p.pick.Unlock()
+	t := p.table.Load()
+	if t == nil {
+		return 0
+	}
+	v := p.look(t)
+	room := int64(0)
+	for m := range t.Members {
+		if v.available(m) && !t.Members[m].Draining {
+			room += max(v.threshold-v.load(m).inFlight, 0)
+		}
+	}
+	return int(room)
+}
+
+// PromptTokens estimates the prompt of the request with key in tokens.
+func (p *Policy) PromptTokens(key Key) int64 { return p.tokensOf(key.PromptBytes) }
 
 // record makes a decision happen: the request counts in flight (its
 // prefill: the prompt less what the instance is expected to hold) and in

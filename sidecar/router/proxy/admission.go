@@ -45,6 +45,9 @@ type Placement struct {
 	strategy string
 	router   *Router
 	finished bool
+	// usage, while flow control is on, keeps the response's end, whose
+	// usage settles the tenant's token rate limit (see Response).
+	usage *usageTail
 }
 
 // Admit runs the admission pipeline: extract the routing text, salt the
@@ -79,8 +82,15 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	} else {
 		p.Body = [][]byte{in.Body}
 	}
+	s, refused := sender(in.Header, x.Tenant)
+	if refused != nil {
+		return nil, refused
+	}
+	if st.doc.FlowControl != nil {
+		p.usage = &usageTail{}
+	}
 	key := r.picker.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes})
-	t, err := r.picker.Pick(ctx, key)
+	t, err := r.picker.Pick(ctx, key, s)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
 	waits := waitsForInstance(st, key.Model)
 	holds := in.Forward && r.opts.HoldTimeout > 0 && waits
@@ -89,7 +99,7 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	}
 	if errors.Is(err, policy.ErrNoInstance) && waits {
 		if holds {
-			t, err = r.hold(ctx, key, in.Held)
+			t, err = r.hold(ctx, key, s, in.Held)
 		} else if r.opts.OnHold != nil {
 			// Answered 503 at once, the request still asks for an
 			// instance (scale from zero), as a held one does.
@@ -112,6 +122,14 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	return p, nil
 }
 
+// Response is a piece of the response as it passes: its end tells the
+// tokens the request used.
+func (p *Placement) Response(chunk []byte) {
+	if p.usage != nil {
+		p.usage.write(chunk)
+	}
+}
+
 // Finish ends the request (Ticket.Done) and counts it in
 // warmroute_router_requests_total under outcome (2xx, 4xx, 5xx, canceled,
 // client_disconnect), on the instance it ended on. Calling it again counts
@@ -121,6 +139,9 @@ func (p *Placement) Finish(outcome string) {
 		return
 	}
 	p.finished = true
+	if p.usage != nil {
+		p.Used(p.usage.tokens())
+	}
 	id := p.Instance().ID
 	p.Done()
 	p.router.countRequest(id, p.strategy, outcome)
@@ -139,6 +160,9 @@ func (r *Router) CountUnplaced(outcome string) {
 
 // unplaced is the answer to a request that found no instance.
 func (r *Router) unplaced(err error, model string) *Refusal {
+	if f := flowRefusal(err); f != nil {
+		return f
+	}
 	switch {
 	case errors.Is(err, policy.ErrUnknownModel):
 		return invalid(http.StatusNotFound, "model_not_found", "model",

@@ -60,6 +60,7 @@ type holder struct {
 
 type waiter struct {
 	key   policy.Key
+	from  picker.Sender
 	seq   uint64
 	bytes int64
 	ctx   context.Context
@@ -89,9 +90,9 @@ func waitsForInstance(st *state, model string) bool {
 // buffered body, which is already in the buffer budget; held bodies may
 // take at most half of it, so requests held through a long load cannot
 // starve the requests served once instances are back.
-func (r *Router) hold(ctx context.Context, key policy.Key, bodyBytes int64) (*picker.Ticket, error) {
+func (r *Router) hold(ctx context.Context, key policy.Key, from picker.Sender, bodyBytes int64) (*picker.Ticket, error) {
 	h := &r.holder
-	w := &waiter{key: key, bytes: bodyBytes, ctx: ctx, done: make(chan *picker.Ticket, 1)}
+	w := &waiter{key: key, from: from, bytes: bodyBytes, ctx: ctx, done: make(chan *picker.Ticket, 1)}
 	h.mu.Lock()
 	if len(h.waiters) >= r.opts.MaxHeld || h.bytes+bodyBytes > r.opts.MaxBufferedBytes/2 {
 		h.mu.Unlock()
@@ -211,7 +212,7 @@ func (r *Router) pass() {
 			if w.ctx.Err() != nil {
 				continue // leaving by itself
 			}
-			t, err := r.inRotation(r.picker.Pick(w.ctx, w.key))
+			t, err := r.inRotation(r.picker.Pick(w.ctx, w.key, w.from))
 			if err != nil {
 				if errors.Is(err, policy.ErrNoInstance) {
 					break round

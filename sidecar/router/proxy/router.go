@@ -25,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/metrics"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
@@ -335,6 +336,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	if err := r.picker.Update(cfg); err != nil {
 		return fmt.Errorf("apply routing document: %w", err)
 	}
+	r.picker.SetFlow(flow.FromDocument(doc.FlowControl))
 	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
 	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
 	for _, in := range doc.Instances {

@@ -39,6 +39,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 		if b.sse && b.rt.tokenAt.IsZero() && b.scan(p[:n]) {
 			b.rt.firstToken()
 		}
+		b.rt.Response(p[:n])
 	}
 	switch {
 	case err == io.EOF:

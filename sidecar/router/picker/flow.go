@@ -1,0 +1,214 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
+	"github.com/warmroute/warmroute/sidecar/router/flow"
+	"github.com/warmroute/warmroute/sidecar/router/policy"
+)
+
+// Flow control runs where the decisions are made, in the elected picker's
+// ledger, so that limits and shares hold per endpoint whatever the number
+// of router replicas. A request the ledger queues from another replica is
+// answered statusQueued at once; the replica then calls again, marked
+// Wait, and that call stays open until the request is released (and
+// decided), refused, or its client leaves (the call is cancelled).
+
+// Sender is who sends a request, for flow control: its tenant, and the
+// priority it asks for (X-Warmroute-Priority) when Lowers is set. Flow
+// control never lets a request rise above its tenant's priority.
+type Sender struct {
+	Tenant   string
+	Priority int
+	Lowers   bool
+}
+
+func (s Sender) asked() int {
+	if s.Lowers {
+		return s.Priority
+	}
+	return math.MaxInt
+}
+
+// errQueued is the ledger's answer to a replica's request that must wait:
+// the replica calls again with Wait set and Epoch, within Timeout.
+type errQueued struct {
+	Epoch   int64
+	Timeout time.Duration
+}
+
+func (e *errQueued) Error() string { return "queued: every instance that could serve it is full" }
+
+// IsRefusal reports whether err is flow control's answer to a request
+// (*flow.Limited or *flow.Refusal): the request is answered with it, not
+// routed by the fallback.
+func IsRefusal(err error) bool {
+	var lim *flow.Limited
+	var ref *flow.Refusal
+	return errors.As(err, &lim) || errors.As(err, &ref)
+}
+
+// SetFlow installs an endpoint's flow control (the zero Config: off),
+// in the picker this replica runs while it leads.
+func (p *Picker) SetFlow(cfg flow.Config) {
+	p.flowCfg.Store(&cfg)
+	if l := p.leading(); l != nil {
+		l.flow.Update(cfg)
+	}
+}
+
+// flowConfig is the flow control installed (SetFlow).
+func (p *Picker) flowConfig() flow.Config {
+	if c := p.flowCfg.Load(); c != nil {
+		return *c
+	}
+	return flow.Config{}
+}
+
+// admit runs flow control in front of the decision: the tenant's rate
+// limits, then the queue when every instance that could serve the request
+// is full (or other requests already wait, which it must not overtake).
+// A local request (the leader's own) waits here; another replica's is
+// answered errQueued until it calls again with Wait.
+func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, local bool) (*policy.Choice, error) {
+	f := l.flow
+	if !f.Enabled() {
+		return l.policy.Pick(req.Key)
+	}
+	k := ticketKey{replica, req.Seq}
+	tenant, est := req.Sender.Tenant, l.policy.PromptTokens(req.Key)
+	if !req.Wait {
+		t, lim := f.Admit(tenant, est)
+		if lim != nil {
+			return nil, lim
+		}
+		l.mu.Lock()
+		l.admitted[k] = t
+		l.mu.Unlock()
+		req.Epoch = f.Epoch()
+		if f.Waiting() == 0 {
+			c, err := l.policy.PickIfRoom(req.Key)
+			if !errors.Is(err, policy.ErrFull) {
+				return c, l.unadmitted(k, err)
+			}
+		}
+		if !local {
+			return nil, &errQueued{Epoch: req.Epoch, Timeout: f.QueueTimeout()}
+		}
+	}
+	err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: f.Clamp(tenant, req.Sender.asked()), Tokens: est, Epoch: req.Epoch})
+	if err != nil {
+		return nil, l.unadmitted(k, err)
+	}
+	// Released: placed now, even over a threshold if a request that
+	// did not wait took the room in between.
+	c, err := l.policy.Pick(req.Key)
+	return c, l.unadmitted(k, err)
+}
+
+// unadmitted settles the rate limits of a request that will not be sent
+// (err non-nil): it used no tokens.
+func (l *ledger) unadmitted(k ticketKey, err error) error {
+	if err != nil {
+		l.mu.Lock()
+		l.settleLocked(k, 0)
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// settleLocked settles a request's rate limits with the tokens it used
+// (flow.Unknown: the estimate stands). Called with l.mu held.
+func (l *ledger) settleLocked(k ticketKey, tokens int64) {
+	if t, ok := l.admitted[k]; ok {
+		t.Settle(tokens)
+		delete(l.admitted, k)
+	}
+}
+
+// waitCall is the second call of a request the picker queued: it stays
+// open for the queue timeout, and a moment more for the decision.
+func (p *Picker) waitCall(ctx context.Context, l *link, req pickRequest, q *errQueued) (answer, error) {
+	req.Wait, req.Epoch, req.Events = true, q.Epoch, p.take(l)
+	cctx, cancel := context.WithTimeout(ctx, q.Timeout+p.opts.PickTimeout)
+	defer cancel()
+	return l.conn.pick(cctx, req)
+}
+
+// Answers to a request that flow control refused, on the wire: why, whose
+// entry, when to retry, and for a rate limit its two windows.
+
+func appendRefused(w writer, why flow.Reason, tenant string, retry time.Duration) writer {
+	w.str(string(why))
+	w.str(tenant)
+	w.int(retry.Milliseconds())
+	return w
+}
+
+func readRefused(r *reader) (flow.Reason, string, time.Duration) {
+	return flow.Reason(r.str("reason")), r.str("tenant"), time.Duration(r.int("retry after")) * time.Millisecond
+}
+
+func appendLimited(w writer, lim *flow.Limited) []byte {
+	w = appendRefused(w, lim.Reason, lim.Tenant, lim.RetryAfter)
+	for _, win := range []flow.Window{lim.Requests, lim.Tokens} {
+		w.int(win.Limit)
+		w.int(win.Remaining)
+		w.int(win.Reset.Milliseconds())
+	}
+	return w
+}
+
+func decodeLimited(b []byte) error {
+	r := reader{b: b}
+	lim := &flow.Limited{}
+	lim.Reason, lim.Tenant, lim.RetryAfter = readRefused(&r)
+	for _, win := range []*flow.Window{&lim.Requests, &lim.Tokens} {
+		win.Limit, win.Remaining, win.Reset = r.int("limit"), r.int("remaining"), time.Duration(r.int("reset"))*time.Millisecond
+	}
+	if err := r.end(); err != nil {
+		return err
+	}
+	return lim
+}
+
+func appendRefusal(w writer, ref *flow.Refusal) []byte {
+	return appendRefused(w, ref.Reason, ref.Tenant, ref.RetryAfter)
+}
+
+func decodeRefusal(b []byte) error {
+	r := reader{b: b}
+	ref := &flow.Refusal{}
+	ref.Reason, ref.Tenant, ref.RetryAfter = readRefused(&r)
+	if err := r.end(); err != nil {
+		return err
+	}
+	return ref
+}
+
+func appendQueued(w writer, q *errQueued) []byte {
+	w.int(q.Epoch)
+	w.int(q.Timeout.Milliseconds())
+	return w
+}
+
+func decodeQueued(b []byte) error {
+	r := reader{b: b}
+	q := &errQueued{Epoch: r.int("epoch"), Timeout: time.Duration(r.int("timeout")) * time.Millisecond}
+	if err := r.end(); err != nil {
+		return err
+	}
+	if q.Timeout <= 0 || q.Timeout > maxQueueTimeout {
+		return fmt.Errorf("%w: queue timeout %v", errMalformed, q.Timeout)
+	}
+	return q
+}
+
+// maxQueueTimeout is the routing document's bound on a queue timeout: a
+// replica never keeps a wait call open longer than that.
+const maxQueueTimeout = routing.MaxQueueTimeoutMillis * time.Millisecond

@@ -1,0 +1,187 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warmroute/warmroute/sidecar/router/flow"
+)
+
+// flowPair is a leader and a follower over one instance with a threshold
+// of 1, under fc.
+func flowPair(t *testing.T, fc flow.Config) (leader, follower *Picker) {
+	t.Helper()
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 1, 1)
+	leader = newReplica(t, "router-0", keys, cfg)
+	leader.SetFlow(fc)
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, leader)
+	follower = newReplica(t, "router-1", keys, cfg)
+	follower.SetFlow(fc)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+	return leader, follower
+}
+
+func queueConfig() flow.Config {
+	return flow.Config{Default: flow.Limits{Weight: 1, MaxQueued: 10}, QueueTimeout: 30 * time.Second, MaxQueued: 100,
+		Tenants: map[string]flow.Limits{
+			"gold":  {Weight: 1, Priority: 100, MaxQueued: 10},
+			"batch": {Weight: 1, Priority: -100, MaxQueued: 1},
+		}}
+}
+
+type picked struct {
+	tk  *Ticket
+	err error
+}
+
+func pickAsync(p *Picker, text string, s Sender) <-chan picked {
+	out := make(chan picked, 1)
+	go func() {
+		tk, err := p.Pick(context.Background(), key(p, text), s)
+		out <- picked{tk, err}
+	}()
+	return out
+}
+
+// A follower's request that finds the instance full waits in the leader's
+// queue (its pick call stays open) and is placed when the instance frees;
+// the queue serves the higher priority first, whichever replica asked.
+func TestQueueAcrossReplicas(t *testing.T) {
+	leader, follower := flowPair(t, queueConfig())
+	l := leader.leading()
+
+	first, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{Tenant: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := pickAsync(follower, "a batch request", Sender{Tenant: "batch"})
+	eventually(t, "the batch request to queue", func() bool { return l.flow.Waiting() == 1 })
+	gold := pickAsync(leader, "an interactive request", Sender{Tenant: "gold"})
+	eventually(t, "the gold request to queue", func() bool { return l.flow.Waiting() == 2 })
+
+	first.Done()
+	g := <-gold
+	if g.err != nil {
+		t.Fatalf("gold: %v", g.err)
+	}
+	select {
+	case b := <-batch:
+		t.Fatalf("the batch request was placed (%v) before the gold one ended", b.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.tk.Done()
+	b := <-batch
+	if b.err != nil {
+		t.Fatalf("batch: %v", b.err)
+	}
+	b.tk.Done()
+	eventually(t, "the picker to count nothing in flight", func() bool { return l.open() == 0 })
+	if got := testutil.ToFloat64(leader.opts.Metrics.Flow.Queued.WithLabelValues("batch")); got != 0 {
+		t.Errorf("queued{batch} = %v after both were placed, want 0", got)
+	}
+}
+
+// Refusals reach the replica that asked as the same values the leader's
+// own requests get: a tenant's queue bound (429) and its rate limit (429
+// with its windows).
+func TestRefusalsOverThePickAPI(t *testing.T) {
+	cfg := queueConfig()
+	cfg.Tenants["metered"] = flow.Limits{Weight: 1, RequestsPerMinute: 2, MaxQueued: 5}
+	leader, follower := flowPair(t, cfg)
+	l := leader.leading()
+
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{Tenant: "gold"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := pickAsync(follower, "one batch request may wait", Sender{Tenant: "batch"})
+	eventually(t, "the batch request to queue", func() bool { return l.flow.Waiting() == 1 })
+	_, err = follower.Pick(context.Background(), key(follower, "a second may not"), Sender{Tenant: "batch"})
+	var ref *flow.Refusal
+	if !errors.As(err, &ref) || ref.Reason != flow.ReasonTenantQueueFull || ref.Tenant != "batch" || ref.RetryAfter < time.Second {
+		t.Fatalf("second batch request: %v, want a tenant_queue_full refusal with a Retry-After", err)
+	}
+	busy.Done()
+	if q := <-queued; q.err != nil {
+		t.Fatal(q.err)
+	} else {
+		q.tk.Done()
+	}
+
+	for i := range 2 {
+		tk, err := follower.Pick(context.Background(), key(follower, fmt.Sprint("metered ", i)), Sender{Tenant: "metered"})
+		if err != nil {
+			t.Fatalf("metered request %d: %v", i, err)
+		}
+		tk.Done()
+		eventually(t, "the request to end", func() bool { return l.open() == 0 })
+	}
+	_, err = follower.Pick(context.Background(), key(follower, "metered 3"), Sender{Tenant: "metered"})
+	var lim *flow.Limited
+	if !errors.As(err, &lim) || lim.Reason != flow.ReasonRequests || lim.Requests.Limit != 2 || lim.Requests.Remaining != 0 || lim.RetryAfter <= 0 {
+		t.Fatalf("third metered request: %v, want a requests limit of 2 with 0 remaining", err)
+	}
+	if got := testutil.ToFloat64(leader.opts.Metrics.Flow.RateLimited.WithLabelValues("metered", "requests")); got != 1 {
+		t.Errorf("rate_limited_total{metered,requests} = %v, want 1", got)
+	}
+	if IsRefusal(errNotLeader) || !IsRefusal(lim) || !IsRefusal(ref) {
+		t.Error("IsRefusal tells flow control's answers from the others wrongly")
+	}
+}
+
+// A queued request whose client leaves leaves the queue at once, on the
+// leader, and is not counted there.
+func TestQueuedClientLeaves(t *testing.T) {
+	leader, follower := flowPair(t, queueConfig())
+	l := leader.leading()
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := follower.Pick(ctx, key(follower, "a client about to leave"), Sender{})
+		done <- err
+	}()
+	eventually(t, "the request to queue", func() bool { return l.flow.Waiting() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Pick = %v, want context.Canceled", err)
+	}
+	eventually(t, "the leader to drop the request from its queue", func() bool { return l.flow.Waiting() == 0 })
+	busy.Done()
+	eventually(t, "the picker to count nothing in flight", func() bool { return l.open() == 0 })
+}
+
+// Tokens a request used, reported with its end, settle its tenant's token
+// limit: a request that used less than estimated gives the rest back.
+func TestUsageSettlesTokens(t *testing.T) {
+	cfg := queueConfig()
+	cfg.Tenants["metered"] = flow.Limits{Weight: 1, TokensPerMinute: 1000, MaxQueued: 5}
+	leader, follower := flowPair(t, cfg)
+	l := leader.leading()
+	text := strings.Repeat("a long prompt that is estimated at many tokens ", 60) // ~700 tokens
+	for i := range 3 {
+		tk, err := follower.Pick(context.Background(), key(follower, fmt.Sprint(i, text)), Sender{Tenant: "metered"})
+		if err != nil {
+			t.Fatalf("request %d: %v (each used 10 tokens, so three fit in 1000)", i, err)
+		}
+		tk.Used(10)
+		tk.Done()
+		eventually(t, "the request to end", func() bool { return l.open() == 0 })
+	}
+	if got := testutil.ToFloat64(leader.opts.Metrics.Flow.AdmittedTokens.WithLabelValues("metered")); got != 30 {
+		t.Errorf("admitted_tokens_total{metered} = %v, want 30", got)
+	}
+}
