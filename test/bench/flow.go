@@ -56,7 +56,8 @@ type FlowSpec struct {
 	// takes minutes to drain, run once.
 	Runs int
 	// Every request is a tenant's SystemTokens-token system prompt, a
-	// question of about QuestionTokens and MaxTokens generated.
+	// question of about QuestionTokens and on average MaxTokens generated
+	// (workload.TenantTraffic).
 	SystemTokens, QuestionTokens, MaxTokens int
 	// QueueTimeout is the routing document's (wall time: the router has no
 	// time scale).
@@ -484,7 +485,7 @@ func (c *Config) runRateLimits(ctx context.Context, spec FlowSpec) ([]RateLimitR
 	}
 	const maxTokens = 16 // short requests: the fleet never fills
 	probe := spec.traffic(c.Seed, tenantTPM, 1, time.Minute, maxTokens)
-	perRequest := float64(probe.PromptTokens())/float64(len(probe.Requests)) + maxTokens
+	perRequest := float64(probe.PromptTokens())/float64(len(probe.Requests)) + maxTokens // the mean
 	rpm := flowTenant{name: tenantRPM, w: spec.traffic(c.Seed, tenantRPM, 2*float64(spec.RequestsPerMinute)/60, spec.RateLimitSpan, maxTokens)}
 	tpm := flowTenant{name: tenantTPM, w: spec.traffic(c.Seed, tenantTPM, 2*float64(spec.TokensPerMinute)/60/perRequest, spec.RateLimitSpan, maxTokens)}
 	c.log("rate limits: %s %d requests/min offered %d, %s %d tokens/min offered %d requests of about %.0f tokens, over %s",
@@ -498,17 +499,19 @@ func (c *Config) runRateLimits(ctx context.Context, spec FlowSpec) ([]RateLimitR
 	if err != nil {
 		return nil, err
 	}
-	_, limited, tokens, err := scrapeFlow(ctx, f.metricsURL)
+	_, limited, admitted, err := scrapeFlow(ctx, f.metricsURL)
 	if err != nil {
 		return nil, err
 	}
 	minutes := int((spec.RateLimitSpan + time.Minute - 1) / time.Minute)
+	// The simulator generates exactly max_tokens, which its usage reports.
+	tokens := func(r workload.Result) int64 { return int64(r.PromptTokens + tpm.w.Requests[r.Index].MaxTokens) }
 	out := []RateLimitRun{
 		perMinute(tenantRPM, "requests", spec.RequestsPerMinute, results[0], minutes, func(workload.Result) int64 { return 1 }),
-		perMinute(tenantTPM, "tokens", spec.TokensPerMinute, results[1], minutes, func(r workload.Result) int64 { return int64(r.PromptTokens + maxTokens) }),
+		perMinute(tenantTPM, "tokens", spec.TokensPerMinute, results[1], minutes, tokens),
 	}
 	for i := range out {
-		out[i].RouterAdmittedTokens = tokens[out[i].Tenant]
+		out[i].RouterAdmittedTokens = admitted[out[i].Tenant]
 		out[i].RouterLimited = limited[out[i].Tenant+" "+out[i].Limit]
 	}
 	return out, nil

@@ -34,16 +34,16 @@ func (f *FlowReport) Markdown() string {
 	p("Tenants share one endpoint through the router binary in `APIKeys` mode (`--api-keys-dir`, one key per tenant; each tenant's client sends its own `Authorization: Bearer` key over its own connections). "+
 		"The fleet is %d simulated instances, each running at most %d requests at once (`--max-num-seqs`), with `concurrencyThreshold` %d: the fleet is full when the router says so. "+
 		"(With the simulator's 64 running requests, whose decode steps cost the same at any batch size, the engines would never fill before the router's threshold, so a flooder would queue in the router with flow control and run at full speed without it; fewer instances than the other workloads keep the offered load within what the machine can drive.) "+
-		"Every request is a tenant's %d-token system prompt, a question of about %d tokens and %d tokens generated at %s a step: about %.1f requests per simulated second fill the fleet. "+
-		"Arrivals are Poisson over %s simulated at time scale %g. TTFT is the client's (through the router, its queue included), in simulated seconds; a row of several runs shows their median and range. The rows without flow control run once: their backlog takes minutes to drain.\n\n",
-		s.Instances, s.Slots, s.Slots, s.SystemTokens, s.QuestionTokens, s.MaxTokens, vllmsim.DefaultDecodeStep, capacity, s.Span, s.TimeScale)
-	p("- **%s:** %s sends %.1f requests/s (80 %% of its half of the fleet) and %s %.1f/s, five times its half. Flow control: equal weights, %s may queue %d requests (`maxQueued`), %s %d, `queueTimeout` %s. *Alone on its share* is %s alone on half the instances (%d), the share it is owed.\n",
+		"Every request is a tenant's %d-token system prompt, a question of about %d tokens and %d tokens generated on average (uniform from half to one and a half times that: equal lengths would finish together on a full fleet and free its slots in bursts) at %s a step: about %.1f requests per simulated second fill the fleet. "+
+		"Arrivals are Poisson over %.0f simulated seconds at time scale %g. TTFT is the client's (through the router, its queue included), in simulated seconds; *engine TTFT* is the simulators' own (their queue and prefill, not the router's queue); a row of several runs shows their median and range. The rows without flow control run once: their backlog takes minutes to drain.\n\n",
+		s.Instances, s.Slots, s.Slots, s.SystemTokens, s.QuestionTokens, s.MaxTokens, millis(vllmsim.DefaultDecodeStep), capacity, s.Span.Seconds(), s.TimeScale)
+	p("- **%s:** %s sends %.1f requests/s (80 %% of its half of the fleet) and %s %.1f/s, five times its half. Flow control: equal weights, %s may queue %d requests (`maxQueued`), %s %d, `queueTimeout` %.0f s. *Alone on its share* is %s alone on half the instances (%d), the share it is owed.\n",
 		FlowNoisyNeighbour, tenantB, flowShareB*capacity, tenantA, flowShareA*capacity, tenantA, s.noisyNeighbourFlow().Tenants[tenantA].MaxQueued,
-		tenantB, s.noisyNeighbourFlow().Tenants[tenantB].MaxQueued, s.QueueTimeout, tenantB, s.Instances/2)
+		tenantB, s.noisyNeighbourFlow().Tenants[tenantB].MaxQueued, s.QueueTimeout.Seconds(), tenantB, s.Instances/2)
 	p("- **%s:** %s (priority 100) sends %.1f requests/s, 70 %% of the fleet, and %s (priority −100) %.1f/s, twice what the fleet serves; %s may queue %d.\n\n",
 		FlowPriority, tenantInteractive, flowInteractive*capacity, tenantBatch, flowBatch*capacity, tenantBatch, s.priorityFlow().Tenants[tenantBatch].MaxQueued)
 
-	p("| case | run | runs | tenant | TTFT p50 | TTFT p90 | p90 ÷ alone | its requests | the other tenant's | router: shed, rate-limited |\n|---|---|---:|---|---:|---:|---:|---|---|---|\n")
+	p("| case | run | runs | tenant | TTFT p50 | TTFT p90 | p90 ÷ alone | engine TTFT p90 | its requests | the other tenant's | router: shed, rate-limited |\n|---|---|---:|---|---:|---:|---:|---:|---|---|---|\n")
 	for _, c := range []struct{ name, protected, other string }{
 		{FlowNoisyNeighbour, tenantB, tenantA}, {FlowPriority, tenantInteractive, tenantBatch},
 	} {
@@ -53,12 +53,13 @@ func (f *FlowReport) Markdown() string {
 			if len(runs) == 0 {
 				continue
 			}
-			var p50s, p90s []float64
+			var p50s, p90s, engine []float64
 			var mine, theirs []map[string]int
 			var router []string
 			for _, r := range runs {
 				t, _ := r.tenant(c.protected)
 				p50s, p90s = append(p50s, t.Summary.TTFT.P50), append(p90s, t.Summary.TTFT.P90)
+				engine = append(engine, t.Summary.EngineTTFT.P90)
 				mine = append(mine, t.Outcomes)
 				if o, ok := r.tenant(c.other); ok {
 					theirs = append(theirs, o.Outcomes)
@@ -67,16 +68,16 @@ func (f *FlowReport) Markdown() string {
 			}
 			ratioCell := ""
 			if row != flowAlone && alone > 0 {
-				ratioCell = fmt.Sprintf("×%.2f", median(p90s)/alone)
+				ratioCell = times(median(p90s) / alone)
 			}
-			p("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.name, row, len(runs), c.protected,
-				secsRange(p50s), secsRange(p90s), ratioCell, outcomeCell(mine), outcomeCell(theirs), routerCell(router))
+			p("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.name, row, len(runs), c.protected,
+				secsRange(p50s), secsRange(p90s), ratioCell, secs(median(engine)), outcomeCell(mine), outcomeCell(theirs), routerCell(router))
 		}
 	}
 	p("\n%s", f.verdicts())
 	if len(f.RateLimits) > 0 {
-		p("\n**Rate limits** (time scale 1: a router's minute is a wall minute, and a router cannot be told a time scale). Each tenant sends twice its limit for %s, Poisson, on %d instances that never fill (%d tokens generated per request); its responses are read whole, whose `usage` the router settles tokens with. Admitted is what got `200`, by the minute it was sent in; tokens are the simulator's prompt count plus the tokens generated.\n\n",
-			s.RateLimitSpan, s.Instances, 16)
+		p("\n**Rate limits** (time scale 1: a router's minute is a wall minute, and a router cannot be told a time scale). Each tenant sends twice its limit for %.0f minutes, Poisson, on %d instances that never fill (%d tokens generated per request on average); its responses are read whole, whose `usage` the router settles tokens with. Admitted is what got `200`, by the minute it was sent in; tokens are the simulator's prompt count plus the tokens generated.\n\n",
+			s.RateLimitSpan.Minutes(), s.Instances, 16)
 		p("| tenant | limit per minute | offered per minute | admitted, minute by minute | after the first minute | requests | router: admitted tokens, refused |\n|---|---:|---|---|---:|---|---|\n")
 		for _, r := range f.RateLimits {
 			p("| %s | %s %s | %s | %s | %s | %s | %s tokens, %d refused |\n", r.Tenant, thousands(r.PerMinute), r.Limit,
@@ -99,12 +100,12 @@ func (f *FlowReport) verdicts() string {
 			continue
 		}
 		x := with / alone
-		fmt.Fprintf(&b, "- %s's TTFT p90 %s with flow control is ×%.2f of %s alone (target ≤ ×%.1f): %s", c.protected, c.what, x, c.protected, flowTarget, verdict(x <= flowTarget))
+		fmt.Fprintf(&b, "- %s's TTFT p90 %s with flow control is %s of %s alone (target ≤ ×%.1f): %s", c.protected, c.what, times(x), c.protected, flowTarget, verdict(x <= flowTarget))
 		if without := f.rowP90(c.name, flowWithout, c.protected); without > 0 {
-			fmt.Fprintf(&b, "; without flow control ×%.2f", without/alone)
+			fmt.Fprintf(&b, "; without flow control %s", times(without/alone))
 		}
 		if share := f.rowP90(c.name, flowAloneShare, c.protected); share > 0 {
-			fmt.Fprintf(&b, "; against %s alone on its share of the fleet, ×%.2f (%s)", c.protected, with/share, verdict(with/share <= flowTarget))
+			fmt.Fprintf(&b, "; against %s alone on its share of the fleet, %s (%s)", c.protected, times(with/share), verdict(with/share <= flowTarget))
 		}
 		b.WriteString(".\n")
 	}
@@ -116,6 +117,17 @@ func (f *FlowReport) verdicts() string {
 	}
 	return b.String()
 }
+
+// times renders a ratio: two decimals near the targets, none far off.
+func times(x float64) string {
+	if x >= 10 {
+		return fmt.Sprintf("×%s", thousands(int64(math.Round(x))))
+	}
+	return fmt.Sprintf("×%.2f", x)
+}
+
+// millis renders a duration in whole milliseconds.
+func millis(d time.Duration) string { return fmt.Sprintf("%d ms", d.Milliseconds()) }
 
 func verdict(met bool) string {
 	if met {

@@ -19,7 +19,11 @@ type TenantTrafficConfig struct {
 	Duration       time.Duration // simulated span of arrivals; required
 	SystemTokens   int           // the tenant's shared system prompt [1000]
 	QuestionTokens int           // median question [200]
-	MaxTokens      int           // completion length [64]
+	// MaxTokens is the mean completion length [64]: each request's is
+	// uniform between half and one and a half times it. Equal lengths
+	// would make the requests that fill a saturated fleet together finish
+	// together, and free its slots in bursts a request length apart.
+	MaxTokens int
 }
 
 // TenantTraffic generates one tenant's traffic: every arrival before
@@ -38,7 +42,7 @@ func TenantTraffic(cfg TenantTrafficConfig) Workload {
 		reqs = append(reqs, Request{
 			Arrival:   at,
 			Messages:  []Message{system, {Role: "user", Content: tokensText(rng, q)}},
-			MaxTokens: cfg.MaxTokens,
+			MaxTokens: cfg.MaxTokens/2 + rng.IntN(cfg.MaxTokens+1),
 		})
 	}
 	return Workload{Name: name, Requests: reqs}

@@ -256,14 +256,21 @@ func TestTenantTraffic(t *testing.T) {
 		t.Errorf("last arrival at %v, want just under %v", last, cfg.Duration)
 	}
 	questions := map[string]bool{}
+	lengths := map[int]bool{}
+	total := 0
 	for i, r := range a.Requests {
 		if r.Messages[0].Content != a.Requests[0].Messages[0].Content {
 			t.Fatalf("request %d has another system prompt", i)
 		}
-		if r.MaxTokens != 32 || r.Tenant != "" {
-			t.Fatalf("request %d: max tokens %d, tenant %q", i, r.MaxTokens, r.Tenant)
+		if r.MaxTokens < 16 || r.MaxTokens > 48 || r.Tenant != "" {
+			t.Fatalf("request %d: max tokens %d (want 16..48), tenant %q", i, r.MaxTokens, r.Tenant)
 		}
 		questions[r.Messages[1].Content] = true
+		lengths[r.MaxTokens] = true
+		total += r.MaxTokens
+	}
+	if mean := float64(total) / float64(len(a.Requests)); len(lengths) < 30 || mean < 31 || mean > 33 {
+		t.Errorf("%d distinct completion lengths, mean %.1f: want them spread over 16..48 around 32", len(lengths), mean)
 	}
 	if len(questions) != len(a.Requests) {
 		t.Errorf("%d distinct questions in %d requests", len(questions), len(a.Requests))
