@@ -56,7 +56,8 @@ func (f *metricsAPIFlags) setup(mgr ctrl.Manager, store *custommetrics.Store) er
 	for _, r := range []manager.Runnable{
 		&custommetrics.Scraper{Reader: mgr.GetClient(), Store: store, Interval: f.scrapeInterval},
 		srv,
-		&custommetrics.StatusPublisher{Client: mgr.GetClient(), Store: store, Period: f.statusPeriod},
+		&custommetrics.StatusPublisher{Client: mgr.GetClient(), Store: store, Period: f.statusPeriod,
+			Recorder: mgr.GetEventRecorder("warmroute-operator")},
 	} {
 		if err := mgr.Add(r); err != nil {
 			return fmt.Errorf("add to the manager: %w", err)

@@ -66,12 +66,14 @@ func TestDashboardsAndAlertsNameRealMetrics(t *testing.T) {
 func TestKnownMetricsRefusesMadeUpNames(t *testing.T) {
 	known := knownMetrics(t)
 	for _, n := range []string{"warmroute_router_requests_total", "warmroute_router_time_to_first_token_seconds_bucket",
-		"warmroute_router_in_flight_requests", "warmroute_router_picks_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
+		"warmroute_router_in_flight_requests", "warmroute_router_picks_total", "warmroute_router_flow_queue_wait_seconds_bucket",
+		"vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_count"} {
 		if !known.has(n) {
 			t.Errorf("%s is a real metric, refused", n)
 		}
 	}
 	for _, n := range []string{"warmroute_router_request_total", "warmroute_router_requests_total_bucket", "warmroute_router_peers",
+		"warmroute_router_flow_shed", "warmroute_router_flow_queued_bucket",
 		"vllm:prefix_cache_hit_total", "vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"} {
 		if known.has(n) {
 			t.Errorf("%s is not a real metric, accepted", n)
@@ -110,8 +112,8 @@ func knownMetrics(t *testing.T) metricSet {
 		InFlight: oneBackend, PrefillTokens: oneBackend})
 	pm := picker.NewMetrics(m.Registry)
 	// Vectors without a child are missing from a Gather: describe the
-	// structs' collectors as well.
-	for _, v := range []any{*m, *pm} {
+	// structs' collectors as well, flow control's among the picker's.
+	for _, v := range []any{*m, *pm, *pm.Flow} {
 		describe(t, v, s)
 	}
 	gather(t, m.Registry, s)

@@ -115,7 +115,7 @@ var _ = Describe("Router picker election", func() {
 
 		By("the follower asking the leader")
 		ask := func(r *replica, text string) string {
-			t, err := r.p.Pick(suiteCtx, policy.New(policy.Tuning{}).Key(policy.Request{Text: []byte(text), WindowBytes: len(text)}))
+			t, err := r.p.Pick(suiteCtx, policy.New(policy.Tuning{}).Key(policy.Request{Text: []byte(text), WindowBytes: len(text)}), picker.Sender{})
 			Expect(err).NotTo(HaveOccurred())
 			defer t.Done()
 			return t.Spill

@@ -41,7 +41,7 @@ func flowControlWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 	if fc == nil {
 		return nil
 	}
-	w := admission.Warnings{notEnforcedYet}
+	var w admission.Warnings
 	auth := e.Spec.Router.Auth
 	if auth == nil {
 		return append(w, "spec.router.flowControl: without spec.router.auth a tenant is whatever id the client claims (X-Prefix-Aware-Id, prompt_cache_key, cache_salt): any client can claim any tenant's id, and with it that tenant's weight, priority and limits, so flow control binds only honest clients; set spec.router.auth to make tenants authenticated")
@@ -53,11 +53,6 @@ func flowControlWarnings(e *servingv1alpha1.LLMEndpoint) admission.Warnings {
 	}
 	return w
 }
-
-// notEnforcedYet says what a user must know before relying on flow
-// control: the routers of this release load and validate it with the
-// routing document, and do not queue, shed or rate-limit yet (issue #53).
-const notEnforcedYet = "flow control (spec.router.flowControl) is validated and delivered to the routers, but this release's routers do not enforce it yet: requests are neither queued, shed nor rate-limited (docs/flow-control.md)"
 
 // unreachableTenant says why auth can never yield the tenant id name, or
 // "" when it can.

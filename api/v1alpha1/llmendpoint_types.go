@@ -44,6 +44,7 @@ import (
 // +kubebuilder:printcolumn:name="Hit%",type=integer,JSONPath=`.status.load.prefixCacheHitPercent`,description="Prefix-cache hit rate over the last minute, percent"
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`,priority=1
 // +kubebuilder:printcolumn:name="MaxQueued",type=integer,JSONPath=`.spec.router.flowControl.maxQueued`,description="Requests queued over all tenants at most when the fleet is full (spec.router.flowControl); empty: flow control off",priority=1
+// +kubebuilder:printcolumn:name="Shed/min",type=string,JSONPath=`.status.load.shedPerMinute`,description="Requests flow control shed per minute over the last 5 minutes (status.load.shedTenants names the tenants); empty: flow control off",priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 55",message="metadata.name must be at most 55 characters: it prefixes the names of the objects the operator creates"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): it names the endpoint's Service"

@@ -40,6 +40,8 @@ const (
 const (
 	routerInFlight          = "warmroute_router_in_flight_requests"
 	routerPrefillTokens     = "warmroute_router_prefill_tokens_in_flight"
+	routerFlowQueued        = "warmroute_router_flow_queued"
+	routerFlowShed          = "warmroute_router_flow_shed_total"
 	vllmRequestsWaiting     = "vllm:num_requests_waiting"
 	vllmPrefixCacheQueries  = "vllm:prefix_cache_queries_total"
 	vllmPrefixCacheHits     = "vllm:prefix_cache_hits_total"
@@ -62,9 +64,22 @@ type Load struct {
 	// own requests only, so the sum counts each once).
 	QueuedPromptTokens float64
 	// InFlightKnown and WaitingKnown are false when every pod that has the
-	// figure failed to answer (InFlightKnown covers QueuedPromptTokens,
-	// read from the same routers).
+	// figure failed to answer (InFlightKnown covers QueuedPromptTokens and
+	// Queued, read from the same routers).
 	InFlightKnown, WaitingKnown bool
+	// FlowControl is whether the endpoint had spec.router.flowControl when
+	// it was scraped: without it the routers queue and shed nothing, and
+	// the flow figures below are not shown.
+	FlowControl bool
+	// Queued is the requests waiting in the routers' flow-control queues,
+	// over tenants and router pods (only the elected picker queues; the
+	// other replicas export 0 or nothing, so the sum counts each once).
+	Queued float64
+	// ShedPerMinute is, by tenant, the requests flow control refused from
+	// its queues per minute over shedWindow, over router pods and reasons;
+	// ShedKnown is false until the routers were scraped twice.
+	ShedPerMinute map[string]float64
+	ShedKnown     bool
 	// HitRatio is the share of prompt tokens served from vLLM's prefix
 	// cache over the window; HitRatioKnown is false while no prompt tokens
 	// were queried in it.
@@ -153,6 +168,10 @@ const (
 	// hitRatioWindow is the span the prefix-cache hit ratio is measured
 	// over, so that a quiet interval does not swing it.
 	hitRatioWindow = time.Minute
+	// shedWindow is the span the shed rate is averaged over: long enough
+	// that shedding a person looks for with `kubectl get` (published every
+	// 30 s) is still there, short enough that it goes once it stops.
+	shedWindow = 5 * time.Minute
 	// endpointsAtOnce bounds the endpoints scraped at once.
 	endpointsAtOnce = 4
 )
@@ -169,8 +188,17 @@ type Scraper struct {
 	// every 15 s).
 	Interval time.Duration
 
-	// hits tracks the prefix-cache counters per endpoint between scrapes.
-	hits map[types.NamespacedName]*hitWindow
+	// windows track each endpoint's counters between scrapes.
+	windows map[types.NamespacedName]*endpointWindows
+	// now is the clock, for tests.
+	now func() time.Time
+}
+
+// endpointWindows are one endpoint's counters across scrapes.
+type endpointWindows struct {
+	hits hitWindow
+	// shed is the routers' shed counters, by pod and tenant.
+	shed counterWindow
 }
 
 func (s *Scraper) defaults() {
@@ -180,8 +208,11 @@ func (s *Scraper) defaults() {
 	if s.HTTP == nil {
 		s.HTTP = &http.Client{Timeout: 2 * time.Second}
 	}
-	if s.hits == nil {
-		s.hits = map[types.NamespacedName]*hitWindow{}
+	if s.windows == nil {
+		s.windows = map[types.NamespacedName]*endpointWindows{}
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 }
 
@@ -218,6 +249,7 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 		name types.NamespacedName
 		load Load
 		hits hitSample
+		shed podCounters
 	}
 	results := make([]result, len(eps.Items))
 	sem := make(chan struct{}, endpointsAtOnce)
@@ -230,24 +262,27 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			l, h := s.scrapeEndpoint(ctx, ep)
-			results[i] = result{name, l, h}
+			l, h, shed := s.scrapeEndpoint(ctx, ep)
+			results[i] = result{name, l, h, shed}
 		}()
 	}
 	wg.Wait()
 	for _, r := range results {
-		w := s.hits[r.name]
+		w := s.windows[r.name]
 		if w == nil {
-			w = &hitWindow{}
-			s.hits[r.name] = w
+			w = &endpointWindows{}
+			s.windows[r.name] = w
 		}
 		var heat Heat
-		r.load.HitRatio, r.load.HitRatioKnown, heat = w.add(r.load.Time, r.hits, hitRatioWindow)
+		r.load.HitRatio, r.load.HitRatioKnown, heat = w.hits.add(r.load.Time, r.hits, hitRatioWindow)
+		w.shed.add(r.load.Time, r.shed, shedWindow)
+		r.load.ShedPerMinute, r.load.ShedKnown = w.shed.perMinute()
+		r.load.ShedKnown = r.load.ShedKnown && r.load.InFlightKnown
 		s.Store.set(r.name, r.load, heat)
 	}
-	for k := range s.hits {
+	for k := range s.windows {
 		if !keep[k] {
-			delete(s.hits, k)
+			delete(s.windows, k)
 		}
 	}
 	s.Store.retain(keep)
@@ -259,13 +294,14 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 const podsPerEndpoint = 8
 
 // scrapeEndpoint reads one endpoint's router and vLLM pods.
-func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) (Load, hitSample) {
-	l := Load{Instances: ep.Status.ReadyReplicas}
+func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) (Load, hitSample, podCounters) {
+	l := Load{Instances: ep.Status.ReadyReplicas, FlowControl: ep.Spec.Router.FlowControl != nil}
 	hits := hitSample{pods: map[string][2]float64{}}
+	shed := podCounters{}
 	var pods corev1.PodList
 	if err := s.Reader.List(ctx, &pods, client.InNamespace(ep.Namespace), client.MatchingLabels{labelEndpoint: ep.Name}); err != nil {
-		l.Time = time.Now()
-		return l, hits
+		l.Time = s.now()
+		return l, hits, shed
 	}
 	var (
 		mu                     sync.Mutex
@@ -307,6 +343,8 @@ func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) 
 				routersOK++
 				l.InFlight += sum(fams[routerInFlight])
 				l.QueuedPromptTokens += sum(fams[routerPrefillTokens])
+				l.Queued += sum(fams[routerFlowQueued])
+				shed[pod.Name] = sumBy(fams[routerFlowShed], "tenant")
 			case err != nil:
 				vllmFail++
 			default:
@@ -322,8 +360,8 @@ func (s *Scraper) scrapeEndpoint(ctx context.Context, ep *v1alpha1.LLMEndpoint) 
 	// zero: serving 0 would have an HPA scale a loaded fleet down.
 	l.InFlightKnown = routersOK > 0 || routersFail == 0
 	l.WaitingKnown = vllmOK > 0 || vllmFail == 0
-	l.Time = time.Now()
-	return l, hits
+	l.Time = s.now()
+	return l, hits, shed
 }
 
 // fetch reads and parses one Prometheus text endpoint.
@@ -352,16 +390,38 @@ func (s *Scraper) fetch(ctx context.Context, url string) (map[string]*dto.Metric
 func sum(fam *dto.MetricFamily) float64 {
 	var total float64
 	for _, m := range fam.GetMetric() {
-		switch {
-		case m.Gauge != nil:
-			total += m.GetGauge().GetValue()
-		case m.Counter != nil:
-			total += m.GetCounter().GetValue()
-		case m.Untyped != nil:
-			total += m.GetUntyped().GetValue()
-		}
+		total += sampleValue(m)
 	}
 	return total
+}
+
+// sumBy adds a family's samples by the value of one label (empty for
+// samples without it).
+func sumBy(fam *dto.MetricFamily, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range fam.GetMetric() {
+		key := ""
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == label {
+				key = lp.GetValue()
+				break
+			}
+		}
+		out[key] += sampleValue(m)
+	}
+	return out
+}
+
+func sampleValue(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
 }
 
 // hitSample is each vLLM pod's prefix-cache counters (hits, queries) at
@@ -370,18 +430,59 @@ type hitSample struct {
 	pods map[string][2]float64
 }
 
-// hitWindow turns counter samples into a hit ratio over a sliding window.
-// Counters are per pod, so a pod that restarted (counter went down) or is
-// new counts from zero rather than producing a negative step.
+// hitWindow turns counter samples into a hit ratio over a sliding window,
+// and each pod's heat.
 type hitWindow struct {
-	last  map[string][2]float64
-	steps []hitStep
-	heat  podHeat
+	counters counterWindow
+	heat     podHeat
 }
 
-type hitStep struct {
-	at            time.Time
-	hits, queries float64
+// Series of the hit window's counters.
+const (
+	seriesHits    = "hits"
+	seriesQueries = "queries"
+)
+
+// add records a scrape and returns the ratio over the window, and each
+// pod's heat.
+func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool, Heat) {
+	pods := make(podCounters, len(s.pods))
+	for pod, v := range s.pods {
+		pods[pod] = map[string]float64{seriesHits: v[0], seriesQueries: v[1]}
+	}
+	increases := w.counters.add(at, pods, window)
+	podHits := make(map[string]float64, len(increases))
+	for pod, inc := range increases {
+		podHits[pod] = inc[seriesHits]
+	}
+	heat := w.heat.add(at, podHits)
+	sums, _ := w.counters.sums()
+	if sums[seriesQueries] <= 0 {
+		return 0, false, heat
+	}
+	return min(sums[seriesHits]/sums[seriesQueries], 1), true, heat
+}
+
+// podCounters is counters read at one scrape: pod → series → value.
+type podCounters map[string]map[string]float64
+
+// counterWindow turns successive scrapes of counters, read per pod and
+// series, into their increases over a sliding window. A pod's first
+// scrape sets its baseline: its counters hold what came before the
+// window. On a pod seen before, a new series counts from zero, and so does
+// one that went down (the pod restarted, or the series was dropped and
+// made again), as Prometheus' increase() counts it. A pod missing from a
+// scrape is dropped (gone or unreachable) and is a new pod when it is
+// back.
+type counterWindow struct {
+	last  podCounters
+	steps []counterStep
+}
+
+// counterStep is the increases between two scrapes, by series.
+type counterStep struct {
+	from, at  time.Time
+	increases map[string]float64
 }
 
 // increase is how much a counter grew from prev to cur; a counter that
@@ -393,39 +494,61 @@ func increase(prev, cur float64) float64 {
 	return cur
 }
 
-// add records a scrape and returns the ratio over the window, and each
-// pod's heat.
-func (w *hitWindow) add(at time.Time, s hitSample, window time.Duration) (float64, bool, Heat) {
-	var step hitStep
-	step.at = at
-	podHits := make(map[string]float64, len(s.pods))
-	for pod, cur := range s.pods {
+// add records a scrape at `at` and returns each pod's increases since the
+// previous one (pods seen before only).
+func (w *counterWindow) add(at time.Time, cur podCounters, window time.Duration) podCounters {
+	step := counterStep{from: at, at: at, increases: map[string]float64{}}
+	if n := len(w.steps); n > 0 {
+		step.from = w.steps[n-1].at
+	}
+	perPod := make(podCounters, len(cur))
+	for pod, series := range cur {
 		prev, seen := w.last[pod]
 		if !seen {
-			// A pod's first scrape sets its baseline: its counters hold
-			// what came before the window.
 			continue
 		}
-		hits := increase(prev[0], cur[0])
-		podHits[pod] = hits
-		step.hits += hits
-		step.queries += increase(prev[1], cur[1])
+		inc := make(map[string]float64, len(series))
+		for name, v := range series {
+			inc[name] = increase(prev[name], v)
+			step.increases[name] += inc[name]
+		}
+		perPod[pod] = inc
 	}
-	w.last = s.pods
-	heat := w.heat.add(at, podHits)
+	w.last = cur
 	w.steps = append(w.steps, step)
 	cut := 0
 	for cut < len(w.steps) && at.Sub(w.steps[cut].at) > window {
 		cut++
 	}
 	w.steps = w.steps[cut:]
-	var hits, queries float64
+	return perPod
+}
+
+// sums returns each series' increase over the window and the span it
+// covers, from the scrape before the oldest step to the latest (0 before
+// two scrapes).
+func (w *counterWindow) sums() (map[string]float64, time.Duration) {
+	out := map[string]float64{}
+	if len(w.steps) == 0 {
+		return out, 0
+	}
 	for _, st := range w.steps {
-		hits += st.hits
-		queries += st.queries
+		for name, v := range st.increases {
+			out[name] += v
+		}
 	}
-	if queries <= 0 {
-		return 0, false, heat
+	return out, w.steps[len(w.steps)-1].at.Sub(w.steps[0].from)
+}
+
+// perMinute is each series' rate per minute over the window; false before
+// two scrapes.
+func (w *counterWindow) perMinute() (map[string]float64, bool) {
+	sums, span := w.sums()
+	if span <= 0 {
+		return nil, false
 	}
-	return min(hits/queries, 1), true, heat
+	for name, v := range sums {
+		sums[name] = v / span.Minutes()
+	}
+	return sums, true
 }

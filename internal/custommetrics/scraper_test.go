@@ -32,6 +32,14 @@ import (
 // requests and unprefilled prompt tokens per backend.
 func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *httptest.Server {
 	t.Helper()
+	s := httptest.NewServer(routerMetrics(inFlight, prefillTokens).Handler())
+	t.Cleanup(s.Close)
+	return s
+}
+
+// routerMetrics is the router's real registry with the given in-flight
+// requests and unprefilled prompt tokens per backend.
+func routerMetrics(inFlight, prefillTokens map[string]float64) *routermetrics.Metrics {
 	perBackend := func(values map[string]float64) func(func(string, float64)) {
 		return func(report func(string, float64)) {
 			for b, n := range values {
@@ -39,7 +47,7 @@ func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *htt
 			}
 		}
 	}
-	m := routermetrics.New(routermetrics.Gauges{
+	return routermetrics.New(routermetrics.Gauges{
 		IndexEntries:  func() float64 { return 0 },
 		IndexBytes:    func() float64 { return 0 },
 		Buffered:      func() float64 { return 0 },
@@ -47,9 +55,6 @@ func routerServer(t *testing.T, inFlight, prefillTokens map[string]float64) *htt
 		InFlight:      perBackend(inFlight),
 		PrefillTokens: perBackend(prefillTokens),
 	})
-	s := httptest.NewServer(m.Handler())
-	t.Cleanup(s.Close)
-	return s
 }
 
 // fakeVLLM serves vLLM's metric names (as the simulator exports them)
@@ -273,6 +278,23 @@ func TestStatusPublisherWritesOnlyChanges(t *testing.T) {
 	}
 	if writes != 1 {
 		t.Errorf("%d status writes, want 1", writes)
+	}
+	// A figure gone unknown leaves the status rather than keep its last
+	// value: a merge patch keeps what it does not name.
+	store.set(name, Load{Time: time.Unix(160, 0), Instances: 2, InFlight: 7, Waiting: 1, InFlightKnown: true, WaitingKnown: true}, Heat{})
+	for range 2 {
+		if err := p.PublishOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Get(ctx, name, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Load == nil || got.Status.Load.PrefixCacheHitPercent != nil || got.Status.Load.InFlightPerInstance != "3.5" {
+		t.Errorf("status.load after the hit rate went unknown = %+v, want no hit rate", got.Status.Load)
+	}
+	if writes != 2 {
+		t.Errorf("%d status writes, want 2", writes)
 	}
 }
 

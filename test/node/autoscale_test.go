@@ -22,8 +22,8 @@ import (
 // aggregation layer; the HPA must read the metric and scale the endpoint
 // up.
 func autoscaleOnCustomMetrics(ctx SpecContext) {
-	Expect(endpointPods(ctx, "vllm")).To(HaveLen(1), "the endpoint starts with one instance")
-	startLoadgen(ctx, "loadgen-hpa", 8)
+	Expect(endpointPods(ctx, endpointName, "vllm")).To(HaveLen(1), "the endpoint starts with one instance")
+	startLoadgen(ctx, "loadgen-hpa", endpointName, "-model="+modelName, "-workers=8")
 
 	// The metric, as the HPA controller reads it.
 	path := fmt.Sprintf("/apis/custom.metrics.k8s.io/v1beta2/namespaces/%s/llmendpoints.serving.warmroute.dev/%s/%s",
@@ -87,7 +87,7 @@ func autoscaleOnCustomMetrics(ctx SpecContext) {
 
 	// The HPA wrote the endpoint's scale subresource; the operator follows.
 	Eventually(func(g Gomega) {
-		g.Expect(endpointPods(ctx, "vllm")).To(HaveLen(2))
+		g.Expect(endpointPods(ctx, endpointName, "vllm")).To(HaveLen(2))
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	AddReportEntry("second instance Running after", time.Since(start).Round(100*time.Millisecond).String())
 }

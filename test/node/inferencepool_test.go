@@ -53,11 +53,7 @@ func inferencePoolMode(ctx SpecContext) {
 	}
 
 	start := time.Now()
-	_, err = kubectl(ctx, fmt.Sprintf(`apiVersion: serving.warmroute.dev/v1alpha1
-kind: LLMEndpoint
-metadata: {name: %s, namespace: %s}
-spec:
-  replicas: 2
+	applyEndpoint(ctx, poolEndpoint, fmt.Sprintf(`  replicas: 2
   model: {name: %s, uri: hf://sim/gw, image: %s, gpus: 0}
   router:
     mode: InferencePool
@@ -65,12 +61,7 @@ spec:
   networkPolicy:
     routerFrom:
     - podSelector: {matchLabels: {app: gateway}}
-`, poolEndpoint, endpointNamespace, poolModel, vllmImage), "apply", "-f", "-")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func(ctx SpecContext) {
-		_, _ = kubectl(ctx, "", "-n", endpointNamespace, "delete", "llmendpoint", poolEndpoint, "--wait=false")
-	})
-	waitEndpointRollout(ctx, poolEndpoint)
+`, poolModel, vllmImage))
 	// The operator looks for the InferencePool API again every 30 s while
 	// it is missing, and it was installed just now.
 	Eventually(func(g Gomega) {

@@ -289,7 +289,7 @@ spec:
 		// the pod its token is bound to. Its credentials as the kubelet
 		// projects them: the service account, with the pod's name as
 		// extra user info.
-		vllm := endpointPods(ctx, "vllm")
+		vllm := endpointPods(ctx, endpointName, "vllm")
 		Expect(len(vllm)).To(BeNumerically(">=", 2))
 		cfg := rest.CopyConfig(cluster.Config)
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: loraAgent, Extra: map[string][]string{
@@ -316,7 +316,23 @@ spec:
 	It("installs again with the Helm chart once the kustomize install is removed: the manager pod serves the webhooks and the custom metrics API and takes over the endpoint", installWithHelm)
 
 	It("scales the endpoint under load with a HorizontalPodAutoscaler that reads the custom metrics API served from the manager pod through the aggregation layer", autoscaleOnCustomMetrics)
+
+	It("shares an endpoint between tenants through its router Service and two routers: a flooding tenant is queued and shed with 429 and 503 while every request of another succeeds, and a patched rate limit answers 429 with x-ratelimit headers", floodAndSteady)
 })
+
+// applyEndpoint applies an LLMEndpoint with the given spec (YAML indented
+// under "spec:") in the endpoint namespace, deleted when the spec ends,
+// and waits until its vLLM and router pods are Ready.
+func applyEndpoint(ctx context.Context, name, spec string) {
+	GinkgoHelper()
+	_, err := kubectl(ctx, fmt.Sprintf("apiVersion: serving.warmroute.dev/v1alpha1\nkind: LLMEndpoint\nmetadata: {name: %s, namespace: %s}\nspec:\n%s",
+		name, endpointNamespace, spec), "apply", "-f", "-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func(ctx SpecContext) {
+		_, _ = kubectl(ctx, "", "-n", endpointNamespace, "delete", "llmendpoint", name, "--wait=false")
+	})
+	waitEndpointRollout(ctx, name)
+}
 
 // waitEndpointRollout waits until the operator has created an endpoint's
 // vLLM and router Deployments and their pods are Ready.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,18 @@ type loadStats struct {
 	OK       int64    `json:"ok"`
 	Failed   int64    `json:"failed"`
 	Failures []string `json:"failures"`
+	// Answers are by status and error code: "200", "429 tenant_queue_full".
+	Answers                  map[string]loadAnswer `json:"answers"`
+	Unanswered               int64                 `json:"unanswered"`
+	RefusedWithoutRetryAfter int64                 `json:"refusedWithoutRetryAfter"`
+}
+
+// loadAnswer is one kind of answer a load client got.
+type loadAnswer struct {
+	Count        int64       `json:"count"`
+	TotalSeconds float64     `json:"totalSeconds"`
+	MaxSeconds   float64     `json:"maxSeconds"`
+	FirstHeaders http.Header `json:"firstHeaders"`
 }
 
 // trafficUnderScaling drives load from a client pod through the router
@@ -41,7 +54,7 @@ type loadStats struct {
 // Between the steps it checks that the routers follow the routing document
 // without restarting.
 func trafficUnderScaling(ctx SpecContext) {
-	startLoadgen(ctx, "loadgen", 4)
+	startLoadgen(ctx, "loadgen", endpointName, "-model="+modelName, "-workers=4")
 	// progress waits until more requests have succeeded than before, so
 	// that each step happens under load; it fails at the first failure.
 	last := int64(0)
@@ -58,7 +71,7 @@ func trafficUnderScaling(ctx SpecContext) {
 	}
 	progress("load started")
 
-	routers := routerPods(ctx)
+	routers := routerPods(ctx, endpointName)
 	Expect(routers).To(HaveLen(2))
 
 	scale := func(replicas int) {
@@ -89,7 +102,7 @@ func trafficUnderScaling(ctx SpecContext) {
 	start = time.Now()
 	scale(2)
 	Eventually(func(g Gomega) {
-		doc := routingDocument(ctx, g)
+		doc := routingDocument(ctx, g, endpointName)
 		g.Expect(slices.ContainsFunc(doc.Instances, func(in routingv1alpha1.Instance) bool { return in.Draining })).To(BeTrue())
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "an instance marked draining")
 	waitRouting(ctx, routers, 2, true)
@@ -126,14 +139,15 @@ func trafficUnderScaling(ctx SpecContext) {
 	Expect(final.Failed).To(BeZero(), "failed requests: %v", final.Failures)
 }
 
-// startLoadgen starts a load client pod with the given workers against
-// the router Service's DNS name, deleted when the spec ends.
-func startLoadgen(ctx SpecContext, name string, workers int) {
+// startLoadgen starts a load client pod (test/node/loadgen, with args
+// such as -model and -workers) against an endpoint's router Service by its
+// DNS name, deleted when the spec ends.
+func startLoadgen(ctx SpecContext, name, endpoint string, args ...string) {
 	GinkgoHelper()
-	svc, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpointName, metav1.GetOptions{})
+	svc, err := kube.CoreV1().Services(endpointNamespace).Get(ctx, endpoint, metav1.GetOptions{})
 	Expect(err).NotTo(HaveOccurred())
-	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d/v1/chat/completions", endpointName, endpointNamespace, svc.Spec.Ports[0].Port)
-	pod := clientPod(name, nil, loadgenImage, "-url="+url, "-model="+modelName, "-workers="+strconv.Itoa(workers))
+	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d/v1/chat/completions", endpoint, endpointNamespace, svc.Spec.Ports[0].Port)
+	pod := clientPod(name, nil, loadgenImage, append([]string{"-url=" + url}, args...)...)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	_, err = kube.CoreV1().Pods(endpointNamespace).Create(ctx, pod, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
@@ -153,17 +167,17 @@ func loadgenStats(ctx context.Context, g Gomega, pod, verb, path string) loadSta
 	return s
 }
 
-func routerPods(ctx context.Context) []corev1.Pod {
+func routerPods(ctx context.Context, endpoint string) []corev1.Pod {
 	GinkgoHelper()
-	return endpointPods(ctx, "router")
+	return endpointPods(ctx, endpoint, "router")
 }
 
-// endpointPods are the endpoint's Running pods of one role that are not
+// endpointPods are an endpoint's Running pods of one role that are not
 // terminating.
-func endpointPods(ctx context.Context, role string) []corev1.Pod {
+func endpointPods(ctx context.Context, endpoint, role string) []corev1.Pod {
 	GinkgoHelper()
 	list, err := kube.CoreV1().Pods(endpointNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{controllers.LabelEndpoint: endpointName, controllers.LabelRole: role}.String(),
+		LabelSelector: labels.Set{controllers.LabelEndpoint: endpoint, controllers.LabelRole: role}.String(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	var pods []corev1.Pod
@@ -200,10 +214,10 @@ func waitRouting(ctx context.Context, routers []corev1.Pod, want int, exact bool
 	GinkgoHelper()
 	var ids []string
 	Eventually(func(g Gomega) {
-		doc := routingDocument(ctx, g)
+		doc := routingDocument(ctx, g, endpointName)
 		ids = instanceIDs(doc)
 		var ready []string
-		for _, p := range endpointPods(ctx, "vllm") {
+		for _, p := range endpointPods(ctx, endpointName, "vllm") {
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 					ready = append(ready, p.Name)
@@ -225,8 +239,8 @@ func waitRouting(ctx context.Context, routers []corev1.Pod, want int, exact bool
 	return ids
 }
 
-func routingDocument(ctx context.Context, g Gomega) *routingv1alpha1.Document {
-	cm, err := kube.CoreV1().ConfigMaps(endpointNamespace).Get(ctx, endpointName+"-routing", metav1.GetOptions{})
+func routingDocument(ctx context.Context, g Gomega, endpoint string) *routingv1alpha1.Document {
+	cm, err := kube.CoreV1().ConfigMaps(endpointNamespace).Get(ctx, endpoint+"-routing", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	doc, err := routingv1alpha1.Decode([]byte(cm.Data[routingv1alpha1.ConfigMapKey]))
 	g.Expect(err).NotTo(HaveOccurred())

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
@@ -15,13 +16,22 @@ import (
 // routing text (window and lookahead: 256 block hashes): in process on the
 // leader, and over the signed pick API on loopback from a non-leader, with
 // its events riding on the next call. It reports p50 and p99 per pick.
+// The flow variants run with flow control on, with room on every
+// instance and no rate limit: what flow control costs a request it does
+// not hold.
 func BenchmarkPickCall(b *testing.B) {
 	keys := testKeys(b, testSecret)
 	cfg := testConfig(keys, 8, 1<<20)
-	for _, remote := range []bool{false, true} {
-		name := map[bool]string{false: "leader", true: "non-leader"}[remote]
-		b.Run(name, func(b *testing.B) {
+	on := flow.Config{Default: flow.Limits{Weight: 1, MaxQueued: 100}, QueueTimeout: time.Minute, MaxQueued: 1000}
+	for _, v := range []struct {
+		name   string
+		remote bool
+		flow   flow.Config
+	}{{"leader", false, flow.Config{}}, {"leader-flow", false, on}, {"non-leader", true, flow.Config{}}, {"non-leader-flow", true, on}} {
+		remote := v.remote
+		b.Run(v.name, func(b *testing.B) {
 			leader := newReplica(b, "router-0", keys, cfg)
+			leader.SetFlow(v.flow)
 			if err := leader.Lead(); err != nil {
 				b.Fatal(err)
 			}

@@ -108,6 +108,9 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 	// Released: placed now, even over a threshold if a request that
 	// did not wait took the room in between.
 	c, err := l.policy.Pick(req.Key)
+	if err != nil {
+		f.Freed(1) // the room it was released for is the next one's
+	}
 	return c, l.unadmitted(k, err)
 }
 

@@ -185,3 +185,73 @@ func TestUsageSettlesTokens(t *testing.T) {
 		t.Errorf("admitted_tokens_total{metered} = %v, want 30", got)
 	}
 }
+
+// Nothing queued is lost when the picker changes or its configuration
+// does: a reload keeps the queue, and a leader that steps down places
+// what waits at once (the next picker adopts those requests).
+func TestQueuedSurviveReloadAndStepDown(t *testing.T) {
+	leader, follower := flowPair(t, queueConfig())
+	l := leader.leading()
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Done()
+	local := pickAsync(leader, "the leader's own waits", Sender{Tenant: "gold"})
+	remote := pickAsync(follower, "a follower's waits", Sender{Tenant: "gold"})
+	eventually(t, "both to queue", func() bool { return l.flow.Waiting() == 2 })
+
+	cfg := queueConfig()
+	cfg.Tenants["gold"] = flow.Limits{Weight: 2, Priority: 50, MaxQueued: 10}
+	leader.SetFlow(cfg)
+	if got := l.flow.Waiting(); got != 2 {
+		t.Fatalf("%d queued after a reload, want 2", got)
+	}
+
+	leader.stepDown()
+	for name, ch := range map[string]<-chan picked{"local": local, "remote": remote} {
+		select {
+		case p := <-ch:
+			if p.err != nil {
+				t.Fatalf("%s: %v, want placed", name, p.err)
+			}
+			p.tk.Done()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: still waiting after the leader stepped down", name)
+		}
+	}
+}
+
+// A queued request may wait longer than the pick port's read and write
+// timeouts, which bound a stalled caller, not a waiting one.
+func TestWaitOutlastsThePortTimeouts(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	cfg := testConfig(keys, 1, 1)
+	leader := newReplica(t, "router-0", keys, cfg)
+	leader.SetFlow(queueConfig())
+	if err := leader.Lead(); err != nil {
+		t.Fatal(err)
+	}
+	lim := defaultServerLimits
+	lim.readHeader, lim.read, lim.write = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	srv := serveWith(t, newServer("", leader.Handler(), lim, nil))
+	follower := newReplica(t, "router-1", keys, cfg)
+	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
+
+	busy, err := follower.Pick(context.Background(), key(follower, "fills the only slot"), Sender{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := pickAsync(follower, "waits past the timeouts", Sender{})
+	eventually(t, "the request to queue", func() bool { return leader.leading().flow.Waiting() == 1 })
+	time.Sleep(400 * time.Millisecond)
+	busy.Done()
+	p := <-waiting
+	if p.err != nil {
+		t.Fatalf("a request queued past the port's timeouts: %v, want placed", p.err)
+	}
+	p.tk.Done()
+	if got := picks(t, follower.opts.Metrics, "fallback"); got != 0 {
+		t.Fatalf("%v requests routed by the fallback: the wait call did not last", got)
+	}
+}
