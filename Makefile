@@ -146,8 +146,12 @@ BENCH_TRACE ?= ../shared/traces/mooncake_synthetic_trace.jsonl
 BENCH_BASELINE ?= aee5bda
 
 .PHONY: bench
-bench: ## Replay the workloads through the router per strategy, through 1-3 router replicas and through the Endpoint Picker Protocol (about 55 min on 2 cores), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
-	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -baseline "$(BENCH_BASELINE)" -command "make bench"
+bench: ## Replay the workloads through the router per strategy, through 1-3 router replicas and through the Endpoint Picker Protocol, then the flow-control set (about 72 min on 2 cores, 17 of them flow control), beside the router of BENCH_BASELINE; rewrite docs/benchmarks.md and docs/img/bench-*.png.
+	go run ./test/bench/cmd/bench -out docs -trace "$(BENCH_TRACE)" -baseline "$(BENCH_BASELINE)" -flow also -command "make bench"
+
+.PHONY: bench-flow
+bench-flow: ## Run only the flow-control set of make bench (noisy neighbour, priority, rate limits; about 17 min) and rewrite only its section of docs/benchmarks.md.
+	go run ./test/bench/cmd/bench -out docs -flow only -command "make bench-flow"
 
 ##@ Deployment
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/test/promscrape"
 	"github.com/warmroute/warmroute/test/vllmsim"
@@ -41,6 +42,12 @@ type Config struct {
 	Model string
 	// PrefixLength and ConcurrencyThreshold are the routing document's.
 	PrefixLength, ConcurrencyThreshold int
+	// MaxRunning is each simulator's running batch (vLLM's
+	// --max-num-seqs); 0 takes the simulator's default.
+	MaxRunning int
+	// flowControl is the routing document's (nil: off); the flow-control
+	// set sets it per run.
+	flowControl *routingv1alpha1.FlowControl
 	// Seed seeds the workloads and the routers' hash.
 	Seed uint64
 	// Strategies run for every workload, in order.
@@ -80,6 +87,8 @@ type Config struct {
 	// FromZero is the activation of an endpoint at zero instances
 	// (fromzero.go); nil skips it.
 	FromZero *FromZeroSpec
+	// Flow is the flow-control set (flow.go); nil skips it.
+	Flow *FlowSpec
 	// EPPGateways are the counts of gateways run per workload through
 	// the Endpoint Picker Protocol, one router serving it (see EPPRun);
 	// empty runs none.
@@ -175,6 +184,8 @@ type Report struct {
 	ScaleEvents []ScaleEventRun
 	// FromZero are the activations from zero instances.
 	FromZero []FromZeroRun
+	// Flow is what the flow-control set measured (nil when not run).
+	Flow *FlowReport
 }
 
 // WorkloadFacts describe a generated workload.
@@ -192,27 +203,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
 	rep := &Report{Config: cfg, Machine: DescribeMachine(), Started: time.Now(),
 		Oracles: map[string]Oracle{}, Workload: map[string]WorkloadFacts{}}
-	if cfg.WorkDir == "" {
-		dir, err := os.MkdirTemp("", "warmroute-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = os.RemoveAll(dir) }()
-		cfg.WorkDir = dir
-	}
-	rep.Revision = revision(ctx)
-	if cfg.RouterBinary == "" {
-		cfg.log("building the router")
-		bin, err := BuildRouter(ctx, cfg.WorkDir)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RouterBinary = bin
-	}
-	var err error
-	if cfg.router, err = probeRouter(ctx, cfg.RouterBinary, ""); err != nil {
+	cleanup, err := cfg.prepare(ctx)
+	if err != nil {
 		return nil, err
 	}
+	defer cleanup()
+	rep.Revision = revision(ctx)
 	if cfg.Baseline != "" {
 		cfg.log("building the router of the baseline revision %s", cfg.Baseline)
 		b, cleanup, err := cfg.buildBaseline(ctx)
@@ -273,6 +269,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.measureFromZero(ctx, rep); err != nil {
 		return nil, err
 	}
+	if rep.Flow, err = cfg.measureFlow(ctx); err != nil {
+		return nil, fmt.Errorf("flow control: %w", err)
+	}
 	if cfg.SkipExtras {
 		rep.Elapsed = time.Since(rep.Started)
 		return rep, nil
@@ -313,6 +312,34 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
+}
+
+// prepare makes the work directory (a temporary one, which cleanup
+// removes, when WorkDir is empty) and builds and probes the router.
+func (c *Config) prepare(ctx context.Context) (cleanup func(), err error) {
+	cleanup = func() {}
+	if c.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "warmroute-bench-")
+		if err != nil {
+			return cleanup, err
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+		c.WorkDir = dir
+	}
+	if c.RouterBinary == "" {
+		c.log("building the router")
+		bin, err := BuildRouter(ctx, c.WorkDir)
+		if err != nil {
+			cleanup()
+			return func() {}, err
+		}
+		c.RouterBinary = bin
+	}
+	if c.router, err = probeRouter(ctx, c.RouterBinary, ""); err != nil {
+		cleanup()
+		return func() {}, err
+	}
+	return cleanup, nil
 }
 
 func (c *Config) logRun(label string, r RunResult) {

@@ -63,6 +63,7 @@ func (c *Config) simConfig(i int, timeScale float64) vllmsim.Config {
 		InstanceID:  instanceID(i),
 		CacheTokens: c.CacheTokens,
 		MaxModelLen: c.MaxModelLen,
+		MaxRunning:  c.MaxRunning,
 		TimeScale:   timeScale,
 	}
 }
@@ -117,8 +118,9 @@ func (c *Config) documentOf(instances []routingv1alpha1.Instance, gen int64) ([]
 			PrefixLength:         c.PrefixLength,
 			ConcurrencyThreshold: c.ConcurrencyThreshold,
 		},
-		HashSeed:  c.Seed,
-		Instances: instances,
+		HashSeed:    c.Seed,
+		Instances:   instances,
+		FlowControl: c.flowControl,
 	}
 	return doc.Encode()
 }

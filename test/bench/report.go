@@ -246,6 +246,9 @@ func (r *Report) Markdown() string {
 	r.scaleEventsMarkdown(&b)
 	r.fromZeroMarkdown(&b)
 	r.eppMarkdown(&b)
+	if r.Flow != nil {
+		p("\n%s", r.Flow.Markdown())
+	}
 
 	p("\n## Remap on scale\n\n")
 	p("Keys placed by the PREFIX_AWARE policy (`sidecar/router/policy`, fresh state each time, decisions released at once so that no overload guard interferes) over %d instances, then over %d (one added) and %d (the middle one removed). *Least possible*: 1/%d of the keys must move to a new instance; on removal, the keys the removed instance held. The synthetic set is distinct 1 KiB prefixes, placed with the router's default tuning and again as pure rendezvous hashing (share balancing off), which shows how much of the movement the balancing adds; a workload's set is its requests in arrival order, whose placement also depends on prefix popularity, the prefix index and share balancing: *cold* compares two fresh policies (a picker that starts with no state handed over: a router alone, or the first leader), *warm* replays the stream once over %d instances, changes the fleet, replays it again and compares with the same replay without the change (what a running router does when the fleet scales), and *restarted* does the same as warm in a fresh policy that first restores the snapshot of one that replayed the stream (what a new picker does: the one it replaces hands over its state).\n\n",

@@ -48,6 +48,10 @@ type Options struct {
 	// TenantInHeader sends Request.Tenant as the X-Prefix-Aware-Id header
 	// instead of the prompt_cache_key body field.
 	TenantInHeader bool
+	// Header is added to every request: a tenant's API key
+	// (Authorization), a priority (X-Warmroute-Priority), as one client
+	// of one tenant sends them.
+	Header http.Header
 	// Client sends the requests; default a client with enough idle
 	// connections for the concurrency of a benchmark.
 	Client *http.Client
@@ -66,6 +70,10 @@ type Result struct {
 	// Err is why the request failed ("" on success: status 200 and a
 	// complete body).
 	Err string
+	// Code is the error body's code on a refusal ({"error": {"code"}},
+	// OpenAI's format: tenant_queue_full, rate_limit_exceeded, …), "" if
+	// the body has none.
+	Code string
 	// Sent is when the request was sent, from the start of the run (wall).
 	Sent time.Duration
 	// TTFT is the wall time to the first content chunk (streaming) or to
@@ -267,6 +275,9 @@ func do(ctx context.Context, opts Options, url string, start time.Time, i int, r
 		res.Err = err.Error()
 		return res
 	}
+	for k, vs := range opts.Header {
+		req.Header[k] = vs
+	}
 	req.Header.Set("Content-Type", "application/json")
 	if opts.TenantInHeader && r.Tenant != "" {
 		req.Header.Set(TenantHeader, r.Tenant)
@@ -290,6 +301,7 @@ func do(ctx context.Context, opts Options, url string, start time.Time, i int, r
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.Err = fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+		res.Code = errorCode(msg)
 		res.Latency = time.Since(sent)
 		return res
 	}
@@ -318,6 +330,27 @@ func do(ctx context.Context, opts Options, url string, start time.Time, i int, r
 		res.Err = fmt.Sprintf("read body: %v", err)
 	}
 	return res
+}
+
+// errorCode is the code of an OpenAI error body, "" if it has none (vLLM's
+// numeric codes are rendered as numbers).
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct {
+			Code json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Error.Code) == 0 {
+		return ""
+	}
+	var code string
+	if json.Unmarshal(e.Error.Code, &code) == nil {
+		return code
+	}
+	if string(e.Error.Code) == "null" {
+		return ""
+	}
+	return string(e.Error.Code)
 }
 
 // readStream reads server-sent events to [DONE] and returns the time from

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ func small(seed uint64) []Workload {
 		ShareGPT(ShareGPTConfig{Seed: seed, Sessions: 8}),
 		MixedLength(MixedLengthConfig{Seed: seed, Chats: 8, DocRequests: 10, Documents: 5, DocTokens: 800}),
 		HotPrefix(HotPrefixConfig{Seed: seed, Bursts: 2, BurstSize: 5, PrefixTokens: 100}),
+		TenantTraffic(TenantTrafficConfig{Seed: seed, Tenant: "a", Rate: 10, Duration: 4 * time.Second, SystemTokens: 100}),
 	}
 }
 
@@ -235,6 +237,92 @@ func TestRunKeepsTurnsInOrderAndMeasures(t *testing.T) {
 	}
 	if got, want := scraped.Total().PrefixCacheHits, FleetStatsOf(sims...).Total().PrefixCacheHits; got != want {
 		t.Errorf("scraped %d hit tokens, library says %d", got, want)
+	}
+}
+
+// TestTenantTraffic: a tenant's requests arrive at its rate within the
+// span and share its system prompt, which no other tenant's share; each
+// question is its own.
+func TestTenantTraffic(t *testing.T) {
+	cfg := TenantTrafficConfig{Seed: 1, Tenant: "a", Rate: 20, Duration: 50 * time.Second, SystemTokens: 300, QuestionTokens: 50, MaxTokens: 32}
+	a := TenantTraffic(cfg)
+	cfg.Tenant = "b"
+	b := TenantTraffic(cfg)
+	// 1,000 expected: a Poisson count's standard deviation is about 32.
+	if n := len(a.Requests); n < 900 || n > 1100 {
+		t.Errorf("%d requests at 20/s over 50 s, want about 1,000", n)
+	}
+	if last := a.Duration(); last >= cfg.Duration || last < cfg.Duration-time.Second {
+		t.Errorf("last arrival at %v, want just under %v", last, cfg.Duration)
+	}
+	questions := map[string]bool{}
+	lengths := map[int]bool{}
+	total := 0
+	for i, r := range a.Requests {
+		if r.Messages[0].Content != a.Requests[0].Messages[0].Content {
+			t.Fatalf("request %d has another system prompt", i)
+		}
+		if r.MaxTokens < 16 || r.MaxTokens > 48 || r.Tenant != "" {
+			t.Fatalf("request %d: max tokens %d (want 16..48), tenant %q", i, r.MaxTokens, r.Tenant)
+		}
+		questions[r.Messages[1].Content] = true
+		lengths[r.MaxTokens] = true
+		total += r.MaxTokens
+	}
+	if mean := float64(total) / float64(len(a.Requests)); len(lengths) < 30 || mean < 31 || mean > 33 {
+		t.Errorf("%d distinct completion lengths, mean %.1f: want them spread over 16..48 around 32", len(lengths), mean)
+	}
+	if len(questions) != len(a.Requests) {
+		t.Errorf("%d distinct questions in %d requests", len(questions), len(a.Requests))
+	}
+	if a.Requests[0].Messages[0].Content == b.Requests[0].Messages[0].Content || a.Requests[0].Arrival == b.Requests[0].Arrival {
+		t.Error("tenants a and b share a system prompt or arrivals")
+	}
+	if len(TenantTraffic(TenantTrafficConfig{Tenant: "c", Duration: time.Minute}).Requests) != 0 {
+		t.Error("a rate of 0 generated requests")
+	}
+}
+
+// TestRunSendsHeadersAndReadsErrorCodes: Options.Header goes on every
+// request (vLLM's API key here, a tenant's key through the router), and a
+// refusal's OpenAI error code is read into Result.Code.
+func TestRunSendsHeadersAndReadsErrorCodes(t *testing.T) {
+	s, err := vllmsim.Start(vllmsim.Config{Listen: "127.0.0.1:0", InstanceID: "sim-a", APIKey: "sk-bench-0123456789", TimeScale: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	w := TenantTraffic(TenantTrafficConfig{Seed: 1, Tenant: "a", Rate: 100, Duration: 100 * time.Millisecond, SystemTokens: 50, QuestionTokens: 10, MaxTokens: 4})
+	key := http.Header{"Authorization": {"Bearer sk-bench-0123456789"}}
+	results, err := Run(context.Background(), s.URL(), w.Requests, Options{TimeScale: 0.01, Header: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if !r.OK() || r.Code != "" {
+			t.Fatalf("request %d with the key: %s (code %q)", i, r.Err, r.Code)
+		}
+	}
+	results, err = Run(context.Background(), s.URL(), w.Requests[:1], Options{TimeScale: 0.01, Model: "no-such-model", Header: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := results[0]; r.Status != http.StatusNotFound || r.Code != "404" {
+		t.Errorf("unknown model: status %d, code %q (%s), want 404 and vLLM's code 404", r.Status, r.Code, r.Err)
+	}
+}
+
+func TestErrorCode(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":{"message":"slow down","type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`: "rate_limit_exceeded",
+		`{"error":{"message":"x","code":404}}`:                                                        "404",
+		`{"error":{"message":"x","code":null}}`:                                                       "",
+		`{"error":"Unauthorized"}`:                                                                    "",
+		`not json`:                                                                                    "",
+	} {
+		if got := errorCode([]byte(body)); got != want {
+			t.Errorf("errorCode(%s) = %q, want %q", body, got, want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ func main() {
 	epp := flag.String("epp", "", "comma-separated counts of gateways to run per workload through the Endpoint Picker Protocol (go-control-plane's ext_proc client in front of one router's --epp-listen; default 1; \"none\" runs none)")
 	eppRuns := flag.Int("epp-runs", 1, "runs of each workload through each count of gateways of -epp (the targets compare their median with the standalone router's)")
 	extras := flag.Bool("extras", true, "also run the hot-prefix, restart, remap, decision, proxy and upload measurements (false: only workloads × strategies and replicas, for quick experiments)")
+	flow := flag.String("flow", "off", "the flow-control set (noisy neighbour, priority, rate limits; about 17 min): \"off\"; \"also\" after the selected workloads, in the full report; \"only\" alone, rewriting just the Flow control section of the -out report")
 	timeScale := flag.Float64("time-scale", 0, "run every selected workload at this time scale instead of its own (0: keep each workload's; for measuring how much host delays move a result)")
 	flag.Parse()
 
@@ -34,7 +36,7 @@ func main() {
 	if *short {
 		cfg = bench.Short(*seed)
 	}
-	if *trace != "" && !*short {
+	if *trace != "" && !*short && *flow != "only" {
 		if _, err := os.Stat(*trace); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: the Mooncake trace is missing (%v); pass -trace= to skip it\n", err)
 			os.Exit(2)
@@ -86,6 +88,17 @@ func main() {
 	if runFromZero {
 		cfg.FromZero = fromZero
 	}
+	switch *flow {
+	case "off":
+	case "also", "only":
+		cfg.Flow = bench.Flow()
+		if *short {
+			cfg.Flow = bench.ShortFlow()
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -flow %q is not off, also or only\n", *flow)
+		os.Exit(2)
+	}
 	cfg.EPPRuns = *eppRuns
 	cfg.Baseline = *baseline
 	cfg.Command = *command
@@ -98,6 +111,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *flow == "only" {
+		if err := runFlowOnly(ctx, cfg, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "rewrote the flow-control section of %s/benchmarks.md in %s\n", *out, time.Since(start).Round(time.Second))
+		return
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -108,4 +129,20 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s/benchmarks.md in %s\n", *out, time.Since(start).Round(time.Second))
+}
+
+// runFlowOnly runs the flow-control set alone and rewrites its section of
+// dir/benchmarks.md, leaving the rest of the report as the last full run
+// wrote it.
+func runFlowOnly(ctx context.Context, cfg bench.Config, dir string) error {
+	path := filepath.Join(dir, "benchmarks.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("-flow only rewrites a section of an existing report: %w", err)
+	}
+	rep, err := bench.RunFlow(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(bench.SpliceSection(string(doc), rep.Markdown())), 0o644)
 }
