@@ -192,7 +192,8 @@ type Ticket struct {
 	// warm is the warm copy the picker asked for (see WarmTarget).
 	warm       *policy.Instance
 	warmTokens int64
-	// used is the tokens the request used (Used), for rate limits.
+	// used is the tokens the request used (Used) plus one, so that its
+	// zero value, a response that said nothing, is flow.Unknown at Done.
 	used atomic.Int64
 	policy.Decision
 }
