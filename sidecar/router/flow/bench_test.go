@@ -69,7 +69,7 @@ func BenchmarkQueueCycle(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		clk.advance(time.Millisecond)
 		arrive(i)
-		if c.releaseLocked(1, clk.now) != 1 {
+		if c.releaseLocked(1, clk.now, nil) != 1 {
 			b.Fatal("nothing released")
 		}
 	}

@@ -11,17 +11,19 @@
 //	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
 //	for c.Enabled() {
 //		epoch := c.Epoch()
-//		if c.Waiting() == 0 && an instance that could serve it has room {
+//		if c.MayPlace(ticket, prio) && an instance that could serve it has room {
+//			c.Start(ticket)
 //			break // placed there
 //		}
-//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch})
-//		// nil: place it now; ErrRetry: look again; a *Refusal: its
-//		// Reason.Status() with Retry-After
+//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch, ticket})
+//		// nil: place it now (Started); ErrRetry: look again; a *Refusal:
+//		// its Reason.Status() with Retry-After
 //	}
-//	... c.Freed(1) when it ends; ticket.Settle(usage.total_tokens)
+//	... ticket.Settle(usage.total_tokens); c.Freed(1) when it ends
 //
-// Admit takes no lock and allocates nothing for a tenant without limits,
-// and Freed none while nobody is queued.
+// Admit takes no lock for a tenant without limits, and Freed none while
+// nobody is queued. Queued requests wait for a slot that frees, and with
+// several tenants for the headroom of headroom.go.
 package flow
 
 import (
@@ -88,6 +90,11 @@ type Controller struct {
 	drain   float64 // seconds between releases, moving average
 	lastOut time.Time
 	metrics *Metrics
+	// capacity is the fleet's slots (SetCapacity), running the requests
+	// Started and not settled, and window when the demand window began
+	// (headroom.go).
+	capacity, running int
+	window            time.Time
 }
 
 // snapshot is what Admit and Clamp read without a lock; Update replaces it.
@@ -158,7 +165,7 @@ func (c *Controller) applyLocked(cfg Config, now time.Time) {
 	if !s.enabled {
 		// Flow control turned off: the router places every request as it
 		// comes, so the queued go now too.
-		c.releaseLocked(c.q.n, now)
+		c.releaseLocked(c.q.n, now, nil)
 	}
 	c.requeueLocked(s, now)
 	for name := range old.Tenants {
@@ -184,14 +191,14 @@ func (c *Controller) entryLocked(name string, l Limits, now time.Time) *entry {
 	}
 	f := c.flows[name]
 	if f == nil {
-		f = &flow{name: name}
+		f = &flow{name: name, d: demand{lastMean: -1}}
 		c.flows[name] = f
 	}
 	// A weight below 1 would give the tenant unbounded service; the routing
 	// document refuses it (routing.FlowControl.Validate), and the
 	// controller never divides by it.
 	f.weight = float64(max(l.Weight, 1))
-	f.maxQueued = l.MaxQueued
+	f.maxQueued, f.prio = l.MaxQueued, l.Priority
 	f.m = e.m
 	e.fl = f
 	return e

@@ -12,8 +12,10 @@ import (
 type flow struct {
 	name      string
 	weight    float64
+	prio      int // its tenant's, for the headroom
 	maxQueued int
 	m         *tenantMetrics
+	d         demand
 	// vt is the flow's virtual time: the weighted service in tokens it has
 	// had, and so the start tag of its next request (start-time fair
 	// queuing). A flow that becomes backlogged starts no earlier than the
@@ -37,6 +39,7 @@ type waiter struct {
 	enqueued time.Time
 	seq      uint64
 	fq       *flowQueue // where it is while queued
+	ticket   *Ticket    // nil in tests of the queue alone
 
 	done     chan struct{} // closed once err is its outcome
 	err      error
@@ -130,20 +133,26 @@ func (o *order) remove(w *waiter) {
 	}
 }
 
-// next is the request to serve: the highest priority, then the flow with
-// the least weighted service (the earlier arrival between equals), then
-// the earliest deadline.
-func (o *order) next() *waiter {
-	if o.n == 0 {
-		return nil
-	}
-	best := o.bands[0].queues[0]
-	for _, q := range o.bands[0].queues[1:] {
-		if q.fl.vt < best.fl.vt || q.fl.vt == best.fl.vt && q.ws[0].seq < best.ws[0].seq {
-			best = q
+// next is the request to serve among those ok takes (nil: any; ok judges
+// a flow's priority by its first request): the highest priority, then the
+// flow with the least weighted service (the earlier arrival between
+// equals), then the earliest deadline.
+func (o *order) next(ok func(*waiter) bool) *waiter {
+	for _, b := range o.bands {
+		var best *flowQueue
+		for _, q := range b.queues {
+			if best != nil && (q.fl.vt > best.fl.vt || q.fl.vt == best.fl.vt && q.ws[0].seq > best.ws[0].seq) {
+				continue
+			}
+			if ok == nil || ok(q.ws[0]) {
+				best = q
+			}
+		}
+		if best != nil {
+			return best.ws[0]
 		}
 	}
-	return best.ws[0]
+	return nil
 }
 
 // victim is the request to shed first: the lowest priority, then the flow

@@ -100,6 +100,8 @@ type Queued struct {
 	Deadline time.Time
 	// Epoch is Controller.Epoch read before the placement that failed.
 	Epoch int64
+	// Ticket is the request's, counted as Started when it is released.
+	Ticket *Ticket
 }
 
 // Epoch changes whenever capacity frees that no queued request takes; a
@@ -154,7 +156,7 @@ func (c *Controller) arriveLocked(req Queued) (*waiter, time.Time, error) {
 	now := c.clock()
 	e := c.snap.Load().lookup(req.Tenant)
 	w := &waiter{tenant: req.Tenant, fl: e.fl, prio: min(req.Priority, e.lim.Priority), tokens: max(req.Tokens, 0),
-		deadline: now.Add(c.cfg.QueueTimeout), done: make(chan struct{})}
+		deadline: now.Add(c.cfg.QueueTimeout), ticket: req.Ticket, done: make(chan struct{})}
 	if !req.Deadline.IsZero() && req.Deadline.Before(w.deadline) {
 		w.deadline = req.Deadline
 	}
@@ -180,7 +182,8 @@ func (c *Controller) leave(w *waiter, gone error) error {
 	switch {
 	case w.resolved && w.err == nil && gone != nil:
 		// Released as its client left: the capacity is the next one's.
-		if c.releaseLocked(1, now) == 0 {
+		c.stopLocked(w.ticket, now)
+		if c.releaseLocked(1, now, c.mayTake(now)) == 0 {
 			c.epoch.Add(1)
 		}
 		return gone
@@ -190,6 +193,7 @@ func (c *Controller) leave(w *waiter, gone error) error {
 		c.shedLocked(w, ReasonDeadline)
 		return w.err
 	}
+	c.noteLocked(w.fl, now)
 	c.q.remove(w)
 	c.waiting.Add(-1)
 	c.resolve(w, gone)
@@ -197,8 +201,8 @@ func (c *Controller) leave(w *waiter, gone error) error {
 }
 
 // Freed says that n requests' worth of capacity freed: the next n queued
-// requests are released to place themselves. With nobody queued it takes
-// no lock.
+// requests that may take it (mayTakeLocked) are released to place
+// themselves. With nobody queued it takes no lock.
 func (c *Controller) Freed(n int) {
 	if n <= 0 {
 		return
@@ -213,9 +217,24 @@ func (c *Controller) Freed(n int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.releaseLocked(n, c.clock()) < n {
+	now := c.clock()
+	if c.releaseLocked(max(n, c.free()), now, c.mayTake(now)) < n {
 		c.epoch.Add(1)
 	}
+}
+
+// free is how many slots the fleet has free by the requests Started: what
+// may be released when the headroom kept some waiting while others freed.
+func (c *Controller) free() int {
+	if c.capacity == 0 {
+		return 0
+	}
+	return c.capacity - c.running
+}
+
+// mayTake is mayTakeLocked for a queued request, for releaseLocked.
+func (c *Controller) mayTake(now time.Time) func(*waiter) bool {
+	return func(w *waiter) bool { return c.mayTakeLocked(w.fl, w.prio, now) }
 }
 
 // enqueueLocked queues w, or refuses it; to make room under the bound over
@@ -235,7 +254,9 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	}
 	c.seq++
 	w.seq, w.enqueued = c.seq, now
+	c.noteLocked(fl, now)
 	c.q.push(w)
+	fl.changed()
 	if c.q.n > c.cfg.MaxQueued {
 		if v := c.q.victim(); v != w {
 			c.shedLocked(v, ReasonPressure)
@@ -247,14 +268,20 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	return nil
 }
 
-// releaseLocked releases up to n queued requests in order and charges each
-// to its flow's virtual time; it returns how many it released.
-func (c *Controller) releaseLocked(n int, now time.Time) int {
+// releaseLocked releases up to n queued requests that ok takes (nil: any)
+// in order, counts them running and charges each to its flow's virtual
+// time; it returns how many it released.
+func (c *Controller) releaseLocked(n int, now time.Time, ok func(*waiter) bool) int {
 	c.expireLocked(now)
 	released := 0
-	for ; released < n && c.q.n > 0; released++ {
-		w := c.q.next()
+	for ; released < n; released++ {
+		w := c.q.next(ok)
+		if w == nil {
+			break
+		}
+		c.noteLocked(w.fl, now)
 		c.q.remove(w)
+		c.startLocked(w.ticket, now)
 		c.waiting.Add(-1)
 		c.vnow = max(c.vnow, w.fl.vt)
 		w.fl.vt += float64(max(w.tokens, 1)) / w.fl.weight
@@ -278,6 +305,7 @@ func (c *Controller) expireLocked(now time.Time) {
 
 // shedLocked takes a queued request out and answers it r.
 func (c *Controller) shedLocked(w *waiter, r Reason) {
+	c.noteLocked(w.fl, c.clock())
 	c.q.remove(w)
 	c.waiting.Add(-1)
 	c.resolve(w, c.refusalLocked(r, w.fl))

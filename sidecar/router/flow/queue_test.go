@@ -67,9 +67,9 @@ func (q *queueing) release(n int) []string {
 	for range n {
 		q.c.mu.Lock()
 		q.c.expireLocked(q.clk.now)
-		w := q.c.q.next()
+		w := q.c.q.next(nil)
 		if w != nil {
-			q.c.releaseLocked(1, q.clk.now)
+			q.c.releaseLocked(1, q.clk.now, nil)
 		}
 		q.c.mu.Unlock()
 		if w == nil {

@@ -24,19 +24,24 @@ type Ticket struct {
 	// Requests and Tokens are the tenant's limits after this request, for
 	// the response's x-ratelimit-* headers.
 	Requests, Tokens Window
+	c                *Controller
 	e                *entry
 	est              int64
+	running          bool // Started and not settled; guarded by c.mu
 }
 
 // Settle corrects the tenant's tokens with the request's actual usage
 // (prompt and completion), refunding or charging the difference from the
 // estimate Admit charged: 0 for a request refused or never sent, Unknown
 // when the response carried no usage (the estimate stands). Call it once
-// per admitted request.
-func (t Ticket) Settle(actual int64) {
-	if t.e == nil {
+// per admitted request; it also ends the request's count as running.
+func (t *Ticket) Settle(actual int64) {
+	if t == nil || t.e == nil {
 		return
 	}
+	t.c.mu.Lock()
+	t.c.stopLocked(t, t.c.clock())
+	t.c.mu.Unlock()
 	if actual < 0 {
 		actual = t.est
 	}
@@ -72,20 +77,20 @@ func (l *Limited) Error() string {
 
 // Admit charges a request estimated at estTokens (prompt plus the most it
 // may generate) to its tenant's limits, or says which limit refuses it and
-// until when. A tenant without limits takes no lock and allocates nothing.
-func (c *Controller) Admit(tenant string, estTokens int64) (Ticket, *Limited) {
+// until when. A tenant without limits takes no lock.
+func (c *Controller) Admit(tenant string, estTokens int64) (*Ticket, *Limited) {
 	e := c.snap.Load().lookup(tenant)
 	estTokens = max(estTokens, 0)
 	if e.lm == nil {
-		return Ticket{e: e, est: estTokens}, nil
+		return &Ticket{c: c, e: e, est: estTokens}, nil
 	}
 	t, l := e.lm.admit(estTokens, c.clock())
 	if l != nil {
 		l.Tenant = e.name
 		e.m.limited(l.Reason)
-		return Ticket{}, l
+		return nil, l
 	}
-	t.e, t.est = e, estTokens
+	t.c, t.e, t.est = c, e, estTokens
 	return t, nil
 }
 
@@ -152,7 +157,7 @@ func (b *bucket) window() Window {
 	return Window{Limit: int64(b.perMinute), Remaining: max(int64(b.level), 0), Reset: b.until(b.perMinute)}
 }
 
-func (l *limiter) admit(est int64, now time.Time) (Ticket, *Limited) {
+func (l *limiter) admit(est int64, now time.Time) (*Ticket, *Limited) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.req.refill(now)
@@ -163,7 +168,7 @@ func (l *limiter) admit(est int64, now time.Time) (Ticket, *Limited) {
 		if waitTok > waitReq {
 			r = ReasonTokens
 		}
-		return Ticket{}, &Limited{Reason: r, Requests: l.req.window(), Tokens: l.tok.window(), RetryAfter: max(waitReq, waitTok)}
+		return nil, &Limited{Reason: r, Requests: l.req.window(), Tokens: l.tok.window(), RetryAfter: max(waitReq, waitTok)}
 	}
 	if l.req.perMinute > 0 {
 		l.req.level--
@@ -171,7 +176,7 @@ func (l *limiter) admit(est int64, now time.Time) (Ticket, *Limited) {
 	if l.tok.perMinute > 0 {
 		l.tok.level -= float64(est)
 	}
-	return Ticket{Requests: l.req.window(), Tokens: l.tok.window()}, nil
+	return &Ticket{Requests: l.req.window(), Tokens: l.tok.window()}, nil
 }
 
 func (l *limiter) settle(diff int64) {

@@ -51,7 +51,7 @@ func TestRateLimitsHoldPerMinute(t *testing.T) {
 			}
 			type pending struct {
 				at     time.Time
-				ticket Ticket
+				ticket *Ticket
 				actual int64
 			}
 			var settles []pending

@@ -55,7 +55,8 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 type simEvent struct {
 	at     time.Time
 	seq    int
-	stream int // ≥ 0: an arrival of that stream; -1: a completion
+	stream int     // ≥ 0: an arrival of that stream; -1: a completion
+	ticket *Ticket // a completion's, under flow control
 }
 
 type events []simEvent
@@ -80,24 +81,26 @@ func simulate(cfg simConfig) simResult {
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	now := start
 	c := New(cfg.flow, func() time.Time { return now })
+	c.SetCapacity(cfg.slots)
 	rng := rand.New(rand.NewPCG(cfg.seed, 1))
 	res := simResult{waits: map[string][]time.Duration{}, shed: map[string]map[Reason]int{}, served: map[string]int64{}}
 	var ev events
 	seq := 0
-	push := func(at time.Time, stream int) {
+	push := func(at time.Time, stream int, t *Ticket) {
 		seq++
-		heap.Push(&ev, simEvent{at: at, seq: seq, stream: stream})
+		heap.Push(&ev, simEvent{at: at, seq: seq, stream: stream, ticket: t})
 	}
 	interarrival := func(s stream) time.Duration {
 		return time.Duration(rng.ExpFloat64() / s.perSec * float64(time.Second))
 	}
 	for i, s := range cfg.streams {
-		push(now.Add(interarrival(s)), i)
+		push(now.Add(interarrival(s)), i, nil)
 	}
 	type job struct {
 		tenant  string
 		tokens  int64
 		arrived time.Time
+		ticket  *Ticket
 		w       *waiter
 	}
 	busy := 0
@@ -107,7 +110,26 @@ func simulate(cfg simConfig) simResult {
 		busy++
 		res.waits[j.tenant] = append(res.waits[j.tenant], now.Sub(j.arrived))
 		res.served[j.tenant] += j.tokens
-		push(now.Add(time.Duration(j.tokens)*cfg.perToken), -1)
+		push(now.Add(time.Duration(j.tokens)*cfg.perToken), -1, j.ticket)
+	}
+	// collect serves the queued requests the controller released, in the
+	// order it released them, and counts those it refused.
+	collect := func() {
+		var released []job
+		for w, j := range queued {
+			if w.resolved {
+				delete(queued, w)
+				if w.err == nil {
+					released = append(released, j)
+				} else {
+					res.refused(j.tenant, w.err)
+				}
+			}
+		}
+		slices.SortFunc(released, func(a, b job) int { return int(a.w.seq - b.w.seq) })
+		for _, j := range released {
+			serve(j)
+		}
 	}
 	end := start.Add(cfg.length)
 	for ev.Len() > 0 {
@@ -116,6 +138,9 @@ func simulate(cfg simConfig) simResult {
 			break
 		}
 		now = e.at
+		if !cfg.fifo && c.running != busy {
+			panic(fmt.Sprintf("at %v the controller counts %d running, the fleet %d", now.Sub(start), c.running, busy))
+		}
 		if e.stream < 0 {
 			busy--
 			if cfg.fifo {
@@ -125,32 +150,29 @@ func simulate(cfg simConfig) simResult {
 				}
 				continue
 			}
-			c.mu.Lock()
-			c.expireLocked(now)
-			next := c.q.next()
-			if next != nil {
-				c.releaseLocked(1, now)
-			}
-			c.mu.Unlock()
-			if next != nil {
-				serve(queued[next])
-				delete(queued, next)
-			}
+			e.ticket.Settle(e.ticket.est)
+			c.Freed(1)
+			collect()
 			continue
 		}
 		s := cfg.streams[e.stream]
-		push(now.Add(interarrival(s)), e.stream)
+		push(now.Add(interarrival(s)), e.stream, nil)
 		j := job{tenant: s.tenant, tokens: s.tokens/2 + rng.Int64N(s.tokens+1), arrived: now}
+		prio := c.Clamp(s.tenant, s.priority)
+		if !cfg.fifo {
+			j.ticket, _ = c.Admit(s.tenant, j.tokens)
+		}
 		switch {
 		case cfg.fifo && busy < cfg.slots:
 			serve(j)
 		case cfg.fifo:
 			fifo = append(fifo, j)
-		case busy < cfg.slots && c.Waiting() == 0:
+		case !cfg.fifo && func() bool { ok := c.MayPlace(s.tenant, prio); collect(); return ok && busy < cfg.slots }():
+			c.Start(j.ticket)
 			serve(j)
 		default:
 			c.mu.Lock()
-			w, _, err := c.arriveLocked(Queued{Tenant: s.tenant, Priority: c.Clamp(s.tenant, s.priority), Tokens: j.tokens, Epoch: c.Epoch()})
+			w, _, err := c.arriveLocked(Queued{Tenant: s.tenant, Priority: prio, Tokens: j.tokens, Epoch: c.Epoch(), Ticket: j.ticket})
 			c.mu.Unlock()
 			if w == nil {
 				res.refused(s.tenant, err)
@@ -180,16 +202,14 @@ func (r simResult) refused(tenant string, err error) {
 }
 
 // TestNoisyNeighbour: tenant a floods the endpoint at 5× its fair share
-// while b sends its usual load; b is never refused and waits as it would
-// on a fleet of its own share (weights 1:1, half the slots): its queue wait
-// p90 within 1.2× of that, where without flow control (one queue in arrival
-// order, the instances' own) it grows without bound.
-//
-// The comparison is with b alone on its share, not on the whole fleet: on
-// the whole fleet b rarely queues at all, while next to a flooder every
-// request of b finds the fleet full and waits for the next slot to free
-// (requests in service are not preempted), and while b has several queued
-// it gets its share of the slots, not all of them. Both are logged.
+// while b sends its usual load (90 % of its share); b is never refused and
+// waits no longer than alone on its share, and from 8 slots up (where the
+// slot a always keeps is at most an eighth of the fleet) about as long as
+// alone on the whole fleet: its queue wait p90 within 1.2× of that, or a
+// hundredth of a request's service time when it waits not at all alone.
+// Without flow control (one queue in arrival order, the instances' own) its
+// wait grows without bound. Without the headroom (headroom.go), every
+// request of b finds the fleet full and waits for the next slot to free.
 func TestNoisyNeighbour(t *testing.T) {
 	cfg := Config{QueueTimeout: 30 * time.Second, MaxQueued: 1000, Default: Limits{Weight: 1, MaxQueued: 100},
 		Tenants: map[string]Limits{"a": {Weight: 1, MaxQueued: 100}, "b": {Weight: 1, MaxQueued: 100}}}
@@ -210,10 +230,16 @@ func TestNoisyNeighbour(t *testing.T) {
 				t.Fatal("b never queued on its share: the comparison would mean nothing")
 			}
 			ratio := float64(rs.p90("b")) / float64(rsh.p90("b"))
-			t.Logf("b queue wait p90: on its share %v, next to a %v (×%.2f), alone on the whole fleet %v, without flow control %v; a refused %v",
-				ms(rsh.p90("b")), ms(rs.p90("b")), ratio, ms(rw.p90("b")), rb.p90("b").Round(time.Second), rs.shed["a"])
+			t.Logf("b queue wait p90: on its share %v, next to a %v (×%.2f), alone on the whole fleet %v, without flow control %v; served a %d, b %d tokens; a refused %v",
+				ms(rsh.p90("b")), ms(rs.p90("b")), ratio, ms(rw.p90("b")), rb.p90("b").Round(time.Second), rs.served["a"], rs.served["b"], rs.shed["a"])
 			if ratio > 1.2 {
 				t.Errorf("b's queue wait p90 next to a is %.2f× its p90 on its share of the fleet, want ≤ 1.2×", ratio)
+			}
+			if limit := max(rw.p90("b")*12/10, 10*time.Millisecond); slots >= 8 && rs.p90("b") > limit {
+				t.Errorf("b's queue wait p90 next to a is %v, want ≤ %v (1.2× alone on the whole fleet, or 1 %% of a request)", ms(rs.p90("b")), ms(limit))
+			}
+			if rs.served["a"] == 0 {
+				t.Errorf("a was never served: the headroom starved it")
 			}
 			if len(rs.shed["b"]) > 0 {
 				t.Errorf("b had requests refused: %v", rs.shed["b"])

@@ -82,26 +82,35 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 	}
 	k := ticketKey{replica, req.Seq}
 	tenant, est := req.Sender.Tenant, l.policy.PromptTokens(req.Key)
+	prio := f.Clamp(tenant, req.Sender.asked())
+	var t *flow.Ticket
 	if !req.Wait {
-		t, lim := f.Admit(tenant, est)
-		if lim != nil {
+		var lim *flow.Limited
+		if t, lim = f.Admit(tenant, est); lim != nil {
 			return nil, lim
 		}
 		l.mu.Lock()
+		if old := l.admitted[k]; old != nil {
+			old.Settle(flow.Unknown) // a restarted replica reused the number
+		}
 		l.admitted[k] = t
 		l.mu.Unlock()
-		if c, placed, err := l.pickIfRoom(req, &req.Epoch); placed {
+		if c, placed, err := l.pickIfRoom(req, t, prio, &req.Epoch); placed {
 			return c, l.unadmitted(k, err)
 		}
 		if !local {
 			return nil, &errQueued{Epoch: req.Epoch, Timeout: f.QueueTimeout()}
 		}
+	} else {
+		l.mu.Lock()
+		t = l.admitted[k]
+		l.mu.Unlock()
 	}
 	for {
-		err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: f.Clamp(tenant, req.Sender.asked()), Tokens: est, Epoch: req.Epoch})
+		err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: prio, Tokens: est, Epoch: req.Epoch, Ticket: t})
 		if errors.Is(err, flow.ErrRetry) {
 			// Room freed since it looked: take it unless another did.
-			if c, placed, err := l.pickIfRoom(req, &req.Epoch); placed {
+			if c, placed, err := l.pickIfRoom(req, t, prio, &req.Epoch); placed {
 				return c, l.unadmitted(k, err)
 			}
 			continue
@@ -120,16 +129,23 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 	return c, l.unadmitted(k, err)
 }
 
-// pickIfRoom places a request unless others wait or every instance that
-// could serve it is full (placed false); it reads the flow's epoch first
-// into epoch, for the wait that follows.
-func (l *ledger) pickIfRoom(req pickRequest, epoch *int64) (c *policy.Choice, placed bool, err error) {
+// pickIfRoom places a request unless flow control says it waits
+// (flow.Controller.MayPlace) or every instance that could serve it is
+// full (placed false); it reads the flow's epoch first into epoch, for the
+// wait that follows.
+func (l *ledger) pickIfRoom(req pickRequest, t *flow.Ticket, prio int, epoch *int64) (c *policy.Choice, placed bool, err error) {
 	*epoch = l.flow.Epoch()
-	if l.flow.Waiting() > 0 {
+	if !l.flow.MayPlace(req.Sender.Tenant, prio) {
 		return nil, false, nil
 	}
 	c, err = l.policy.PickIfRoom(req.Key)
-	return c, !errors.Is(err, policy.ErrFull), err
+	if errors.Is(err, policy.ErrFull) {
+		return nil, false, nil
+	}
+	if err == nil {
+		l.flow.Start(t)
+	}
+	return c, true, err
 }
 
 // unadmitted settles the rate limits of a request that will not be sent

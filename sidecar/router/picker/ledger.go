@@ -44,7 +44,7 @@ type ledger struct {
 	warms map[ticketKey]*policy.Choice
 	// admitted are the rate-limit tickets of requests flow control
 	// admitted, settled when they end.
-	admitted map[ticketKey]flow.Ticket
+	admitted map[ticketKey]*flow.Ticket
 }
 
 type ticketKey struct {
@@ -60,14 +60,23 @@ const ticketTTL = 10 * heartbeatEvery
 func newLedger(t policy.Tuning, cfg *policy.Config, fc flow.Config, fm *flow.Metrics, tries int) (*ledger, error) {
 	l := &ledger{epoch: rand.Uint64() | 1, policy: policy.New(t), flow: flow.New(fc, time.Now), tries: tries, started: time.Now(), expired: time.Now(),
 		tickets: map[ticketKey]*policy.Choice{}, dropped: map[ticketKey]time.Time{}, seen: map[string]time.Time{}, warms: map[ticketKey]*policy.Choice{},
-		admitted: map[ticketKey]flow.Ticket{}}
+		admitted: map[ticketKey]*flow.Ticket{}}
 	l.flow.Instrument(fm)
 	if cfg != nil {
 		if err := l.policy.Update(*cfg); err != nil {
 			return nil, err
 		}
+		l.resized()
 	}
 	return l, nil
+}
+
+// resized tells flow control the fleet's capacity after the policy's
+// configuration changed, and returns the room the fleet has now.
+func (l *ledger) resized() int {
+	room, capacity := l.policy.Room()
+	l.flow.SetCapacity(capacity)
+	return room
 }
 
 // pick decides a replica's request and counts it until the replica says

@@ -147,7 +147,7 @@ func (p *Picker) Update(cfg policy.Config) error {
 		return err
 	}
 	// Instances added or a threshold raised: room for queued requests.
-	l.flow.Freed(l.policy.Room())
+	l.flow.Freed(l.resized())
 	return nil
 }
 

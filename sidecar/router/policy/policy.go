@@ -129,23 +129,24 @@ func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
 }
 
 // Room is how many more requests the instances in rotation take before
-// each is at its threshold: what a configuration change frees (flow
-// control releases that many queued requests).
-func (p *Policy) Room() int {
+// each is at its threshold (what a configuration change frees: flow
+// control releases that many queued requests), and Capacity how many they
+// take when idle (flow control's headroom is measured against it).
+func (p *Policy) Room() (room, capacity int) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
 	t := p.table.Load()
 	if t == nil {
-		return 0
+		return 0, 0
 	}
 	v := p.look(t)
-	room := int64(0)
 	for m := range t.Members {
 		if v.available(m) && !t.Members[m].Draining {
-			room += max(v.threshold-v.load(m).inFlight, 0)
+			room += int(max(v.threshold-v.load(m).inFlight, 0))
+			capacity += int(v.threshold)
 		}
 	}
-	return int(room)
+	return room, capacity
 }
 
 // PromptTokens estimates the prompt of the request with key in tokens.
