@@ -91,10 +91,12 @@ type Controller struct {
 	lastOut time.Time
 	metrics *Metrics
 	// capacity is the fleet's slots (SetCapacity), running the requests
-	// Started and not settled, and window when the demand window began
+	// Started and not settled, window when the demand window began, and
+	// hold the seconds a request holds its slot, moving average
 	// (headroom.go).
 	capacity, running int
 	window            time.Time
+	hold              float64
 }
 
 // snapshot is what Admit and Clamp read without a lock; Update replaces it.
@@ -124,7 +126,7 @@ func (s *snapshot) lookup(tenant string) *entry {
 // New returns a controller running cfg; clock is its time (time.Now in
 // production, a simulated clock in tests).
 func New(cfg Config, clock func() time.Time) *Controller {
-	c := &Controller{clock: clock, flows: map[string]*flow{}, limits: map[string]*limiter{}}
+	c := &Controller{clock: clock, flows: map[string]*flow{}, limits: map[string]*limiter{}, hold: defaultHold.Seconds()}
 	c.Update(cfg)
 	return c
 }

@@ -61,10 +61,10 @@ func TestHeadroomForHigherPriority(t *testing.T) {
 	f.may("chat", 100, true, "chat itself takes any free slot")
 	f.may("batch", 100, false, "batch's priority is clamped to its tenant's")
 
-	f.clk.advance(demandWindow)
+	f.clk.advance(f.c.demandWindow())
 	f.may("batch", -100, false, "chat's peak is remembered over the next window")
 	f.end("chat", 4)
-	f.clk.advance(demandWindow)
+	f.clk.advance(f.c.demandWindow())
 	f.may("batch", -100, true, "two windows on, chat's peak is its 2 running")
 
 	f.end("chat", 2)
@@ -120,7 +120,7 @@ func TestHeadroomReleasesWhatTheStartedLeaveFree(t *testing.T) {
 	if released := countReleased(ws); released != 0 {
 		t.Fatalf("%d batch requests released while chat's peak holds all 16 slots", released)
 	}
-	f.clk.advance(2 * demandWindow)
+	f.clk.advance(2 * f.c.demandWindow())
 	f.c.Freed(1)
 	if released := countReleased(ws); released != 3 {
 		t.Fatalf("%d of 3 batch requests released once chat's peak passed with 10 free", released)

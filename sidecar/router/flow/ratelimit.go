@@ -27,7 +27,8 @@ type Ticket struct {
 	c                *Controller
 	e                *entry
 	est              int64
-	running          bool // Started and not settled; guarded by c.mu
+	running          bool      // Started and not settled; guarded by c.mu
+	started          time.Time // when it was Started
 }
 
 // Settle corrects the tenant's tokens with the request's actual usage
