@@ -17,8 +17,14 @@ import (
 // of 1, under fc.
 func flowPair(t *testing.T, fc flow.Config) (leader, follower *Picker) {
 	t.Helper()
+	return flowFleet(t, fc, 1, 1)
+}
+
+// flowFleet is a leader and a follower over n instances with threshold.
+func flowFleet(t *testing.T, fc flow.Config, n, threshold int) (leader, follower *Picker) {
+	t.Helper()
 	keys := testKeys(t, testSecret)
-	cfg := testConfig(keys, 1, 1)
+	cfg := testConfig(keys, n, threshold)
 	leader = newReplica(t, "router-0", keys, cfg)
 	leader.SetFlow(fc)
 	if err := leader.Lead(); err != nil {
@@ -254,4 +260,45 @@ func TestWaitOutlastsThePortTimeouts(t *testing.T) {
 	if got := picks(t, follower.opts.Metrics, "fallback"); got != 0 {
 		t.Fatalf("%v requests routed by the fallback: the wait call did not last", got)
 	}
+}
+
+// The picker keeps headroom for a higher priority's recent peak: a batch
+// request waits although an instance has room, an interactive one passes
+// it, and once the fleet is idle the batch request goes.
+func TestHeadroomThroughThePicker(t *testing.T) {
+	leader, _ := flowFleet(t, queueConfig(), 2, 2) // 4 slots
+	l := leader.leading()
+	pick := func(text string, s Sender) *Ticket {
+		t.Helper()
+		tk, err := leader.Pick(context.Background(), key(leader, text), s)
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		return tk
+	}
+	var gold []*Ticket
+	for i := range 3 {
+		gold = append(gold, pick(fmt.Sprintf("interactive %d", i), Sender{Tenant: "gold"}))
+	}
+	gold[0].Done()
+	gold[1].Done() // gold's peak 3, 1 running: 3 free, 2 owed to gold
+	batch := pick("batch 0", Sender{Tenant: "batch"})
+	held := pickAsync(leader, "batch 1", Sender{Tenant: "batch"})
+	eventually(t, "the second batch request to wait for gold's headroom", func() bool { return l.flow.Waiting() == 1 })
+	if room, _ := l.policy.Room(); room != 2 {
+		t.Fatalf("room %d, want 2: the batch request waits with room left", room)
+	}
+	pick("interactive 3", Sender{Tenant: "gold"}).Done()
+	select {
+	case b := <-held:
+		t.Fatalf("the held batch request was placed (%v) while gold's headroom stood", b.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	gold[2].Done()
+	batch.Done() // an idle fleet serves whoever waits
+	b := <-held
+	if b.err != nil {
+		t.Fatalf("held batch: %v", b.err)
+	}
+	b.tk.Done()
 }
