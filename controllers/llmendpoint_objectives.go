@@ -48,14 +48,15 @@ func (r *LLMEndpointReconciler) objectivePriorities(ctx context.Context, ep *v1a
 		return nil, nil
 	}
 	served, err := r.objectives.served(r.RESTMapper(), r.poolRecheck())
-	if err != nil || !served {
-		if !served && err == nil {
-			r.objectivesMissing.Do(func() {
-				logf.FromContext(ctx).Info("the API server does not serve InferenceObjectives: requests' objectives set no priority",
-					"apiVersion", inferencepool.ObjectiveGroupVersion.String())
-			})
-		}
+	switch {
+	case err != nil:
 		return nil, err
+	case !served:
+		r.objectivesMissing.Do(func() {
+			logf.FromContext(ctx).Info("the API server does not serve InferenceObjectives: requests' objectives set no priority",
+				"apiVersion", inferencepool.ObjectiveGroupVersion.String())
+		})
+		return nil, nil
 	}
 	if err := r.objectives.watch(); err != nil {
 		return nil, err
