@@ -99,7 +99,13 @@ type LLMEndpointReconciler struct {
 
 	applied appliedCache
 	// pools starts the InferencePool watch once the API is served.
-	pools poolWatch
+	pools lateAPI
+	// objectives starts the InferenceObjective watch once the API is
+	// served (llmendpoint_objectives.go).
+	objectives lateAPI
+	// objectivesMissing logs once that the InferenceObjective API is not
+	// served.
+	objectivesMissing sync.Once
 	// inferencePoolRecheck overrides inferencePoolRecheck (tests).
 	inferencePoolRecheck time.Duration
 	// saltSecrets is, per LLMEndpoint name, the saltSeen of its salt
@@ -273,9 +279,16 @@ func (r *LLMEndpointReconciler) setup(mgr ctrl.Manager, maxConcurrentReconciles 
 	}
 	// InferencePools are owned too, but their API may be installed after
 	// the operator starts: the watch starts when a reconcile first finds it.
+	r.pools.gvk = inferencepool.GroupVersion.WithKind(inferencepool.Kind)
 	r.pools.start = func() error {
 		return c.Watch(crsource.Kind(mgr.GetCache(), &inferencepool.InferencePool{},
 			handler.TypedEnqueueRequestForOwner[*inferencepool.InferencePool](mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.LLMEndpoint{}, handler.OnlyControllerOwner())))
+	}
+	// InferenceObjectives, read for their priorities, likewise.
+	r.objectives.gvk = inferencepool.ObjectiveGroupVersion.WithKind(inferencepool.ObjectiveKind)
+	r.objectives.start = func() error {
+		return c.Watch(crsource.Kind(mgr.GetCache(), &inferencepool.InferenceObjective{},
+			handler.TypedEnqueueRequestsFromMapFunc(objectiveToEndpoint)))
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -114,32 +115,10 @@ func buildPickerService(ep *v1alpha1.LLMEndpoint) *corev1.Service {
 	}
 }
 
-// inferencePoolServed is whether the API server serves InferencePools.
-// The manager's RESTMapper asks discovery again for a group it does not
-// know, so a CRD installed after the operator started is found.
-//
-// A missing API is remembered for the recheck period: the RESTMapper
-// asks discovery on every miss, so without it each reconcile of every
-// endpoint would cost a discovery request on a cluster without the CRD,
-// the usual case in mode Standalone.
+// inferencePoolServed is whether the API server serves InferencePools
+// (lateAPI.served).
 func (r *LLMEndpointReconciler) inferencePoolServed() (bool, error) {
-	r.pools.mu.Lock()
-	absent := time.Now().Before(r.pools.absentUntil)
-	r.pools.mu.Unlock()
-	if absent {
-		return false, nil
-	}
-	_, err := r.RESTMapper().RESTMapping(inferencepool.GroupKind, inferencepool.GroupVersion.Version)
-	switch {
-	case apimeta.IsNoMatchError(err):
-		r.pools.mu.Lock()
-		r.pools.absentUntil = time.Now().Add(r.poolRecheck())
-		r.pools.mu.Unlock()
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("look up the InferencePool API: %w", err)
-	}
-	return true, nil
+	return r.pools.served(r.RESTMapper(), r.poolRecheck())
 }
 
 // inferencePoolResult is what reconcileInferencePool found and did.
@@ -179,7 +158,7 @@ func (r *LLMEndpointReconciler) reconcileInferencePool(ctx context.Context, ep *
 		return res, nil
 	}
 	res.served = true
-	if err := r.watchInferencePools(); err != nil {
+	if err := r.pools.watch(); err != nil {
 		// The condition's reason may not be empty: the status write
 		// would be refused, and the error lost with it.
 		res.condition.Reason, res.condition.Message = v1alpha1.ReasonInferencePoolFailed, truncate(err.Error(), 1024)
@@ -202,31 +181,61 @@ func (r *LLMEndpointReconciler) poolRecheck() time.Duration {
 	return inferencePoolRecheck
 }
 
-// poolWatch starts the InferencePool watch once the API is served; it
-// cannot start before (an informer of a kind the API server does not
-// serve never syncs).
-type poolWatch struct {
-	mu      sync.Mutex
+// lateAPI is an API of another project whose CRD may be installed after
+// the operator starts, or never: its watch starts the first time a
+// reconcile finds it served. It cannot start before (an informer of a kind
+// the API server does not serve never syncs).
+type lateAPI struct {
+	gvk schema.GroupVersionKind
+	mu  sync.Mutex
+	// started: the watch runs.
 	started bool
 	// start starts the watch; nil before setup.
 	start func() error
 	// absentUntil: the API was missing at the last look, which holds
-	// until then (see inferencePoolServed).
+	// until then (see served).
 	absentUntil time.Time
 }
 
-// watchInferencePools starts watching InferencePools, as owned objects,
-// the first time the API is found.
-func (r *LLMEndpointReconciler) watchInferencePools() error {
-	r.pools.mu.Lock()
-	defer r.pools.mu.Unlock()
-	if r.pools.started || r.pools.start == nil {
+// served is whether the API server serves the API. The manager's
+// RESTMapper asks discovery again for a group it does not know, so a CRD
+// installed after the operator started is found.
+//
+// A missing API is remembered for recheck: the RESTMapper asks discovery
+// on every miss, so without it each reconcile of every endpoint would cost
+// a discovery request on a cluster without the CRD, the usual case in
+// mode Standalone.
+func (a *lateAPI) served(mapper apimeta.RESTMapper, recheck time.Duration) (bool, error) {
+	a.mu.Lock()
+	absent := time.Now().Before(a.absentUntil)
+	a.mu.Unlock()
+	if absent {
+		return false, nil
+	}
+	_, err := mapper.RESTMapping(a.gvk.GroupKind(), a.gvk.Version)
+	switch {
+	case apimeta.IsNoMatchError(err):
+		a.mu.Lock()
+		a.absentUntil = time.Now().Add(recheck)
+		a.mu.Unlock()
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up the %s API: %w", a.gvk.Kind, err)
+	}
+	return true, nil
+}
+
+// watch starts the watch the first time the API is found.
+func (a *lateAPI) watch() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started || a.start == nil {
 		return nil
 	}
-	if err := r.pools.start(); err != nil {
-		return fmt.Errorf("watch InferencePools: %w", err)
+	if err := a.start(); err != nil {
+		return fmt.Errorf("watch %ss: %w", a.gvk.Kind, err)
 	}
-	r.pools.started = true
+	a.started = true
 	return nil
 }
 

@@ -273,6 +273,50 @@ var _ = Describe("InferencePool mode", Ordered, func() {
 			return ep.Status.Endpoint
 		}).Should(Equal("http://gw." + ns + ".svc"))
 	})
+
+	It("writes the priorities of the InferenceObjectives naming its pool into the routing document, and follows them", func() {
+		// Installed by the spec above; again here, so this one runs alone.
+		_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{filepath.Join("..", "test", "crds")}, ErrorIfPathMissing: true})
+		Expect(err).NotTo(HaveOccurred())
+		ep := minimalEndpoint(ns, "prio")
+		inInferencePoolMode(ep)
+		ep.Spec.Router.FlowControl = &v1alpha1.FlowControl{}
+		Expect(k8sClient.Create(suiteCtx, ep)).To(Succeed())
+		objective := func(name, pool string, priority *int) *inferencepool.InferenceObjective {
+			// Group and kind unset: the CRD defaults them to the
+			// InferencePool's, as upstream does.
+			return &inferencepool.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: inferencepool.ObjectiveSpec{Priority: priority, PoolRef: inferencepool.PoolObjectReference{Name: pool}}}
+		}
+		batch := objective("batch", "prio", ptr.To(-50))
+		for _, o := range []*inferencepool.InferenceObjective{batch, objective("other-pool", "gw", ptr.To(7)), objective("no-priority", "prio", nil)} {
+			Expect(k8sClient.Create(suiteCtx, o)).To(Succeed())
+		}
+		objectives := func(g Gomega) map[string]int {
+			doc := routingDocument(g, ep)
+			g.Expect(doc.FlowControl).NotTo(BeNil())
+			return doc.FlowControl.Objectives
+		}
+		By("only this pool's objective with a priority")
+		Eventually(objectives).Should(Equal(map[string]int{"batch": -50}))
+
+		By("a changed priority reaches the document")
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKeyFromObject(batch), batch)).To(Succeed())
+		Expect(batch.Spec.PoolRef).To(Equal(inferencepool.PoolObjectReference{Group: "inference.networking.k8s.io", Kind: "InferencePool", Name: "prio"}))
+		batch.Spec.Priority = ptr.To(-20)
+		Expect(k8sClient.Update(suiteCtx, batch)).To(Succeed())
+		Eventually(objectives).Should(Equal(map[string]int{"batch": -20}))
+
+		// Without the InferenceObjective watch this fails: by now the
+		// endpoint has settled and nothing else reconciles it.
+		By("an objective moved to this pool joins it; a deleted one leaves")
+		moved := &inferencepool.InferenceObjective{}
+		Expect(k8sClient.Get(suiteCtx, client.ObjectKey{Namespace: ns, Name: "other-pool"}, moved)).To(Succeed())
+		moved.Spec.PoolRef.Name = "prio"
+		Expect(k8sClient.Update(suiteCtx, moved)).To(Succeed())
+		Expect(k8sClient.Delete(suiteCtx, batch)).To(Succeed())
+		Eventually(objectives).Should(Equal(map[string]int{"other-pool": 7}))
+	})
 })
 
 // TestRouterEPPTLS: with spec.router.inferencePool.tlsSecretName the

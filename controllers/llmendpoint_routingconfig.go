@@ -140,6 +140,13 @@ func documentHash(document []byte) string {
 // document the routers would refuse is not written.
 func (r *LLMEndpointReconciler) reconcileRoutingConfig(ctx context.Context, ep *v1alpha1.LLMEndpoint, pods []corev1.Pod, placements []adapterPlacement, now time.Time) (string, time.Duration, error) {
 	doc := buildRoutingDocument(ep, pods, placements, now)
+	objectives, err := r.objectivePriorities(ctx, ep)
+	if err != nil {
+		return "", 0, err
+	}
+	if doc.FlowControl != nil {
+		doc.FlowControl.Objectives = objectives
+	}
 	if err := doc.Validate(); err != nil {
 		return "", 0, err
 	}

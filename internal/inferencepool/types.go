@@ -15,8 +15,9 @@ limitations under the License.
 */
 
 // Package inferencepool holds the few Go types of the Gateway API
-// Inference Extension's InferencePool (inference.networking.k8s.io/v1,
-// release v1.0) that the operator writes. The Go module proxy does not
+// Inference Extension that the operator uses: the InferencePool
+// (inference.networking.k8s.io/v1, release v1.0) it writes, and the
+// InferenceObjective (objective.go) it reads. The Go module proxy does not
 // serve sigs.k8s.io/gateway-api-inference-extension, so they are written
 // here against its published CRD: field names, requiredness and defaults
 // as there. Status is left out: the Gateway writes it, the operator never
@@ -44,10 +45,13 @@ var GroupKind = GroupVersion.WithKind(Kind).GroupKind()
 // Service, and what the Inference Extension's own picker listens on.
 const DefaultPickerPort = 9002
 
-// AddToScheme registers InferencePool and InferencePoolList.
+// AddToScheme registers InferencePool, InferenceObjective and their
+// lists.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion, &InferencePool{}, &InferencePoolList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
+	s.AddKnownTypes(ObjectiveGroupVersion, &InferenceObjective{}, &InferenceObjectiveList{})
+	metav1.AddToGroupVersion(s, ObjectiveGroupVersion)
 	return nil
 }
 

@@ -17,7 +17,8 @@ func FuzzDecode(f *testing.F) {
 "adapters":[{"name":"l","ready":["a"]}]}`))
 	f.Add([]byte(`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","strategy":"RANDOM","prefixAware":{"prefixLength":1024,"concurrencyThreshold":1}}`))
 	f.Add([]byte(`{"apiVersion":"routing.warmroute.dev/v1alpha1","kind":"RoutingConfig","flowControl":{"default":{"weight":1,"priority":0,"maxQueued":100},
-"tenants":{"a":{"weight":3,"priority":-5,"requestsPerMinute":60,"tokensPerMinute":9000,"maxQueued":0}},"queueTimeoutMillis":30000,"maxQueued":1000}}`))
+"tenants":{"a":{"weight":3,"priority":-5,"requestsPerMinute":60,"tokensPerMinute":9000,"maxQueued":0}},"queueTimeoutMillis":30000,"maxQueued":1000,
+"objectives":{"batch":-50}}}`))
 	f.Add([]byte(`{"kind":"x"}`))
 	f.Add([]byte(`{} {}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

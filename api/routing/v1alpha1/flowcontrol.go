@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Bounds and defaults of flow control, shared with the LLMEndpoint API
@@ -37,6 +39,10 @@ const (
 	DefaultQueueTimeoutMillis = 30_000
 
 	MaxFlowTenants = 256
+	// MaxFlowObjectives bounds the InferenceObjectives of one pool the
+	// document carries; the Inference Extension expects a handful per
+	// pool (one per workload class), so this is generous.
+	MaxFlowObjectives = 1000
 	// MaxTenantNameLength is the longest tenant id the router accepts
 	// from any source (a header, an API key's Secret data key).
 	MaxTenantNameLength = 64
@@ -55,6 +61,12 @@ type FlowControl struct {
 	QueueTimeoutMillis int64 `json:"queueTimeoutMillis"`
 	// MaxQueued is the most requests queued over all tenants.
 	MaxQueued int `json:"maxQueued"`
+	// Objectives are the priorities of the InferenceObjectives that name
+	// the endpoint's InferencePool, by InferenceObjective name. A request
+	// whose x-gateway-inference-objective header names one asks for that
+	// priority, as X-Warmroute-Priority asks; neither raises a request
+	// above its tenant's.
+	Objectives map[string]int `json:"objectives,omitempty"`
 }
 
 // TenantLimits are one tenant's share, priority, rate limits and queue.
@@ -98,6 +110,7 @@ func (f *FlowControl) Validate(path string) error {
 		}
 		errs = append(errs, f.Tenants[name].validate(p)...)
 	}
+	errs = append(errs, validateObjectives(path+".objectives", f.Objectives)...)
 	return errors.Join(errs...)
 }
 
@@ -117,6 +130,28 @@ func (l TenantLimits) validate(path string) []error {
 	}
 	if q := l.MaxQueued; q < 0 || q > MaxTenantQueued {
 		errs = append(errs, fmt.Errorf("%s.maxQueued: %d is outside 0..%d", path, q, MaxTenantQueued))
+	}
+	return errs
+}
+
+func validateObjectives(path string, objectives map[string]int) []error {
+	var errs []error
+	if len(objectives) > MaxFlowObjectives {
+		errs = append(errs, fmt.Errorf("%s: %d objectives, at most %d", path, len(objectives), MaxFlowObjectives))
+	}
+	names := make([]string, 0, len(objectives))
+	for name := range objectives {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := fmt.Sprintf("%s[%q]", path, name)
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: not an InferenceObjective name: %s", p, strings.Join(msgs, "; ")))
+		}
+		if prio := objectives[name]; prio < MinFlowPriority || prio > MaxFlowPriority {
+			errs = append(errs, fmt.Errorf("%s: priority %d is outside %d..%d", p, prio, MinFlowPriority, MaxFlowPriority))
+		}
 	}
 	return errs
 }

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,9 @@ func TestDecodeFlowControl(t *testing.T) {
 	const entry = `{"weight":1,"priority":0,"maxQueued":100}`
 	valid := func(def, tenants string) string {
 		return `{"default":` + def + `,"tenants":` + tenants + `,"queueTimeoutMillis":30000,"maxQueued":1000}`
+	}
+	objectives := func(objectives string) string {
+		return `{"default":` + entry + `,"queueTimeoutMillis":30000,"maxQueued":1000,"objectives":` + objectives + `}`
 	}
 	for _, tc := range []struct {
 		name, flowControl, wantErr string
@@ -40,6 +44,12 @@ func TestDecodeFlowControl(t *testing.T) {
 		{"tenant id too long", valid(entry, `{"`+strings.Repeat("a", 65)+`":`+entry+`}`), "must be 1 to 64 characters, not 65"},
 		{"misspelled field", valid(`{"wieght":1,"priority":0,"maxQueued":100}`, `{}`), `unknown field "flowControl.default.wieght"`},
 		{"a field of a newer schema", `{"default":` + entry + `,"queueTimeoutMillis":30000,"maxQueued":1000,"shedPolicy":"x"}`, `unknown field "flowControl.shedPolicy"`},
+		{"objectives by InferenceObjective name", objectives(`{"batch":-50,"chat.interactive":1000,"low":-1000}`), ""},
+		{"objective priority too low", objectives(`{"batch":-1001}`), `flowControl.objectives["batch"]: priority -1001 is outside -1000..1000`},
+		{"objective priority too high", objectives(`{"batch":1001}`), `flowControl.objectives["batch"]: priority 1001 is outside -1000..1000`},
+		{"objective name not a Kubernetes name", objectives(`{"Batch_Jobs":-5}`), `flowControl.objectives["Batch_Jobs"]: not an InferenceObjective name`},
+		{"empty objective name", objectives(`{"":-5}`), `flowControl.objectives[""]: not an InferenceObjective name`},
+		{"objective priority given as a string", objectives(`{"batch":"-5"}`), "objectives"},
 		{"a milliseconds field given as a duration", `{"default":` + entry + `,"queueTimeoutMillis":"30s","maxQueued":1000}`, "queueTimeoutMillis"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +63,20 @@ func TestDecodeFlowControl(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestFlowControlObjectiveCount(t *testing.T) {
+	f := FlowControl{Default: TenantLimits{Weight: 1}, QueueTimeoutMillis: 1000, MaxQueued: 1, Objectives: map[string]int{}}
+	for i := range MaxFlowObjectives + 1 {
+		f.Objectives[fmt.Sprint("objective-", i)] = -1
+	}
+	if err := f.Validate("flowControl"); err == nil || !strings.Contains(err.Error(), "flowControl.objectives: 1001 objectives, at most 1000") {
+		t.Errorf("1001 objectives: %v", err)
+	}
+	delete(f.Objectives, "objective-0")
+	if err := f.Validate("flowControl"); err != nil {
+		t.Errorf("1000 objectives: %v", err)
 	}
 }
 

@@ -82,7 +82,7 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	} else {
 		p.Body = [][]byte{in.Body}
 	}
-	s, refused := sender(in.Header, x.Tenant)
+	s, refused := sender(in.Header, x.Tenant, st.doc.FlowControl)
 	if refused != nil {
 		return nil, refused
 	}

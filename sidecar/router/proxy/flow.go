@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/picker"
 )
@@ -17,10 +18,24 @@ import (
 // (never above its tenant's, which the picker enforces).
 const PriorityHeader = "X-Warmroute-Priority"
 
+// ObjectiveHeader names the request's InferenceObjective. The Gateway API
+// Inference Extension's gateway sets it, so it matters in InferencePool
+// mode; a client of the proxy may send it too, and can only lower its own
+// priority with it, as with PriorityHeader.
+const ObjectiveHeader = "X-Gateway-Inference-Objective"
+
 // sender is who sends a request, for flow control: the tenant the pipeline
-// identified and the priority it asks for.
-func sender(h http.Header, tenant string) (picker.Sender, *Refusal) {
+// identified and the priority it asks for, the lower of PriorityHeader's
+// and that of the InferenceObjective it names (fc.Objectives). An
+// objective the document does not list asks for nothing: the gateway may
+// route objectives of other pools, or ones without a priority.
+func sender(h http.Header, tenant string, fc *routing.FlowControl) (picker.Sender, *Refusal) {
 	s := picker.Sender{Tenant: tenant}
+	if fc != nil {
+		if prio, ok := fc.Objectives[h.Get(ObjectiveHeader)]; ok {
+			s.Priority, s.Lowers = prio, true
+		}
+	}
 	v := h.Get(PriorityHeader)
 	if v == "" {
 		return s, nil
@@ -30,7 +45,9 @@ func sender(h http.Header, tenant string) (picker.Sender, *Refusal) {
 		return s, invalid(http.StatusBadRequest, "invalid_priority", PriorityHeader,
 			fmt.Sprintf("%s must be an integer, got %q", PriorityHeader, truncate(v, maxEchoBytes)))
 	}
-	s.Priority, s.Lowers = n, true
+	if !s.Lowers || n < s.Priority {
+		s.Priority, s.Lowers = n, true
+	}
 	return s, nil
 }
 

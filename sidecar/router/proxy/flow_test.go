@@ -146,6 +146,47 @@ func TestFlowUsageSettlesTokens(t *testing.T) {
 	}
 }
 
+// A request asks for the lower of its priority header's and its
+// InferenceObjective's priority; an objective the document does not list
+// asks for nothing.
+func TestSenderPriority(t *testing.T) {
+	fc := &routingv1alpha1.FlowControl{Objectives: map[string]int{"batch": -50, "chat": 10}}
+	for _, tc := range []struct {
+		name       string
+		fc         *routingv1alpha1.FlowControl
+		kv         []string
+		prio       int
+		lowers     bool
+		wantRefuse bool
+	}{
+		{"neither: the tenant's priority", fc, nil, 0, false, false},
+		{"the header alone", fc, []string{PriorityHeader, "-7"}, -7, true, false},
+		{"the objective alone", fc, []string{ObjectiveHeader, "batch"}, -50, true, false},
+		{"the objective lower than the header", fc, []string{ObjectiveHeader, "batch", PriorityHeader, "-7"}, -50, true, false},
+		{"the header lower than the objective", fc, []string{ObjectiveHeader, "chat", PriorityHeader, "-7"}, -7, true, false},
+		{"an objective the document does not list", fc, []string{ObjectiveHeader, "other-pool"}, 0, false, false},
+		{"an objective without flow control", nil, []string{ObjectiveHeader, "batch"}, 0, false, false},
+		{"a bad header beside an objective", fc, []string{ObjectiveHeader, "batch", PriorityHeader, "low"}, 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for i := 0; i+1 < len(tc.kv); i += 2 {
+				h.Set(tc.kv[i], tc.kv[i+1])
+			}
+			s, refused := sender(h, "acme", tc.fc)
+			if (refused != nil) != tc.wantRefuse {
+				t.Fatalf("refused %v, want a refusal: %v", refused, tc.wantRefuse)
+			}
+			if tc.wantRefuse {
+				return
+			}
+			if s.Tenant != "acme" || s.Priority != tc.prio || s.Lowers != tc.lowers {
+				t.Fatalf("sender %+v, want priority %d lowers %v", s, tc.prio, tc.lowers)
+			}
+		})
+	}
+}
+
 func TestUsageTail(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
