@@ -20,8 +20,9 @@ import (
 // decided), refused, or its client leaves (the call is cancelled).
 
 // Sender is who sends a request, for flow control: its tenant, and the
-// priority it asks for (X-Warmroute-Priority) when Lowers is set. Flow
-// control never lets a request rise above its tenant's priority.
+// priority it asks for (X-Warmroute-Priority, or its InferenceObjective's)
+// when Lowers is set. Flow control never lets a request rise above its
+// tenant's priority.
 type Sender struct {
 	Tenant   string
 	Priority int
