@@ -136,10 +136,26 @@ func (c *Controller) MayPlace(tenant string, prio int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock()
+	c.recheckLocked(now)
+	return c.q.next(c.mayTake(now)) == nil && c.mayTakeLocked(fl, prio, now)
+}
+
+// Recheck releases the queued requests that the headroom held back and now
+// lets go, the peaks it kept room for having passed. No slot need free for
+// that, so the picker calls it on every heartbeat.
+func (c *Controller) Recheck() {
+	if c.waiting.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recheckLocked(c.clock())
+}
+
+func (c *Controller) recheckLocked(now time.Time) {
 	if c.q.n > 0 {
 		c.releaseLocked(c.free(), now, c.mayTake(now))
 	}
-	return c.q.next(c.mayTake(now)) == nil && c.mayTakeLocked(fl, prio, now)
 }
 
 // Start counts a placed request as running on its tenant's slots until

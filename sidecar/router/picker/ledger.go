@@ -136,6 +136,7 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 	defer l.mu.Unlock()
 	if now.Sub(l.expired) >= heartbeatEvery {
 		l.expire(now)
+		l.flow.Recheck()
 	}
 	l.seen[replica] = now
 	for _, e := range evs {
