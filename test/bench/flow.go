@@ -137,7 +137,10 @@ type FlowRun struct {
 	// warmroute_router_flow_shed_total and _rate_limited_total by
 	// "tenant reason" (limit for the latter).
 	Shed, RateLimited map[string]int64
-	Wall              time.Duration
+	// Waited is how many of each tenant's requests waited in the router's
+	// queue (warmroute_router_flow_queue_wait_seconds' count).
+	Waited map[string]int64
+	Wall   time.Duration
 }
 
 // Rows of a case.
@@ -390,9 +393,11 @@ func (c *Config) runFlow(ctx context.Context, spec FlowSpec, r flowRow, i int) (
 		run.Tenants = append(run.Tenants, TenantOutcome{Tenant: t.name, Requests: len(results[j]),
 			Summary: workload.Summarize(results[j], ids, r.timeScale), Outcomes: outcomes(results[j])})
 	}
-	if run.Shed, run.RateLimited, _, err = scrapeFlow(ctx, f.metricsURL); err != nil {
+	counts, err := scrapeFlow(ctx, f.metricsURL)
+	if err != nil {
 		return FlowRun{}, err
 	}
+	run.Shed, run.RateLimited, run.Waited = counts.shed, counts.limited, counts.waited
 	return run, nil
 }
 
@@ -444,12 +449,15 @@ func outcome(r workload.Result) string {
 	return fmt.Sprint(r.Status)
 }
 
-// scrapeFlow reads the router's flow-control counters: shed and
-// rate-limited requests by "tenant reason", and admitted tokens by tenant.
-func scrapeFlow(ctx context.Context, metricsURL string) (shed, limited, tokens map[string]int64, err error) {
+// flowCounts are the router's flow-control counters: shed and rate-limited
+// requests by "tenant reason", admitted tokens and requests that waited in
+// its queue by tenant.
+type flowCounts struct{ shed, limited, tokens, waited map[string]int64 }
+
+func scrapeFlow(ctx context.Context, metricsURL string) (flowCounts, error) {
 	families, err := promscrape.Families(ctx, http.DefaultClient, metricsURL+"/metrics")
 	if err != nil {
-		return nil, nil, nil, err
+		return flowCounts{}, err
 	}
 	by := func(name string, labels ...string) map[string]int64 {
 		out := map[string]int64{}
@@ -469,9 +477,10 @@ func scrapeFlow(ctx context.Context, metricsURL string) (shed, limited, tokens m
 		}
 		return out
 	}
-	return by("warmroute_router_flow_shed_total", "tenant", "reason"),
-		by("warmroute_router_flow_rate_limited_total", "tenant", "limit"),
-		by("warmroute_router_flow_admitted_tokens_total", "tenant"), nil
+	return flowCounts{shed: by("warmroute_router_flow_shed_total", "tenant", "reason"),
+		limited: by("warmroute_router_flow_rate_limited_total", "tenant", "limit"),
+		tokens:  by("warmroute_router_flow_admitted_tokens_total", "tenant"),
+		waited:  by("warmroute_router_flow_queue_wait_seconds", "tenant")}, nil
 }
 
 // runRateLimits sends each rate-limited tenant twice its limit for
@@ -499,7 +508,7 @@ func (c *Config) runRateLimits(ctx context.Context, spec FlowSpec) ([]RateLimitR
 	if err != nil {
 		return nil, err
 	}
-	_, limited, admitted, err := scrapeFlow(ctx, f.metricsURL)
+	counts, err := scrapeFlow(ctx, f.metricsURL)
 	if err != nil {
 		return nil, err
 	}
@@ -511,8 +520,8 @@ func (c *Config) runRateLimits(ctx context.Context, spec FlowSpec) ([]RateLimitR
 		perMinute(tenantTPM, "tokens", spec.TokensPerMinute, results[1], minutes, tokens),
 	}
 	for i := range out {
-		out[i].RouterAdmittedTokens = admitted[out[i].Tenant]
-		out[i].RouterLimited = limited[out[i].Tenant+" "+out[i].Limit]
+		out[i].RouterAdmittedTokens = counts.tokens[out[i].Tenant]
+		out[i].RouterLimited = counts.limited[out[i].Tenant+" "+out[i].Limit]
 	}
 	return out, nil
 }

@@ -50,14 +50,14 @@ func (f *headroomFleet) may(tenant string, prio int, want bool, why string) {
 
 func TestHeadroomForHigherPriority(t *testing.T) {
 	f := newHeadroomFleet(t, map[string]Limits{"chat": {Weight: 1, Priority: 100, MaxQueued: 10}, "batch": {Weight: 1, Priority: -100, MaxQueued: 10}})
-	f.run("chat", 12)
+	f.run("chat", 9)
 	f.clk.advance(time.Second)
-	f.end("chat", 6) // chat's peak 12, running 6
+	f.end("chat", 5) // chat's peak 9 and its margin 3, running 4
 	f.run("batch", 3)
-	// 7 free; chat may need 6 more at once.
-	f.may("batch", -100, true, "one more batch request leaves chat's 6")
+	// 9 free; chat may need 8 more at once.
+	f.may("batch", -100, true, "one more batch request leaves chat's 8")
 	f.run("batch", 1)
-	f.may("batch", -100, false, "a second would leave chat 5 of its 6")
+	f.may("batch", -100, false, "a second would leave chat 7 of its 8")
 	f.may("chat", 100, true, "chat itself takes any free slot")
 	f.may("batch", 100, false, "batch's priority is clamped to its tenant's")
 
@@ -65,9 +65,8 @@ func TestHeadroomForHigherPriority(t *testing.T) {
 	f.may("batch", -100, false, "chat's peak is remembered over the next window")
 	f.end("chat", 4)
 	f.clk.advance(f.c.demandWindow())
-	f.may("batch", -100, true, "two windows on, chat's peak is its 2 running")
+	f.may("batch", -100, true, "two windows on, chat's peak is the 4 it ran in the last")
 
-	f.end("chat", 2)
 	f.end("batch", 4)
 	f.run("chat", 16)
 	f.end("chat", 16)
@@ -77,11 +76,11 @@ func TestHeadroomForHigherPriority(t *testing.T) {
 func TestHeadroomAtOnePriority(t *testing.T) {
 	f := newHeadroomFleet(t, map[string]Limits{"a": {Weight: 1, MaxQueued: 10}, "b": {Weight: 1, MaxQueued: 10}})
 	f.may("a", 0, true, "an empty fleet")
-	f.run("b", 6)
+	f.run("b", 4)
 	f.run("a", 9) // a asks for more than its half, b for less
 	f.clk.advance(time.Second)
-	f.end("b", 4) // b's peak 6, running 2; 5 free
-	f.may("a", 0, true, "a leaves b's 4 free")
+	f.end("b", 3) // b's peak 4 and its margin 2, running 1; 6 free
+	f.may("a", 0, true, "a leaves b's 5 free")
 	f.run("a", 1)
 	f.may("a", 0, false, "one more would take from b's peak")
 	f.may("b", 0, true, "b, within its share, takes any free slot")

@@ -266,7 +266,7 @@ func TestWaitOutlastsThePortTimeouts(t *testing.T) {
 // request waits although an instance has room, an interactive one passes
 // it, and once the fleet is idle the batch request goes.
 func TestHeadroomThroughThePicker(t *testing.T) {
-	leader, _ := flowFleet(t, queueConfig(), 2, 2) // 4 slots
+	leader, _ := flowFleet(t, queueConfig(), 3, 2) // 6 slots
 	l := leader.leading()
 	pick := func(text string, s Sender) *Ticket {
 		t.Helper()
@@ -281,12 +281,12 @@ func TestHeadroomThroughThePicker(t *testing.T) {
 		gold = append(gold, pick(fmt.Sprintf("interactive %d", i), Sender{Tenant: "gold"}))
 	}
 	gold[0].Done()
-	gold[1].Done() // gold's peak 3, 1 running: 3 free, 2 owed to gold
+	gold[1].Done() // gold's peak 3 and its margin 2, 1 running: 5 free, 4 owed to gold
 	batch := pick("batch 0", Sender{Tenant: "batch"})
 	held := pickAsync(leader, "batch 1", Sender{Tenant: "batch"})
 	eventually(t, "the second batch request to wait for gold's headroom", func() bool { return l.flow.Waiting() == 1 })
-	if room, _ := l.policy.Room(); room != 2 {
-		t.Fatalf("room %d, want 2: the batch request waits with room left", room)
+	if room, _ := l.policy.Room(); room != 4 {
+		t.Fatalf("room %d, want 4: the batch request waits with room left", room)
 	}
 	pick("interactive 3", Sender{Tenant: "gold"}).Done()
 	select {
