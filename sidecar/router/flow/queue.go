@@ -108,9 +108,8 @@ type Queued struct {
 // request reads it before trying to place, and passes it to Wait.
 func (c *Controller) Epoch() int64 { return c.epoch.Load() }
 
-// Waiting is the number of queued requests. While it is above 0 the router
-// queues an arriving request even if an instance has room, so that it does
-// not jump the queue for capacity freed for a queued one.
+// Waiting is the number of queued requests (and, for a moment, one
+// arriving); MayPlace says whether an arrival may pass them.
 func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 
 // Wait queues a request until capacity frees for it, its deadline passes
