@@ -314,7 +314,13 @@ var _ = Describe("Router replicas of the default router Deployment", Ordered, fu
 				survivors = append(survivors, r)
 			}
 		}
-		limit := picker.DefaultLeaseDuration + picker.DefaultRetryPeriod + 2*time.Second
+		// client-go's candidates poll the Lease every RetryPeriod stretched
+		// by up to its JitterFactor (1.2), and count the lease from when
+		// they saw its last renewal: one poll late to see it, the lease,
+		// one poll late to take it, and a second to report. Lease plus one
+		// plain retry, the bound this had, was met by 6.85 s of 7 s alone.
+		poll := time.Duration(2.2 * float64(picker.DefaultRetryPeriod))
+		limit := picker.DefaultLeaseDuration + 2*poll + time.Second
 		Eventually(func() int { return leaderOf(survivors) }).WithTimeout(limit).WithPolling(50 * time.Millisecond).Should(BeNumerically(">=", 0))
 		elected := time.Since(killed)
 		time.Sleep(time.Until(killed.Add(recovery - window)))
