@@ -33,10 +33,6 @@ var ObjectiveGroupVersion = schema.GroupVersion{Group: "inference.networking.x-k
 // ObjectiveKind is the InferenceObjective's kind.
 const ObjectiveKind = "InferenceObjective"
 
-// ObjectiveGroupKind is the InferenceObjective's group and kind, for the
-// RESTMapper.
-var ObjectiveGroupKind = ObjectiveGroupVersion.WithKind(ObjectiveKind).GroupKind()
-
 // InferenceObjective is a class of requests to one InferencePool; a
 // request names it in the x-gateway-inference-objective header.
 // +kubebuilder:object:root=true

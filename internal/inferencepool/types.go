@@ -38,9 +38,6 @@ var GroupVersion = schema.GroupVersion{Group: "inference.networking.k8s.io", Ver
 // Kind is the InferencePool's kind.
 const Kind = "InferencePool"
 
-// GroupKind is the InferencePool's group and kind, for the RESTMapper.
-var GroupKind = GroupVersion.WithKind(Kind).GroupKind()
-
 // DefaultPickerPort is the port a Gateway assumes for an endpoint picker
 // Service, and what the Inference Extension's own picker listens on.
 const DefaultPickerPort = 9002
