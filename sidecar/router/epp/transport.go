@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -58,7 +60,8 @@ func NewGRPCServer(s *Server, tlsConfig *tls.Config) *grpc.Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	g := grpc.NewServer(opts...)
-	s.Register(g)
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	healthpb.RegisterHealthServer(g, s)
 	return g
 }
 
