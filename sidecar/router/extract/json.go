@@ -182,12 +182,9 @@ func (s *scanner) str() (jsonString, error) {
 const quoteBlock = 4 << 10
 
 // nextQuote returns the position of the first quote at or after pos (-1 if
-// there is none) and how many bytes from pos on it has found to hold
-// neither a quote nor a backslash, which the caller need not search again.
-// Blocks are searched until one holds a quote or a backslash; after a
-// backslash the quote is searched for in the rest of data at once, so that
-// no byte is searched for the quote more than twice (in the block, then in
-// the rest), however many escapes the string holds.
+// none) and how many bytes from pos it found to hold neither a quote nor a
+// backslash. After a block with a backslash the rest is searched at once,
+// so no byte is searched for the quote more than twice.
 func nextQuote(data []byte, pos int) (q, plain int) {
 	start := pos
 	for pos+quoteBlock < len(data) {
@@ -238,7 +235,7 @@ func indexBackslash(b []byte) int {
 }
 
 // simpleEscapes maps the byte after a backslash to what it stands for, 0
-// for none (and for u, handled apart).
+// for none and for u.
 var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // escape decodes the escape at the start of raw (raw[0] is a backslash):
@@ -329,9 +326,8 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	return s.data[start:s.pos], err
 }
 
-// errNonStandardNumber refuses the numbers Python's json reads and JSON
-// has not (NaN, Infinity, -Infinity): vLLM would read such a body, so the
-// client is told why the router does not.
+// errNonStandardNumber tells the client why the router refuses NaN and
+// Infinity, which Python's json, and so vLLM, would read.
 const errNonStandardNumber = "NaN and Infinity are not JSON numbers"
 
 // maxDepth bounds nesting so hostile bodies cannot exhaust the stack.
