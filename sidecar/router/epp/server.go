@@ -80,12 +80,6 @@ const (
 	DefaultMaxStreams     = 4096
 )
 
-func (o Options) withDefaults() Options {
-	o.MaxHeaderBytes = cmp.Or(max(o.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
-	o.MaxStreams = cmp.Or(max(o.MaxStreams, 0), DefaultMaxStreams)
-	return o
-}
-
 // Server is the ext_proc service in front of a router.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
@@ -99,7 +93,8 @@ type Server struct {
 
 // New returns the service for r.
 func New(r *proxy.Router, log logr.Logger, opts Options) *Server {
-	opts = opts.withDefaults()
+	opts.MaxHeaderBytes = cmp.Or(max(opts.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
+	opts.MaxStreams = cmp.Or(max(opts.MaxStreams, 0), DefaultMaxStreams)
 	return &Server{router: r, log: log, opts: opts, timeout: r.Options(), streams: make(chan struct{}, opts.MaxStreams)}
 }
 
@@ -192,7 +187,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			timer.Reset(x.deadline(time.Now()))
 		case <-timer.C:
-			return x.expire()
+			// Before the decision the request is answered 408, as the
+			// proxy answers a slow body; after it the stream is cut.
+			if !x.placed {
+				return x.immediate(x.s.router.BodyTimedOut())
+			}
+			return status.Error(codes.DeadlineExceeded, "the gateway sent nothing within the stream's deadline")
 		case <-ctx.Done(): // the gateway cancelled the stream
 			return nil
 		}
@@ -210,16 +210,6 @@ func (x *exchange) deadline(now time.Time) time.Duration {
 		return x.placedAt.Add(o.ResponseHeaderTimeout).Sub(now)
 	}
 	return o.StreamIdleTimeout
-}
-
-// expire ends a stream whose deadline passed: before the decision the
-// request is answered 408, as the proxy answers a slow body; after it the
-// stream is cut, which ends the request's accounting.
-func (x *exchange) expire() error {
-	if !x.placed {
-		return x.immediate(x.s.router.BodyTimedOut())
-	}
-	return status.Error(codes.DeadlineExceeded, "the gateway sent nothing within the stream's deadline")
 }
 
 // violation ends a stream that broke the protocol's order.
@@ -286,7 +276,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 				return done, err
 			}
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		if !x.placed || x.status != 0 {
@@ -297,7 +287,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
 			x.finish(proxy.StatusOutcome(x.status))
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		if !x.placed {
@@ -314,14 +304,14 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		if b.GetEndOfStream() {
 			x.finish(proxy.StatusOutcome(x.status))
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		if !x.placed {
 			return true, violation("response trailers before the decision")
 		}
 		x.finish(proxy.StatusOutcome(x.status))
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
 	return false, nil
@@ -423,7 +413,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	if err := x.send(&extprocv3.ProcessingResponse{
+	if err := x.stream.Send(&extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}}},
 		DynamicMetadata: md,
@@ -432,7 +422,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	}
 	pieces := chunked(d.Body)
 	for i, p := range pieces {
-		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		if err := x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: streamed(p, end == bodyEnds && i == len(pieces)-1)}}); err != nil {
 			return true, err
 		}
@@ -522,12 +512,10 @@ func (x *exchange) immediate(r *proxy.Refusal) error {
 			mut.SetHeaders = append(mut.SetHeaders, header(strings.ToLower(k), v))
 		}
 	}
-	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+	return x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)},
 			Headers: mut, Body: r.Body}}})
 }
-
-func (x *exchange) send(r *extprocv3.ProcessingResponse) error { return x.stream.Send(r) }
 
 func streamed(b []byte, end bool) *extprocv3.BodyResponse {
 	return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
