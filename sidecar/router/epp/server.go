@@ -1,20 +1,16 @@
 // Package epp serves the Gateway API Inference Extension's Endpoint Picker
-// Protocol: Envoy's ext_proc v3 stream, request and response bodies in
-// FULL_DUPLEX_STREAMED mode. For each request the gateway sends the
-// headers and the body in chunks; the server holds the body whole (within
-// the router's body limit and budget), has the router admit it through
-// the proxy's own pipeline (proxy.Router.Identify on the headers, then
-// proxy.Router.Admit on the whole body), and answers with the chosen endpoint in the
-// x-gateway-destination-endpoint header and the envoy.lb dynamic metadata,
-// then streams the body on. It watches the response go by to end the
-// request's load accounting: the first token at the first response body
-// chunk, the end at the response's end of stream or when the stream ends
-// early.
+// Protocol: Envoy's ext_proc v3 stream in FULL_DUPLEX_STREAMED mode, one
+// stream per HTTP request. The server holds the request body whole (within
+// the router's body limit and budget), admits it through the proxy's own
+// pipeline (proxy.Router.Identify, then Admit), answers with the chosen
+// endpoint in the x-gateway-destination-endpoint header and the envoy.lb
+// dynamic metadata, and streams the body on. It watches the response go by
+// to end the request's load accounting.
 //
-// The port trusts no caller it has not authenticated: the router serves it
-// with TLS and a required client certificate (tls.go), and the gateway's
-// answer never carries vLLM's key. Each stream is one request, bounded in
-// time (Options) and in what it may hold; a protocol violation ends it.
+// The port trusts no caller it has not authenticated (TLS with a required
+// client certificate, transport.go), and the gateway's answer never carries
+// vLLM's key. Each stream is bounded in time and in what it may hold; a
+// protocol violation ends it.
 package epp
 
 import (
@@ -32,7 +28,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -62,12 +57,11 @@ const (
 	LivenessService = "liveness"
 )
 
-// Options bound what one stream may take. Zero values take the defaults.
+// Options bound what one stream may take; zero values take the defaults.
 // Its time is bounded by the router's own timeouts (proxy.Options): the
-// request, headers and body, within BodyReadTimeout of the stream's start
-// (408 after), the response headers within ResponseHeaderTimeout of the
-// decision, and no silence longer than StreamIdleTimeout once the
-// response began.
+// whole request within BodyReadTimeout of the stream's start (408 after),
+// the response headers within ResponseHeaderTimeout of the decision, then
+// no silence longer than StreamIdleTimeout.
 type Options struct {
 	// MaxHeaderBytes bounds the request's header block, names and values
 	// (431 above): the proxy's --max-header-bytes.
@@ -77,21 +71,14 @@ type Options struct {
 	MaxStreams int
 }
 
-// Defaults of Options: the proxy's timeouts and header limit, and a
-// stream bound sized for the gateway's concurrency (each request in flight
-// through the gateway holds one stream for its whole response; 4096 is
-// 16 vLLM instances at vLLM's default 256 running sequences each) with a
-// memory cost (about two goroutines and a message each) of tens of MiB.
+// Defaults of Options: the proxy's header limit, and a stream bound for
+// the gateway's concurrency (each request in flight holds one stream for
+// its whole response; 4096 is 16 vLLM instances at vLLM's default 256
+// running sequences each), at about two goroutines and a message each.
 const (
 	DefaultMaxHeaderBytes = 64 << 10
 	DefaultMaxStreams     = 4096
 )
-
-func (o Options) withDefaults() Options {
-	o.MaxHeaderBytes = cmp.Or(max(o.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
-	o.MaxStreams = cmp.Or(max(o.MaxStreams, 0), DefaultMaxStreams)
-	return o
-}
 
 // Server is the ext_proc service in front of a router.
 type Server struct {
@@ -106,14 +93,9 @@ type Server struct {
 
 // New returns the service for r.
 func New(r *proxy.Router, log logr.Logger, opts Options) *Server {
-	opts = opts.withDefaults()
+	opts.MaxHeaderBytes = cmp.Or(max(opts.MaxHeaderBytes, 0), DefaultMaxHeaderBytes)
+	opts.MaxStreams = cmp.Or(max(opts.MaxStreams, 0), DefaultMaxStreams)
 	return &Server{router: r, log: log, opts: opts, timeout: r.Options(), streams: make(chan struct{}, opts.MaxStreams)}
-}
-
-// Register adds the ext_proc and health services to g.
-func (s *Server) Register(g *grpc.Server) {
-	extprocv3.RegisterExternalProcessorServer(g, s)
-	healthpb.RegisterHealthServer(g, s)
 }
 
 // Check answers SERVING for LivenessService while the process runs, and
@@ -146,14 +128,11 @@ type exchange struct {
 	held    int64
 	decided *proxy.Placement
 	// began: request headers came; placed: the request was decided (it
-	// stays true once the decision ended); ended: the request is counted.
-	began, placed, ended bool
-	// start is the stream's start, placedAt the decision's time.
-	start, placedAt time.Time
-	// status is the response's :status, 0 before the response headers.
-	status int
+	// stays true once the decision ended); ended: the request is counted;
 	// prefilled: the first response body chunk has passed.
-	prefilled bool
+	began, placed, ended, prefilled bool
+	start, placedAt                 time.Time // the stream's start, the decision's
+	status                          int       // the response's :status, 0 before it
 }
 
 // received is one Recv's outcome.
@@ -162,9 +141,8 @@ type received struct {
 	err error
 }
 
-// Process serves one HTTP request's stream. Whatever way it ends (the
-// gateway closes it, a deadline of Options passes, the gateway breaks the
-// protocol), the request's accounting ends with it.
+// Process serves one HTTP request's stream. Whatever way it ends, the
+// request's accounting ends with it.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	select {
 	case s.streams <- struct{}{}:
@@ -209,7 +187,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			timer.Reset(x.deadline(time.Now()))
 		case <-timer.C:
-			return x.expire()
+			// Before the decision the request is answered 408, as the
+			// proxy answers a slow body; after it the stream is cut.
+			if !x.placed {
+				return x.immediate(x.s.router.BodyTimedOut())
+			}
+			return status.Error(codes.DeadlineExceeded, "the gateway sent nothing within the stream's deadline")
 		case <-ctx.Done(): // the gateway cancelled the stream
 			return nil
 		}
@@ -227,16 +210,6 @@ func (x *exchange) deadline(now time.Time) time.Duration {
 		return x.placedAt.Add(o.ResponseHeaderTimeout).Sub(now)
 	}
 	return o.StreamIdleTimeout
-}
-
-// expire ends a stream whose deadline passed: before the decision the
-// request is answered 408, as the proxy answers a slow body; after it the
-// stream is cut, which ends the request's accounting.
-func (x *exchange) expire() error {
-	if !x.placed {
-		return x.immediate(x.s.router.BodyTimedOut())
-	}
-	return status.Error(codes.DeadlineExceeded, "the gateway sent nothing within the stream's deadline")
 }
 
 // violation ends a stream that broke the protocol's order.
@@ -275,8 +248,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 			return true, violation("one request per stream: request headers came twice")
 		}
 		x.began = true
-		if !x.readHeaders(m.RequestHeaders.GetHeaders()) {
-			return true, x.immediate(headersTooLarge())
+		if !x.readHeaders(m.RequestHeaders.GetHeaders()) { // net/http's answer, as the proxy's
+			return true, x.immediate(&proxy.Refusal{Status: http.StatusRequestHeaderFieldsTooLarge,
+				Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte("431 Request Header Fields Too Large")})
 		}
 		// Who the caller is decides whether its body is held at all.
 		var refused *proxy.Refusal
@@ -302,7 +276,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 				return done, err
 			}
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		if !x.placed || x.status != 0 {
@@ -313,7 +287,7 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		if m.ResponseHeaders.GetEndOfStream() { // a response without a body
 			x.finish(proxy.StatusOutcome(x.status))
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}})
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		if !x.placed {
@@ -322,29 +296,28 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (done bool, err erro
 		b := m.ResponseBody
 		if x.decided != nil {
 			x.decided.Response(b.GetBody())
-		}
-		if x.decided != nil && !x.prefilled && len(b.GetBody()) > 0 {
-			x.prefilled = true
-			x.decided.Prefilled()
+			if !x.prefilled && len(b.GetBody()) > 0 {
+				x.prefilled = true
+				x.decided.Prefilled()
+			}
 		}
 		if b.GetEndOfStream() {
 			x.finish(proxy.StatusOutcome(x.status))
 		}
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: streamed(b.GetBody(), b.GetEndOfStream())}})
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		if !x.placed {
 			return true, violation("response trailers before the decision")
 		}
 		x.finish(proxy.StatusOutcome(x.status))
-		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		return false, x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
 	return false, nil
 }
 
-// responseStatus is the response's :status; 200 when the gateway sent
-// none (the protocol always carries it).
+// responseStatus is the response's :status; 200 if absent.
 func responseStatus(hm *corev3.HeaderMap) int {
 	for _, h := range hm.GetHeaders() {
 		if h.GetKey() == ":status" {
@@ -388,13 +361,6 @@ func (x *exchange) readHeaders(hm *corev3.HeaderMap) bool {
 	return true
 }
 
-// headersTooLarge is net/http's answer to headers over its limit, the
-// proxy's.
-func headersTooLarge() *proxy.Refusal {
-	return &proxy.Refusal{Status: http.StatusRequestHeaderFieldsTooLarge, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body: []byte("431 Request Header Fields Too Large")}
-}
-
 // requestBody holds a chunk within the router's limits; at the end of
 // the body the request is placed.
 func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
@@ -429,7 +395,8 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	}
 	x.decided, x.placed, x.placedAt = d, true, time.Now()
 	if x.subset != nil && !x.moveTo(func(addr string) bool { return slices.Contains(x.subset, addr) }) {
-		return true, x.immediate(noEndpoint())
+		return true, x.immediate(&proxy.Refusal{Status: http.StatusServiceUnavailable, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: []byte(`{"error":{"message":"no endpoint of the gateway's subset can serve this request","type":"service_unavailable","param":null,"code":"no_instance"}}`)})
 	}
 	addr := d.Instance().Address
 	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header(DestinationHeader, addr)}}
@@ -446,7 +413,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	if err := x.send(&extprocv3.ProcessingResponse{
+	if err := x.stream.Send(&extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}}},
 		DynamicMetadata: md,
@@ -455,7 +422,7 @@ func (x *exchange) decide(end bodyEnd) (bool, error) {
 	}
 	pieces := chunked(d.Body)
 	for i, p := range pieces {
-		if err := x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		if err := x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: streamed(p, end == bodyEnds && i == len(pieces)-1)}}); err != nil {
 			return true, err
 		}
@@ -474,9 +441,8 @@ func (x *exchange) releaseBody() {
 	x.held = 0
 }
 
-// maxChunk bounds each body piece sent back. The protocol recommends at
-// most 64 KiB a piece: a gateway's gRPC client may refuse larger messages
-// (gRPC's Go client refuses over 4 MiB by default).
+// maxChunk bounds each body piece sent back, as the protocol recommends: a
+// gateway's gRPC client may refuse larger messages.
 const maxChunk = 64 << 10
 
 // chunked splits the body's pieces into pieces of at most maxChunk; an
@@ -484,15 +450,11 @@ const maxChunk = 64 << 10
 func chunked(body [][]byte) [][]byte {
 	var out [][]byte
 	for _, p := range body {
-		for len(p) > maxChunk {
-			out = append(out, p[:maxChunk])
-			p = p[maxChunk:]
-		}
-		if len(p) > 0 {
-			out = append(out, p)
+		for ; len(p) > 0; p = p[min(len(p), maxChunk):] {
+			out = append(out, p[:min(len(p), maxChunk)])
 		}
 	}
-	if len(out) == 0 {
+	if out == nil {
 		out = [][]byte{nil}
 	}
 	return out
@@ -536,11 +498,6 @@ func subsetHint(md *corev3.Metadata) []string {
 	return out
 }
 
-func noEndpoint() *proxy.Refusal {
-	return &proxy.Refusal{Status: http.StatusServiceUnavailable, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: []byte(`{"error":{"message":"no endpoint of the gateway's subset can serve this request","type":"service_unavailable","param":null,"code":"no_instance"}}`)}
-}
-
 // immediate answers the request in the picker's place and counts it
 // rejected, as the proxy counts its refusals.
 func (x *exchange) immediate(r *proxy.Refusal) error {
@@ -555,12 +512,10 @@ func (x *exchange) immediate(r *proxy.Refusal) error {
 			mut.SetHeaders = append(mut.SetHeaders, header(strings.ToLower(k), v))
 		}
 	}
-	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+	return x.stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode(r.Status)},
 			Headers: mut, Body: r.Body}}})
 }
-
-func (x *exchange) send(r *extprocv3.ProcessingResponse) error { return x.stream.Send(r) }
 
 func streamed(b []byte, end bool) *extprocv3.BodyResponse {
 	return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{

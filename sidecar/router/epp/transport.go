@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
@@ -32,16 +34,6 @@ const (
 	handshakeTimeout = 10 * time.Second
 )
 
-// keepalive: a gateway's connection is long-lived and multiplexes its
-// streams. A connection idle for 5 minutes is closed (the gateway opens
-// another), a silent peer is found within a minute and a half, and pings
-// closer than 10 s apart (Envoy's HTTP/2 keepalive is configured in
-// seconds and more) are refused, as gRPC refuses a ping flood.
-var (
-	keepaliveServer      = keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}
-	keepaliveEnforcement = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
-)
-
 // NewGRPCServer is the protocol's gRPC server with s registered: TLS with
 // a required client certificate when tlsConfig is not nil (ServerTLS),
 // plaintext otherwise, and the transport's bounds.
@@ -51,14 +43,20 @@ func NewGRPCServer(s *Server, tlsConfig *tls.Config) *grpc.Server {
 		grpc.MaxHeaderListSize(maxGRPCHeaderList),
 		grpc.MaxConcurrentStreams(uint32(s.opts.MaxStreams)),
 		grpc.ConnectionTimeout(handshakeTimeout),
-		grpc.KeepaliveParams(keepaliveServer),
-		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement),
+		// A gateway's connection is long-lived and multiplexes its streams:
+		// one idle for 5 minutes is closed (the gateway opens another), a
+		// silent peer is found within a minute and a half, and pings closer
+		// than 10 s apart (Envoy configures its keepalive in seconds and
+		// more) are refused as a ping flood.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	g := grpc.NewServer(opts...)
-	s.Register(g)
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	healthpb.RegisterHealthServer(g, s)
 	return g
 }
 
@@ -74,7 +72,7 @@ func ServerTLS(ctx context.Context, certFile, keyFile, caFile string, log logr.L
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	cas := &clientCAs{file: caFile, log: log}
-	if _, err := cas.reload(); err != nil {
+	if err := cas.reload(); err != nil {
 		return nil, err
 	}
 	go func() {
@@ -110,7 +108,7 @@ type clientCAs struct {
 }
 
 func (c *clientCAs) current() *x509.CertPool {
-	if _, err := c.reload(); err != nil {
+	if err := c.reload(); err != nil {
 		c.log.Error(err, "client CA bundle not reloaded; the last good one stays")
 	}
 	c.mu.Lock()
@@ -119,24 +117,24 @@ func (c *clientCAs) current() *x509.CertPool {
 }
 
 // reload reads the file when it changed since the last good read.
-func (c *clientCAs) reload() (changed bool, err error) {
+func (c *clientCAs) reload() error {
 	fi, err := os.Stat(c.file)
 	if err != nil {
-		return false, fmt.Errorf("client CA bundle: %w", err)
+		return fmt.Errorf("client CA bundle: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seen != nil && os.SameFile(c.seen, fi) && c.seen.ModTime().Equal(fi.ModTime()) && c.seen.Size() == fi.Size() {
-		return false, nil
+		return nil
 	}
 	pem, err := os.ReadFile(c.file)
 	if err != nil {
-		return false, fmt.Errorf("client CA bundle: %w", err)
+		return fmt.Errorf("client CA bundle: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return false, fmt.Errorf("client CA bundle %s: no PEM certificate in it", c.file)
+		return fmt.Errorf("client CA bundle %s: no PEM certificate in it", c.file)
 	}
 	c.seen, c.pool = fi, pool
-	return true, nil
+	return nil
 }

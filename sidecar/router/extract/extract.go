@@ -26,9 +26,9 @@ type Limits struct {
 	// Window is the routing window: characters of message text on the
 	// OpenAI API, bytes of the raw body on /invocations.
 	Window int
-	// Lookahead is how many more bytes of text to keep past the window.
-	// Bytes, not characters: it only feeds block hashing, and counting
-	// characters over tens of kilobytes would double the extraction time.
+	// Lookahead is how many more bytes of text to keep past the window:
+	// bytes, not characters, as it only feeds block hashing and counting
+	// characters over tens of kilobytes would cost as much as the rest.
 	Lookahead int
 }
 
@@ -102,12 +102,11 @@ func ValidTenant(id string) error {
 	return nil
 }
 
-// Invocations extracts from the native invoke API (vLLM's /invocations,
-// which reads the body as a chat or completions request): the routing text
-// is its first bytes, and the body must be a JSON object, read whole for
-// its stream flag and its tenant claims, as on the OpenAI paths. A body
-// the router cannot read is refused: forwarded as it came, vLLM might read
-// it (see jsonText) with the client's own cache_salt.
+// Invocations extracts from vLLM's /invocations, which reads the body as
+// a chat or completions request: the routing text is its first bytes, and
+// the body must be a JSON object, read for its stream flag and tenant
+// claims. A body the router cannot read is refused: forwarded as it came,
+// vLLM might read it (see jsonText) with the client's own cache_salt.
 func Invocations(body []byte, tenant string, lim Limits) (Request, error) {
 	if err := ValidTenant(tenant); err != nil {
 		return Request{}, err
@@ -122,11 +121,9 @@ func Invocations(body []byte, tenant string, lim Limits) (Request, error) {
 	return req, nil
 }
 
-// readObject reads a body that must be one JSON object (after jsonText)
-// into req: the members every inference body has alike (sharedMember),
-// then those member reads (reporting whether it did; nil for none),
-// skipping the rest. It returns the body without a byte order mark.
-func readObject(body []byte, req *Request, member func(s *scanner, key jsonString) (bool, error)) ([]byte, error) {
+// openObject is a scanner at the start of a body that must be one JSON
+// object, after jsonText.
+func openObject(body []byte) (*scanner, error) {
 	body, err := jsonText(body)
 	if err != nil {
 		return nil, err
@@ -135,7 +132,19 @@ func readObject(body []byte, req *Request, member func(s *scanner, key jsonStrin
 	if s.peek() != '{' {
 		return nil, s.fail("the body must be a JSON object")
 	}
-	err = s.object(0, func(key jsonString) error {
+	return s, nil
+}
+
+// readObject reads a body that must be one JSON object into req: the
+// members every inference body has alike (sharedMember), then those member
+// reads (reporting whether it did; nil for none), skipping the rest. It
+// returns the body without a byte order mark.
+func readObject(body []byte, req *Request, member func(s *scanner, key jsonString) (bool, error)) ([]byte, error) {
+	s, err := openObject(body)
+	if err != nil {
+		return nil, err
+	}
+	err = s.object(func(key jsonString) error {
 		if ok, err := s.sharedMember(key, req); ok {
 			return err
 		}
@@ -153,7 +162,7 @@ func readObject(body []byte, req *Request, member func(s *scanner, key jsonStrin
 	if s.peek() != 0 {
 		return nil, s.fail("trailing data after the JSON object")
 	}
-	return body, nil
+	return s.data, nil
 }
 
 // sharedMember reads the top-level members every inference body has alike
@@ -201,9 +210,10 @@ const (
 )
 
 // OpenAI extracts from a chat or completions body. tenant (from the
-// request headers or the authentication, already) is validated and kept;
-// the body's own claims are returned apart, for ClaimBodyTenant. The text of the messages is gathered in message order, each message's
-// fields in a fixed order, so JSON whitespace and key order do not matter.
+// headers or the authentication) is validated and kept; the body's own
+// claims are returned apart, for ClaimBodyTenant. The messages' text is
+// gathered in message order, each message's fields in a fixed order, so
+// JSON whitespace and key order do not matter.
 func OpenAI(kind Kind, body []byte, tenant string, lim Limits) (Request, error) {
 	if err := ValidTenant(tenant); err != nil {
 		return Request{}, err
@@ -282,33 +292,31 @@ func (s *scanner) optString(field string) (string, error) {
 		}
 		return string(appendDecoded(nil, v.raw)), nil
 	}
-	if _, err := s.skip(1); err != nil {
-		return "", err
+	return "", s.wrongType(1, field, "must be a string")
+}
+
+// wrongType skips a value of the wrong type at depth: a syntax error in it
+// is reported first, then the field's.
+func (s *scanner) wrongType(depth int, field, msg string) error {
+	if _, err := s.skip(depth); err != nil {
+		return err
 	}
-	return "", &fieldError{field: field, msg: "must be a string"}
+	return &fieldError{field: field, msg: msg}
 }
 
 // messages reads the chat messages, appending each one's text.
 func (s *scanner) messages(tb *textBuilder) error {
 	if s.peek() != '[' {
-		_, err := s.skip(1)
-		if err != nil {
-			return err
-		}
-		return &fieldError{field: "messages", msg: "must be an array"}
+		return s.wrongType(1, "messages", "must be an array")
 	}
-	return s.array(1, func() error {
+	return s.array(func() error {
 		if s.peek() != '{' {
-			_, err := s.skip(2)
-			if err != nil {
-				return err
-			}
-			return &fieldError{field: "messages", msg: "each message must be an object"}
+			return s.wrongType(2, "messages", "each message must be an object")
 		}
 		var role, name, toolCallID, content jsonString
 		var parts, toolCalls, refusal []byte
 		var contentSize int
-		err := s.object(2, func(key jsonString) error {
+		err := s.object(func(key jsonString) error {
 			var err error
 			switch {
 			case key.is("role"):
@@ -389,14 +397,14 @@ func (s *scanner) content(depth int, tb *textBuilder) (int, error) {
 		return 0, err
 	}
 	size := 0
-	err := s.array(depth, func() error {
+	err := s.array(func() error {
 		if s.peek() != '{' {
 			v, err := s.skip(depth + 1)
 			tb.addString(jsonString{raw: v})
 			return err
 		}
 		var typ, text, media jsonString
-		err := s.object(depth+1, func(key jsonString) error {
+		err := s.object(func(key jsonString) error {
 			var err error
 			switch {
 			case key.is("type"):
@@ -406,7 +414,7 @@ func (s *scanner) content(depth int, tb *textBuilder) (int, error) {
 			case s.peek() == '{':
 				// image_url, input_audio, file, video_url…: their
 				// identifying string (url, data, file_id, file_data).
-				err = s.object(depth+2, func(k jsonString) error {
+				err = s.object(func(k jsonString) error {
 					if media.raw == nil && (k.is("url") || k.is("data") || k.is("file_id") || k.is("file_data")) {
 						var err error
 						media, err = s.strOrSkip(depth + 3)
@@ -443,18 +451,18 @@ func emitToolCalls(raw []byte, tb *textBuilder) {
 	if s.peek() != '[' {
 		return
 	}
-	_ = s.array(0, func() error {
+	_ = s.array(func() error {
 		var name, args jsonString
 		if s.peek() != '{' {
 			_, err := s.skip(1)
 			return err
 		}
-		err := s.object(1, func(key jsonString) error {
+		err := s.object(func(key jsonString) error {
 			if !key.is("function") || s.peek() != '{' {
 				_, err := s.skip(2)
 				return err
 			}
-			return s.object(2, func(k jsonString) error {
+			return s.object(func(k jsonString) error {
 				var err error
 				switch {
 				case k.is("name"):
@@ -479,23 +487,24 @@ func emitToolCalls(raw []byte, tb *textBuilder) {
 // prompt reads a completions prompt: a string, an array of strings, an
 // array of token ids, or an array of arrays of token ids.
 func (s *scanner) prompt(tb *textBuilder) error {
-	switch s.peek() {
-	case '"':
+	text := func() error {
 		v, err := s.str()
 		tb.addString(v)
 		tb.prompt += v.size
 		return err
+	}
+	switch s.peek() {
+	case '"':
+		return text()
 	case '[':
-		return s.array(1, func() error {
+		return s.array(func() error {
 			switch s.peek() {
 			case '"':
-				v, err := s.str()
-				tb.addString(v)
-				tb.prompt += v.size
+				err := text()
 				tb.addByte(sepMessage)
 				return err
 			case '[':
-				err := s.array(2, func() error { return s.tokenID(tb) })
+				err := s.array(func() error { return s.tokenID(tb) })
 				tb.addByte(sepMessage)
 				return err
 			default:
@@ -503,19 +512,12 @@ func (s *scanner) prompt(tb *textBuilder) error {
 			}
 		})
 	}
-	if _, err := s.skip(1); err != nil {
-		return err
-	}
-	return &fieldError{field: "prompt", msg: "must be a string, an array of strings or an array of token ids"}
+	return s.wrongType(1, "prompt", "must be a string, an array of strings or an array of token ids")
 }
 
 func (s *scanner) tokenID(tb *textBuilder) error {
 	if c := s.peek(); c != '-' && (c < '0' || c > '9') {
-		// Valid JSON of the wrong type, such as [{}].
-		if _, err := s.skip(3); err != nil {
-			return err
-		}
-		return &fieldError{field: "prompt", msg: "token ids must be integers"}
+		return s.wrongType(3, "prompt", "token ids must be integers") // such as [{}]
 	}
 	start := s.pos
 	if err := s.number(); err != nil {
@@ -616,12 +618,10 @@ func (tb *textBuilder) add(b []byte) {
 	}
 }
 
-// copyPiece is under the 2 KiB from which Go's memmove (Go 1.26, amd64)
-// copies to a 16-byte aligned destination with REP MOVSQ on Intel CPUs.
-// That ran at a quarter of the speed of its vector loop here (a Xeon of
-// the Sapphire Rapids kind) when the source was not aligned alike, which
-// text inside a body mostly is not: the 32 KiB lookahead took 1.4 µs in one
-// copy and 0.4 µs in pieces, a tenth of a routing decision.
+// copyPiece is under the 2 KiB from which Go's amd64 memmove copies with
+// REP MOVSQ, which on recent Intel Xeons runs several times slower than its
+// vector loop when source and destination are aligned differently, as text
+// inside a body mostly is.
 const copyPiece = 2<<10 - 1
 
 // appendInPieces appends src to dst in pieces of at most copyPiece bytes.
@@ -635,8 +635,7 @@ func appendInPieces(dst, src []byte) []byte {
 
 // countWindow counts the characters at the start of b into the window until
 // it is full or b ends, and returns how many bytes they take, for the
-// caller to copy together: a copy per non-ASCII character made CJK text
-// cost twice as much.
+// caller to copy at once rather than a character at a time.
 func (tb *textBuilder) countWindow(b []byte) int {
 	n := 0
 	for n < len(b) && !tb.windowDone() {
@@ -654,10 +653,8 @@ func (tb *textBuilder) countWindow(b []byte) int {
 	return n
 }
 
-// asciiPrefix is the length of b's leading run of ASCII bytes. The window
-// is thousands of characters, so whole 32-byte blocks are tested first with
-// one branch each (four words OR-ed together), which takes a third of the
-// time of a branch per word; words and bytes finish the run.
+// asciiPrefix is the length of b's leading run of ASCII bytes: 32-byte
+// blocks first, with one branch for four words, then words and bytes.
 func asciiPrefix(b []byte) int {
 	n := 0
 	for ; n+32 <= len(b); n += 32 {

@@ -9,13 +9,10 @@ import (
 	"unicode/utf8"
 )
 
-// scanner is a small validating JSON reader over a byte slice. It exists
-// because the routing decision must read a 64 KiB body in a few
-// microseconds: encoding/json would allocate the whole document, whereas
-// this only skips what the router does not need (strings are skipped with
-// bytes.IndexByte, in time linear in their length whatever their escapes)
-// and decodes the few strings it keeps, only as far as the routing text
-// needs.
+// scanner is a validating JSON reader over a byte slice that builds no
+// tree: it skips what routing does not need, in time linear in its length
+// whatever its escapes, and decodes only the text it keeps. encoding/json
+// would allocate the whole document on every request.
 //
 // It checks structure, literals and escapes, but not control characters or
 // UTF-8 inside strings: the backend parses the body anyway and reports
@@ -23,8 +20,8 @@ import (
 type scanner struct {
 	data []byte
 	pos  int
-	// keyStart is where the key of the member being read began (for
-	// SaltedBody, which cuts members out whole).
+	// keyStart is where the current member's key began (SaltedBody cuts
+	// members out whole).
 	keyStart int
 }
 
@@ -91,19 +88,17 @@ func (v jsonString) is(name string) bool {
 }
 
 // str reads a string in one pass, validating its escapes and counting its
-// decoded size. No byte is searched more than twice for either character:
-// q is the next quote at or after pos (searched again only once an escaped
-// quote has been passed; see nextQuote) and the search for a backslash
-// stops at q. Searching again for the quote after every escape made
+// decoded size. q is the next quote at or after pos, searched again only
+// once an escaped quote has been passed, and the search for a backslash
+// stops at q: searching for the quote after every escape would make
 // escape-heavy strings cost their length squared.
 func (s *scanner) str() (jsonString, error) {
 	if err := s.expect('"'); err != nil {
 		return jsonString{}, err
 	}
 	data := s.data
-	// The size lives in a local until the string ends: fields of a
-	// jsonString updated in the loop were kept on the stack, and reading
-	// them back as a whole at the return cost a stall on every string.
+	// The size stays in a local, not a jsonString field, so that it lives
+	// in a register.
 	start, pos, q := s.pos, s.pos, -1
 	size := 0
 	for {
@@ -132,8 +127,7 @@ func (s *scanner) str() (jsonString, error) {
 				s.pos = q + 1
 				size += q - pos
 				// Every escape decodes to fewer bytes than it takes, so
-				// the string has one exactly when it shrinks; a flag set
-				// in the loop was stored on every escape.
+				// the string has one exactly when it shrinks.
 				return jsonString{raw: data[start:q], size: size, escaped: size < q-start}, nil
 			}
 			size += i
@@ -150,9 +144,9 @@ func (s *scanner) str() (jsonString, error) {
 			continue
 		}
 		// A run of \uXXXX outside the surrogates, the bulk of text
-		// escaped as ASCII, is decoded here; the rest by escapeSize. The
-		// quote at q is no hex digit, so an escape that ends by q is in
-		// the string.
+		// escaped as ASCII, is sized here; the rest by escape. The quote
+		// at q is no hex digit, so an escape that ends by q is in the
+		// string.
 		for pos+6 <= q && data[pos] == '\\' && data[pos+1] == 'u' {
 			a, b, c, d := hexDigits[data[pos+2]], hexDigits[data[pos+3]], hexDigits[data[pos+4]], hexDigits[data[pos+5]]
 			r := a<<12 | b<<8 | c<<4 | d
@@ -172,31 +166,25 @@ func (s *scanner) str() (jsonString, error) {
 		if pos >= q || data[pos] != '\\' {
 			continue
 		}
-		n, w := escapeSize(data[pos:])
+		r, w := escape(data[pos:])
 		if w == 0 {
 			s.pos = pos
 			return jsonString{}, s.fail("bad \\u escape")
 		}
-		size += n
+		size += utf8.RuneLen(r)
 		pos += w
 	}
 }
 
 // quoteBlock is the size of the blocks in which nextQuote looks for a quote
-// and then for a backslash. A 64 KiB string does not fit in L1: searched
-// to its end for the quote and then again for backslashes, it was read
-// twice from L2 or L3; a 4 KiB block is still in L1 when searched the second
-// time. (A 62 KiB string read from L3: 4.2 µs in two whole passes, 3.5 µs
-// in blocks; no change once it is in L2.)
+// and then for a backslash: a block is still in L1 cache when searched the
+// second time, where a whole long string would be read twice from L2 or L3.
 const quoteBlock = 4 << 10
 
 // nextQuote returns the position of the first quote at or after pos (-1 if
-// there is none) and how many bytes from pos on it has found to hold
-// neither a quote nor a backslash, which the caller need not search again.
-// Blocks are searched until one holds a quote or a backslash; after a
-// backslash the quote is searched for in the rest of data at once, so that
-// no byte is searched for the quote more than twice (in the block, then in
-// the rest), however many escapes the string holds.
+// none) and how many bytes from pos it found to hold neither a quote nor a
+// backslash. After a block with a backslash the rest is searched at once,
+// so no byte is searched for the quote more than twice.
 func nextQuote(data []byte, pos int) (q, plain int) {
 	start := pos
 	for pos+quoteBlock < len(data) {
@@ -246,37 +234,8 @@ func indexBackslash(b []byte) int {
 	return -1
 }
 
-// escapeSize returns the decoded size and the length of the escape at the
-// start of raw (raw[0] is a backslash), or a length of 0 if it is invalid.
-// It is escape without building the rune, for the scanner's hot loop.
-func escapeSize(raw []byte) (size, width int) {
-	if len(raw) < 2 {
-		return 0, 0
-	}
-	if raw[1] != 'u' {
-		if simpleEscapes[raw[1]] == 0 {
-			return 0, 0
-		}
-		return 1, 2
-	}
-	r := u4(raw)
-	switch {
-	case r < 0:
-		return 0, 0
-	case r < 0x80:
-		return 1, 6
-	case r < 0x800:
-		return 2, 6
-	case r&0xfc00 == 0xd800 && len(raw) >= 12:
-		if r2 := u4(raw[6:]); r2&0xfc00 == 0xdc00 { // r2 < 0 is not a low half
-			return 4, 12
-		}
-	}
-	return 3, 6 // the rest of the BMP, or U+FFFD for half a surrogate pair
-}
-
 // simpleEscapes maps the byte after a backslash to what it stands for, 0
-// for none (and for u, handled apart).
+// for none and for u.
 var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // escape decodes the escape at the start of raw (raw[0] is a backslash):
@@ -346,9 +305,9 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	case c == '"':
 		_, err = s.str()
 	case c == '{':
-		err = s.object(depth, func(jsonString) error { _, err := s.skip(depth + 1); return err })
+		err = s.object(func(jsonString) error { _, err := s.skip(depth + 1); return err })
 	case c == '[':
-		err = s.array(depth, func() error { _, err := s.skip(depth + 1); return err })
+		err = s.array(func() error { _, err := s.skip(depth + 1); return err })
 	case c == 't':
 		err = s.literal("true")
 	case c == 'f':
@@ -367,9 +326,8 @@ func (s *scanner) skip(depth int) ([]byte, error) {
 	return s.data[start:s.pos], err
 }
 
-// errNonStandardNumber refuses the numbers Python's json reads and JSON
-// has not (NaN, Infinity, -Infinity): vLLM would read such a body, so the
-// client is told why the router does not.
+// errNonStandardNumber tells the client why the router refuses NaN and
+// Infinity, which Python's json, and so vLLM, would read.
 const errNonStandardNumber = "NaN and Infinity are not JSON numbers"
 
 // maxDepth bounds nesting so hostile bodies cannot exhaust the stack.
@@ -384,7 +342,6 @@ func (s *scanner) literal(lit string) error {
 }
 
 func (s *scanner) number() error {
-	start := s.pos
 	if s.pos < len(s.data) && s.data[s.pos] == '-' {
 		s.pos++
 	}
@@ -418,15 +375,12 @@ func (s *scanner) number() error {
 			return s.fail("bad number")
 		}
 	}
-	if s.pos == start {
-		return s.fail("bad number")
-	}
 	return nil
 }
 
 // object reads {…}, calling member for each key with the scanner positioned
 // at the value, which member must consume.
-func (s *scanner) object(depth int, member func(key jsonString) error) error {
+func (s *scanner) object(member func(key jsonString) error) error {
 	if err := s.expect('{'); err != nil {
 		return err
 	}
@@ -460,7 +414,7 @@ func (s *scanner) object(depth int, member func(key jsonString) error) error {
 }
 
 // array reads […], calling elem with the scanner at each element.
-func (s *scanner) array(depth int, elem func() error) error {
+func (s *scanner) array(elem func() error) error {
 	if err := s.expect('['); err != nil {
 		return err
 	}

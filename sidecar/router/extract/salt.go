@@ -6,31 +6,24 @@ import (
 	"unicode/utf8"
 )
 
-// SaltedBody returns the body of a request (one OpenAI or Invocations
-// accepted) as it goes to vLLM, without a UTF-8 byte order mark: with "cache_salt" set to salt as its only
-// cache_salt member (none when salt is ""), and without the client's own
-// cache_salt and prompt_cache_key members when tenantFields (Request's
-// TenantFields) says it has some. vLLM keeps a salted request's KV blocks
-// apart from every request with another salt or none, so the salt must be
-// the router's alone: with a client's second cache_salt member (null
-// included) vLLM would take whichever came last.
+// SaltedBody returns a body that OpenAI or Invocations accepted as it goes
+// to vLLM, without a UTF-8 byte order mark: with "cache_salt" set to salt
+// (none when salt is ""), and without the client's own cache_salt and
+// prompt_cache_key members when tenantFields (Request.TenantFields) says it
+// has some. vLLM keeps KV blocks of different salts apart and takes the
+// last cache_salt member, so the router's must be the only one.
 //
 // The result is the body's own bytes cut into pieces around the members
-// taken out and the one put in, never a copy: the router holds a body
-// within its buffer budget, and a second copy of each would hold twice what
-// the budget counts. Only the cache_salt member is new (under 100 bytes).
-// Without tenant fields the rest is left byte for byte; with them the
-// whitespace between top-level members is dropped.
+// taken out and the one put in, never a copy: a second copy would hold
+// twice what the router's buffer budget counts. Without tenant fields the
+// rest is left byte for byte; with them the whitespace between top-level
+// members is dropped.
 func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
-	body, err := jsonText(body) // as Request was read
+	s, err := openObject(body) // as Request was read
 	if err != nil {
 		return nil, err
 	}
-	s := &scanner{data: body}
-	if s.peek() != '{' {
-		return nil, s.fail("the body must be a JSON object")
-	}
-	open := s.pos + 1
+	body, open := s.data, s.pos+1
 	var member []byte
 	if salt != "" {
 		member = append(appendQuoted(append(make([]byte, 0, len(salt)+16), `"cache_salt":`...), salt), ',')
@@ -46,7 +39,7 @@ func SaltedBody(body []byte, salt string, tenantFields bool) ([][]byte, error) {
 	// member (key to the end of its value) with a comma, then '}' and
 	// what followed it.
 	out := [][]byte{body[:open], member}
-	err = s.object(0, func(key jsonString) error {
+	err = s.object(func(key jsonString) error {
 		start := s.keyStart
 		if _, err := s.skip(1); err != nil {
 			return err
