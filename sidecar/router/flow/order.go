@@ -14,6 +14,7 @@ type flow struct {
 	weight    float64
 	prio      int // its tenant's, for the headroom
 	maxQueued int
+	lm        *limiter // nil: no rate limit
 	m         *tenantMetrics
 	d         demand
 	// vt is the flow's virtual time: the weighted service in tokens it has
@@ -112,7 +113,7 @@ func (o *order) push(w *waiter) {
 	o.n++
 	w.fl.queued++
 	w.fl.queuedTokens += w.tokens
-	w.fl.m.setQueued(w.fl.queued)
+	w.fl.m.queued.Set(float64(w.fl.queued))
 }
 
 func (o *order) remove(w *waiter) {
@@ -122,7 +123,7 @@ func (o *order) remove(w *waiter) {
 	o.n--
 	w.fl.queued--
 	w.fl.queuedTokens -= w.tokens
-	w.fl.m.setQueued(w.fl.queued)
+	w.fl.m.queued.Set(float64(w.fl.queued))
 	if len(fq.ws) > 0 {
 		return
 	}

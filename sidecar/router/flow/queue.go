@@ -37,22 +37,9 @@ func (r Reason) Status() int {
 	return 503
 }
 
-func (r Reason) unit() string {
-	if r == ReasonTokens {
-		return "tokens"
-	}
-	return "requests"
-}
-
-var (
-	// ErrShed matches a Refusal that shed a request from the queue.
-	ErrShed = errors.New("shed from the queue")
-	// ErrDeadline matches a Refusal of a request that waited its deadline out.
-	ErrDeadline = errors.New("queue deadline passed")
-	// ErrRetry is Wait's answer when capacity freed since the caller last
-	// looked for room: it looks again rather than waits.
-	ErrRetry = errors.New("capacity freed since the request looked for room: try again")
-)
+// ErrRetry is Wait's answer when capacity freed since the caller last
+// looked for room: it looks again rather than waits.
+var ErrRetry = errors.New("capacity freed since the request looked for room: try again")
 
 // Refusal is Wait's answer for a request it did not release.
 type Refusal struct {
@@ -79,15 +66,6 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("refused (%s); retry after %v", r.Reason, r.RetryAfter)
 }
 
-// Is makes errors.Is(err, ErrDeadline) true for a deadline and
-// errors.Is(err, ErrShed) for the other refusals.
-func (r *Refusal) Is(target error) bool {
-	if r.Reason == ReasonDeadline {
-		return target == ErrDeadline
-	}
-	return target == ErrShed
-}
-
 // Queued is a request that found no instance with room.
 type Queued struct {
 	Tenant string
@@ -95,9 +73,6 @@ type Queued struct {
 	Priority int
 	// Tokens is the request's estimate, its cost to its tenant's share.
 	Tokens int64
-	// Deadline is the caller's own, zero for none; the request waits until
-	// it or QueueTimeout from now, whichever is sooner.
-	Deadline time.Time
 	// Epoch is Controller.Epoch read before the placement that failed.
 	Epoch int64
 	// Ticket is the request's, counted as Started when it is released.
@@ -109,12 +84,11 @@ type Queued struct {
 func (c *Controller) Epoch() int64 { return c.epoch.Load() }
 
 // Waiting is the number of queued requests (and, for a moment, one
-// arriving); MayPlace says whether an arrival may pass them.
+// arriving).
 func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 
-// Wait queues a request until capacity frees for it, its deadline passes
-// (a Refusal matching ErrDeadline), it is shed (a Refusal matching
-// ErrShed), or ctx ends (ctx.Err()). On nil the caller places the request
+// Wait queues a request until capacity frees for it, it waits QueueTimeout
+// out or is shed (a Refusal), or ctx ends (ctx.Err()). On nil the caller places the request
 // at once, even over an instance's threshold if another took the room in
 // between: it waited its turn. Wait answers ErrRetry at once when capacity
 // freed since the caller read req.Epoch: the caller reads the epoch again
@@ -156,9 +130,6 @@ func (c *Controller) arriveLocked(req Queued) (*waiter, time.Time, error) {
 	e := c.snap.Load().lookup(req.Tenant)
 	w := &waiter{tenant: req.Tenant, fl: e.fl, prio: min(req.Priority, e.lim.Priority), tokens: max(req.Tokens, 0),
 		deadline: now.Add(c.cfg.QueueTimeout), ticket: req.Ticket, done: make(chan struct{})}
-	if !req.Deadline.IsZero() && req.Deadline.Before(w.deadline) {
-		w.deadline = req.Deadline
-	}
 	var refused *Refusal
 	if !w.deadline.After(now) {
 		refused = c.refusalLocked(ReasonDeadline, e.fl)
@@ -284,7 +255,7 @@ func (c *Controller) releaseLocked(n int, now time.Time, ok func(*waiter) bool) 
 		c.waiting.Add(-1)
 		c.vnow = max(c.vnow, w.fl.vt)
 		w.fl.vt += float64(max(w.tokens, 1)) / w.fl.weight
-		w.fl.m.waited(now.Sub(w.enqueued))
+		w.fl.m.wait.Observe(now.Sub(w.enqueued).Seconds())
 		if !c.lastOut.IsZero() {
 			// A moving average over about ten releases: recent enough to
 			// follow the fleet's pace, long enough to ride out one burst.
@@ -317,7 +288,7 @@ func (c *Controller) resolve(w *waiter, err error) {
 
 // refusalLocked answers a request of fl refused for r, and counts it.
 func (c *Controller) refusalLocked(r Reason, fl *flow) *Refusal {
-	fl.m.shed(r)
+	fl.m.shed.WithLabelValues(string(r)).Inc()
 	retry := time.Duration(float64(c.q.n) * c.drain * float64(time.Second))
 	if c.lastOut.IsZero() {
 		retry = c.cfg.QueueTimeout // nothing released yet: no pace to go by
@@ -333,7 +304,7 @@ func (c *Controller) requeueLocked(s *snapshot, now time.Time) {
 	c.q = order{}
 	for _, fl := range c.flows {
 		fl.queued, fl.queuedTokens = 0, 0
-		fl.m.setQueued(0)
+		fl.m.queued.Set(0)
 	}
 	for _, w := range ws {
 		e := s.lookup(w.tenant)
