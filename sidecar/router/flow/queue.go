@@ -12,19 +12,12 @@ type Reason string
 
 // The reasons, each with its HTTP status (Reason.Status).
 const (
-	// ReasonRequests: the tenant's requests per minute (429).
-	ReasonRequests Reason = "requests"
-	// ReasonTokens: the tenant's tokens per minute (429).
-	ReasonTokens Reason = "tokens"
-	// ReasonTenantQueueFull: the tenant has its maxQueued queued (429).
-	ReasonTenantQueueFull Reason = "tenant_queue_full"
-	// ReasonNotQueued: the tenant's maxQueued is 0 and the fleet is full (503).
-	ReasonNotQueued Reason = "not_queued"
-	// ReasonPressure: the queue over all tenants was full and this request
-	// ranked lowest (503).
-	ReasonPressure Reason = "pressure"
-	// ReasonDeadline: the request waited its deadline out (503).
-	ReasonDeadline Reason = "deadline"
+	ReasonRequests        Reason = "requests"          // over its requests per minute (429)
+	ReasonTokens          Reason = "tokens"            // over its tokens per minute (429)
+	ReasonTenantQueueFull Reason = "tenant_queue_full" // its tenant has maxQueued queued (429)
+	ReasonNotQueued       Reason = "not_queued"        // the fleet is full, and its maxQueued 0 (503)
+	ReasonPressure        Reason = "pressure"          // the queue over all tenants was full; it ranked lowest (503)
+	ReasonDeadline        Reason = "deadline"          // it waited its deadline out (503)
 )
 
 // Status is the HTTP status a request refused for r is answered with: 429
@@ -88,12 +81,11 @@ func (c *Controller) Epoch() int64 { return c.epoch.Load() }
 func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 
 // Wait queues a request until capacity frees for it, it waits QueueTimeout
-// out or is shed (a Refusal), or ctx ends (ctx.Err()). On nil the caller places the request
-// at once, even over an instance's threshold if another took the room in
-// between: it waited its turn. Wait answers ErrRetry at once when capacity
-// freed since the caller read req.Epoch: the caller reads the epoch again
-// and tries to place the request where there is room, which another may
-// have taken already, before it waits.
+// out or is shed (a Refusal), or ctx ends (ctx.Err()). On nil the caller
+// places the request at once, even over an instance's threshold if another
+// took the room in between: it waited its turn. Wait answers ErrRetry at
+// once when capacity freed since the caller read req.Epoch: the caller reads
+// the epoch again and tries to place the request before it waits.
 func (c *Controller) Wait(ctx context.Context, req Queued) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -163,9 +155,7 @@ func (c *Controller) leave(w *waiter, gone error) error {
 		c.shedLocked(w, ReasonDeadline)
 		return w.err
 	}
-	c.noteLocked(w.fl, now)
-	c.q.remove(w)
-	c.waiting.Add(-1)
+	c.dequeueLocked(w, now)
 	c.resolve(w, gone)
 	return gone
 }
@@ -213,11 +203,7 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	c.expireLocked(now)
 	fl := w.fl
 	if fl.queued >= fl.maxQueued {
-		r := ReasonTenantQueueFull
-		if fl.maxQueued == 0 {
-			r = ReasonNotQueued
-		}
-		return c.refusalLocked(r, fl)
+		return c.refusalLocked(fl.full(), fl)
 	}
 	if fl.queued == 0 {
 		fl.vt = max(fl.vt, c.vnow)
@@ -228,7 +214,7 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	c.q.push(w)
 	fl.changed()
 	if c.q.n > c.cfg.MaxQueued {
-		if v := c.q.victim(); v != w {
+		if v := c.q.victim(nil); v != w {
 			c.shedLocked(v, ReasonPressure)
 		} else {
 			c.q.remove(w)
@@ -249,10 +235,8 @@ func (c *Controller) releaseLocked(n int, now time.Time, ok func(*waiter) bool) 
 		if w == nil {
 			break
 		}
-		c.noteLocked(w.fl, now)
-		c.q.remove(w)
+		c.dequeueLocked(w, now)
 		c.startLocked(w.ticket, now)
-		c.waiting.Add(-1)
 		c.vnow = max(c.vnow, w.fl.vt)
 		w.fl.vt += float64(max(w.tokens, 1)) / w.fl.weight
 		w.fl.m.wait.Observe(now.Sub(w.enqueued).Seconds())
@@ -273,11 +257,15 @@ func (c *Controller) expireLocked(now time.Time) {
 	}
 }
 
-// shedLocked takes a queued request out and answers it r.
-func (c *Controller) shedLocked(w *waiter, r Reason) {
-	c.noteLocked(w.fl, c.clock())
+func (c *Controller) dequeueLocked(w *waiter, now time.Time) {
+	c.noteLocked(w.fl, now)
 	c.q.remove(w)
 	c.waiting.Add(-1)
+}
+
+// shedLocked takes a queued request out and answers it r.
+func (c *Controller) shedLocked(w *waiter, r Reason) {
+	c.dequeueLocked(w, c.clock())
 	c.resolve(w, c.refusalLocked(r, w.fl))
 }
 
@@ -315,18 +303,12 @@ func (c *Controller) requeueLocked(s *snapshot, now time.Time) {
 		c.q.push(w)
 	}
 	for _, w := range ws {
-		if fl := w.fl; fl.queued > fl.maxQueued && w.fq != nil {
-			r := ReasonTenantQueueFull
-			if fl.maxQueued == 0 {
-				r = ReasonNotQueued
-			}
-			for fl.queued > fl.maxQueued {
-				c.shedLocked(c.q.victimOf(fl), r)
-			}
+		for fl := w.fl; fl.queued > fl.maxQueued; {
+			c.shedLocked(c.q.victim(fl), fl.full())
 		}
 	}
 	for c.q.n > c.cfg.MaxQueued {
-		c.shedLocked(c.q.victim(), ReasonPressure)
+		c.shedLocked(c.q.victim(nil), ReasonPressure)
 	}
 	c.expireLocked(now)
 }
