@@ -103,7 +103,6 @@ type Controller struct {
 
 // snapshot is what Admit and Clamp read without a lock; Update replaces it.
 type snapshot struct {
-	enabled bool
 	timeout time.Duration
 	tenants map[string]*entry
 	def     *entry
@@ -157,13 +156,13 @@ func (c *Controller) Update(cfg Config) {
 func (c *Controller) applyLocked(cfg Config, now time.Time) {
 	old := c.cfg
 	c.cfg = cfg
-	s := &snapshot{enabled: cfg.Enabled(), timeout: cfg.QueueTimeout, tenants: make(map[string]*entry, len(cfg.Tenants))}
+	s := &snapshot{timeout: cfg.QueueTimeout, tenants: make(map[string]*entry, len(cfg.Tenants))}
 	s.def = c.entryLocked(DefaultName, cfg.Default, now)
 	for name, l := range cfg.Tenants {
 		s.tenants[name] = c.entryLocked(name, l, now)
 	}
 	c.snap.Store(s)
-	if !s.enabled {
+	if !cfg.Enabled() {
 		// Flow control turned off: the router places every request as it
 		// comes, so the queued go now too.
 		c.releaseLocked(c.q.n, now, nil)
@@ -209,7 +208,7 @@ func (c *Controller) Clamp(tenant string, requested int) int {
 }
 
 // Enabled says whether flow control is configured (Config.Enabled).
-func (c *Controller) Enabled() bool { return c.snap.Load().enabled }
+func (c *Controller) Enabled() bool { return c.snap.Load().timeout > 0 }
 
 // QueueTimeout is the longest a request waits in a queue.
 func (c *Controller) QueueTimeout() time.Duration { return c.snap.Load().timeout }

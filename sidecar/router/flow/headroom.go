@@ -135,7 +135,7 @@ func (c *Controller) MayPlace(tenant string, prio int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock()
-	c.recheckLocked(now)
+	c.releaseLocked(c.free(), now, c.mayTake(now))
 	return c.q.next(c.mayTake(now)) == nil && c.mayTakeLocked(fl, prio, now)
 }
 
@@ -148,13 +148,8 @@ func (c *Controller) Recheck() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.recheckLocked(c.clock())
-}
-
-func (c *Controller) recheckLocked(now time.Time) {
-	if c.q.n > 0 {
-		c.releaseLocked(c.free(), now, c.mayTake(now))
-	}
+	now := c.clock()
+	c.releaseLocked(c.free(), now, c.mayTake(now))
 }
 
 // Start counts a placed request as running on its tenant's slots until

@@ -10,13 +10,9 @@ import (
 // Window is one rate limit's state as OpenAI's x-ratelimit-* headers carry
 // it. A zero Limit is no limit.
 type Window struct {
-	// Limit per minute (x-ratelimit-limit-requests, -tokens).
-	Limit int64
-	// Remaining now (x-ratelimit-remaining-*).
-	Remaining int64
-	// Reset is the time until the limit is whole again
-	// (x-ratelimit-reset-*).
-	Reset time.Duration
+	Limit     int64         // per minute (x-ratelimit-limit-*)
+	Remaining int64         // now (x-ratelimit-remaining-*)
+	Reset     time.Duration // until the limit is whole again (x-ratelimit-reset-*)
 }
 
 // Ticket is an admitted request's claim on its tenant's limits.
