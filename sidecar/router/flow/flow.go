@@ -5,23 +5,11 @@
 // (headroom.go). The elected picker runs one Controller per endpoint, so
 // limits and shares hold whatever the number of router replicas.
 //
-// Per request, the router:
-//
-//	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
-//	for c.Enabled() {
-//		epoch := c.Epoch()
-//		if c.MayPlace(tenant, prio) && an instance that could serve it has room {
-//			c.Start(ticket)
-//			break // placed there
-//		}
-//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, epoch, ticket})
-//		// nil: place it now (Started); ErrRetry: look again; a *Refusal:
-//		// its Reason.Status() with Retry-After
-//	}
-//	... ticket.Settle(usage.total_tokens); c.Freed(1) when it ends
-//
-// Admit takes no lock for a tenant without limits, and Freed none while
-// nobody is queued.
+// A request is Admitted (its rate limits), then placed at once if MayPlace
+// and an instance has room (Start), or else it Waits, with the Epoch read
+// before it looked for room. Its Ticket is Settled with the tokens it used,
+// and Freed passes its slot to the queue. Admit takes no lock for a tenant
+// without limits, and Freed none while nobody is queued.
 package flow
 
 import (
