@@ -26,6 +26,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -61,9 +63,6 @@ type Agent struct {
 	// bearer token: vLLM guards /v1, where the models list and the adapter
 	// loading live, with it. Empty sends none.
 	APIKey string
-	// HTTP is the client for vLLM; defaults to one with a 5-minute timeout
-	// (a load downloads the adapter).
-	HTTP *http.Client
 	// ObjectStore downloads adapters from S3 before vLLM loads them; nil:
 	// such adapters fail to load, saying why.
 	ObjectStore *ObjectStore
@@ -155,52 +154,9 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 		return minBackoff
 	}
 
-	var failed []routing.LoRAFailure
-	next := time.Duration(1<<63 - 1)
-	for _, name := range sortedKeys(want) {
-		if slices.Contains(loaded, name) {
-			delete(a.retries, name)
-			continue
-		}
-		r, waiting := a.retries[name]
-		if waiting && now.Before(r.at) {
-			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
-			next = min(next, r.at.Sub(now))
-			continue
-		}
-		err := a.load(ctx, want[name])
-		if err != nil {
-			// Full of adapters it is moving away from: make room first,
-			// but only with adapters no router sends here any more; one
-			// still in an adapter's ready set serves traffic, and
-			// unloading it would fail those requests.
-			if stale := unkept(loaded, keep); len(stale) > 0 {
-				for _, s := range stale {
-					if a.unload(ctx, s) == nil {
-						loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == s })
-					}
-				}
-				err = a.load(ctx, want[name])
-			}
-		}
-		if err != nil {
-			r.delay = min(max(2*r.delay, minBackoff), maxBackoff)
-			r.at, r.reason = now.Add(r.delay), err.Error()
-			a.retries[name] = r
-			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
-			next = min(next, r.delay)
-			a.Log.Info("adapter load failed", "adapter", name, "retryIn", r.delay, "error", r.reason)
-			continue
-		}
-		delete(a.retries, name)
-		loaded = append(loaded, name)
-		a.Log.Info("adapter loaded", "adapter", name)
-	}
-	for name := range a.retries {
-		if _, ok := want[name]; !ok {
-			delete(a.retries, name)
-		}
-	}
+	next := time.Duration(math.MaxInt64)
+	// Unload first what no router sends here any more: it makes room for
+	// the adapters placed here.
 	for _, name := range slices.Clone(loaded) {
 		if keep[name] {
 			continue
@@ -213,6 +169,32 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 		loaded = slices.DeleteFunc(loaded, func(n string) bool { return n == name })
 		a.Log.Info("adapter unloaded", "adapter", name)
 	}
+	var failed []routing.LoRAFailure
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if slices.Contains(loaded, name) {
+			delete(a.retries, name)
+			continue
+		}
+		r, waiting := a.retries[name]
+		if waiting && now.Before(r.at) {
+			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
+			next = min(next, r.at.Sub(now))
+			continue
+		}
+		if err := a.load(ctx, want[name]); err != nil {
+			r.delay = min(max(2*r.delay, minBackoff), maxBackoff)
+			r.at, r.reason = now.Add(r.delay), err.Error()
+			a.retries[name] = r
+			failed = append(failed, routing.LoRAFailure{Name: name, Reason: r.reason})
+			next = min(next, r.delay)
+			a.Log.Info("adapter load failed", "adapter", name, "retryIn", r.delay, "error", r.reason)
+			continue
+		}
+		delete(a.retries, name)
+		loaded = append(loaded, name)
+		a.Log.Info("adapter loaded", "adapter", name)
+	}
+	maps.DeleteFunc(a.retries, func(name string, _ retry) bool { _, ok := want[name]; return !ok })
 
 	slices.Sort(loaded)
 	st := routing.LoRAState{Loaded: loaded, Failed: failed}
@@ -226,39 +208,16 @@ func (a *Agent) Sync(ctx context.Context, now time.Time) time.Duration {
 	return next
 }
 
-// unkept are the loaded adapters neither placed here nor still routed here.
-func unkept(loaded []string, keep map[string]bool) []string {
-	var out []string
-	for _, n := range loaded {
-		if !keep[n] {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-func (a *Agent) client() *http.Client {
-	if a.HTTP != nil {
-		return a.HTTP
-	}
-	return &http.Client{Timeout: 5 * time.Minute}
-}
+// vllmClient talks to vLLM; a load may download the adapter, hence the
+// long timeout.
+var vllmClient = &http.Client{Timeout: 5 * time.Minute}
 
 // do sends a request to vLLM with the API key, if there is one.
 func (a *Agent) do(req *http.Request) (*http.Response, error) {
 	if a.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+a.APIKey)
 	}
-	return a.client().Do(req)
+	return vllmClient.Do(req)
 }
 
 // loaded lists the adapters vLLM serves: every model but the base one.

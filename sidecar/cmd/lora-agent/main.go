@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -47,7 +46,7 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("lora-agent", flag.ContinueOnError)
+	fs := flag.NewFlagSet("lora-agent", flag.ExitOnError) // -help exits 0, a bad flag 2
 	configDir := fs.String("config-dir", "/etc/warmroute/routing", "directory of the mounted routing ConfigMap")
 	configMap := fs.String("configmap", "", "namespace/name of the routing ConfigMap to watch through the API (optional)")
 	vllmURL := fs.String("vllm-url", "http://127.0.0.1:8000", "base URL of the pod's vLLM server")
@@ -56,12 +55,7 @@ func main() {
 	poll := fs.Duration("poll", 10*time.Second, "how often to re-read the mounted document")
 	resync := fs.Duration("resync", 10*time.Second, "how often to re-read vLLM's adapters")
 	verbosity := fs.Int("v", 0, "log verbosity")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
+	_ = fs.Parse(os.Args[1:]) // exits on an error
 	log := funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) }, funcr.Options{Verbosity: *verbosity, LogTimestamp: true})
 	pod, namespace := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if pod == "" || namespace == "" {

@@ -1,52 +1,33 @@
 // Package flow shares one endpoint between tenants when its fleet is full:
-// per-tenant request and token rate limits (ratelimit.go), and a queue that
-// serves by priority, then weighted fair share in tokens, then earliest
-// deadline (queue.go over the bands of order.go), and sheds the right
-// request when it is full. It is pure Go over plain values, so the elected
-// picker runs one Controller per endpoint and the limits and shares hold
-// whatever the number of router replicas.
+// per-tenant request and token rate limits (ratelimit.go), a queue served by
+// priority, then weighted fair share in tokens, then earliest deadline
+// (queue.go, order.go), and headroom kept for the tenants that come first
+// (headroom.go). The elected picker runs one Controller per endpoint, so
+// limits and shares hold whatever the number of router replicas.
 //
-// Per request, the router:
-//
-//	ticket, lim := c.Admit(tenant, est) // lim: 429 with its x-ratelimit-* headers
-//	for c.Enabled() {
-//		epoch := c.Epoch()
-//		if c.MayPlace(ticket, prio) && an instance that could serve it has room {
-//			c.Start(ticket)
-//			break // placed there
-//		}
-//		err := c.Wait(ctx, Queued{Tenant, c.Clamp(tenant, asked), est, deadline, epoch, ticket})
-//		// nil: place it now (Started); ErrRetry: look again; a *Refusal:
-//		// its Reason.Status() with Retry-After
-//	}
-//	... ticket.Settle(usage.total_tokens); c.Freed(1) when it ends
-//
-// Admit takes no lock for a tenant without limits, and Freed none while
-// nobody is queued. Queued requests wait for a slot that frees, and with
-// several tenants for the headroom of headroom.go.
+// A request is Admitted (its rate limits), then placed at once if MayPlace
+// and an instance has room (Start), or else it Waits, with the Epoch read
+// before it looked for room. Its Ticket is Settled with the tokens it used,
+// and Freed passes its slot to the queue. Admit takes no lock for a tenant
+// without limits, and Freed none while nobody is queued.
 package flow
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 )
 
 // DefaultName names the Default entry in metrics and outcomes. Tenant names
 // never start with '.', so it cannot collide with a listed tenant.
 const DefaultName = ".default"
 
-// Limits are one tenant's share, priority, rates and queue bound.
-type Limits struct {
-	// Weight is the tenant's share of the fleet's tokens while it is full.
-	Weight int
-	// Priority: higher is served first; a request may lower its own.
-	Priority int
-	// RequestsPerMinute and TokensPerMinute: 0 is unlimited.
-	RequestsPerMinute, TokensPerMinute int64
-	// MaxQueued bounds the tenant's queued requests; 0: never queued.
-	MaxQueued int
-}
+// Limits are one tenant's share, priority, rates and queue bound, as the
+// routing document gives them.
+type Limits = routing.TenantLimits
 
 // Config is an endpoint's flow control. The zero Config is disabled: no
 // limits and no queue.
@@ -67,6 +48,16 @@ type Config struct {
 // router places requests as it would without it.
 func (c Config) Enabled() bool { return c.QueueTimeout > 0 }
 
+// FromDocument converts the routing document's flow control, which the
+// controller has defaulted; nil is the disabled Config.
+func FromDocument(d *routing.FlowControl) Config {
+	if d == nil {
+		return Config{}
+	}
+	return Config{Default: d.Default, Tenants: maps.Clone(d.Tenants), MaxQueued: d.MaxQueued,
+		QueueTimeout: time.Duration(d.QueueTimeoutMillis) * time.Millisecond}
+}
+
 // Controller runs an endpoint's flow control. Its methods are safe for
 // concurrent use.
 type Controller struct {
@@ -82,8 +73,7 @@ type Controller struct {
 
 	mu      sync.Mutex // guards what follows and the flows' queue state
 	cfg     Config
-	flows   map[string]*flow
-	limits  map[string]*limiter
+	flows   map[string]*flow // by tenant, kept across updates
 	q       order
 	vnow    float64 // virtual time: the start tag of the last request served
 	seq     uint64
@@ -101,7 +91,6 @@ type Controller struct {
 
 // snapshot is what Admit and Clamp read without a lock; Update replaces it.
 type snapshot struct {
-	enabled bool
 	timeout time.Duration
 	tenants map[string]*entry
 	def     *entry
@@ -109,11 +98,10 @@ type snapshot struct {
 
 // entry is one tenant's (or Default's) limits with its persistent state.
 type entry struct {
-	name string
-	lim  Limits
-	lm   *limiter // nil: no rate limit
-	fl   *flow
-	m    *tenantMetrics
+	lim Limits
+	lm  *limiter // nil: no rate limit
+	fl  *flow
+	m   *tenantMetrics
 }
 
 func (s *snapshot) lookup(tenant string) *entry {
@@ -126,13 +114,17 @@ func (s *snapshot) lookup(tenant string) *entry {
 // New returns a controller running cfg; clock is its time (time.Now in
 // production, a simulated clock in tests).
 func New(cfg Config, clock func() time.Time) *Controller {
-	c := &Controller{clock: clock, flows: map[string]*flow{}, limits: map[string]*limiter{}, hold: defaultHold.Seconds()}
+	c := &Controller{clock: clock, flows: map[string]*flow{}, hold: defaultHold.Seconds(), metrics: NewMetrics(nil)}
 	c.Update(cfg)
 	return c
 }
 
-// Instrument makes the controller record into m (registered by the caller).
+// Instrument makes the controller record into m (registered by the
+// caller); nil keeps it recording into metrics nobody reads.
 func (c *Controller) Instrument(m *Metrics) {
+	if m == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.metrics = m
@@ -152,19 +144,13 @@ func (c *Controller) Update(cfg Config) {
 func (c *Controller) applyLocked(cfg Config, now time.Time) {
 	old := c.cfg
 	c.cfg = cfg
-	s := &snapshot{enabled: cfg.Enabled(), timeout: cfg.QueueTimeout, tenants: make(map[string]*entry, len(cfg.Tenants))}
+	s := &snapshot{timeout: cfg.QueueTimeout, tenants: make(map[string]*entry, len(cfg.Tenants))}
 	s.def = c.entryLocked(DefaultName, cfg.Default, now)
 	for name, l := range cfg.Tenants {
 		s.tenants[name] = c.entryLocked(name, l, now)
 	}
-	for name := range old.Tenants {
-		if _, kept := cfg.Tenants[name]; !kept {
-			delete(c.limits, name)
-			c.metrics.forget(name)
-		}
-	}
 	c.snap.Store(s)
-	if !s.enabled {
+	if !cfg.Enabled() {
 		// Flow control turned off: the router places every request as it
 		// comes, so the queued go now too.
 		c.releaseLocked(c.q.n, now, nil)
@@ -173,36 +159,33 @@ func (c *Controller) applyLocked(cfg Config, now time.Time) {
 	for name := range old.Tenants {
 		if _, kept := cfg.Tenants[name]; !kept {
 			delete(c.flows, name)
+			c.metrics.forget(name)
 		}
 	}
 }
 
 // entryLocked builds name's entry, keeping its buckets and virtual time.
 func (c *Controller) entryLocked(name string, l Limits, now time.Time) *entry {
-	e := &entry{name: name, lim: l, m: c.metrics.tenant(name)}
-	if l.RequestsPerMinute > 0 || l.TokensPerMinute > 0 {
-		lm := c.limits[name]
-		if lm == nil {
-			lm = &limiter{}
-			c.limits[name] = lm
-		}
-		lm.set(l.RequestsPerMinute, l.TokensPerMinute, now)
-		e.lm = lm
-	} else {
-		delete(c.limits, name)
-	}
 	f := c.flows[name]
 	if f == nil {
 		f = &flow{name: name, d: demand{lastMean: -1}}
 		c.flows[name] = f
 	}
+	e := &entry{lim: l, fl: f, m: c.metrics.tenant(name)}
+	if l.RequestsPerMinute > 0 || l.TokensPerMinute > 0 {
+		if f.lm == nil {
+			f.lm = &limiter{}
+		}
+		f.lm.set(l.RequestsPerMinute, l.TokensPerMinute, now)
+		e.lm = f.lm
+	} else {
+		f.lm = nil
+	}
 	// A weight below 1 would give the tenant unbounded service; the routing
 	// document refuses it (routing.FlowControl.Validate), and the
 	// controller never divides by it.
 	f.weight = float64(max(l.Weight, 1))
-	f.maxQueued, f.prio = l.MaxQueued, l.Priority
-	f.m = e.m
-	e.fl = f
+	f.maxQueued, f.prio, f.m = l.MaxQueued, l.Priority, e.m
 	return e
 }
 
@@ -213,7 +196,7 @@ func (c *Controller) Clamp(tenant string, requested int) int {
 }
 
 // Enabled says whether flow control is configured (Config.Enabled).
-func (c *Controller) Enabled() bool { return c.snap.Load().enabled }
+func (c *Controller) Enabled() bool { return c.snap.Load().timeout > 0 }
 
 // QueueTimeout is the longest a request waits in a queue.
 func (c *Controller) QueueTimeout() time.Duration { return c.snap.Load().timeout }

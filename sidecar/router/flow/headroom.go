@@ -5,26 +5,18 @@ import (
 	"time"
 )
 
-// Headroom. A running request cannot be preempted, so a request that finds
-// the fleet full waits for the first running one to finish, however early
-// its turn in the queue: with slots that each free every few seconds, that
-// alone is several times a short request's time to first token. A tenant
-// is served as if it were alone only if it finds a slot free when it
-// arrives. So a request may not take the last slots that others have
-// recently needed at once, when those others come first: a higher
-// priority, or, at its own priority, a tenant that asks for less than its
-// share while this request's tenant asks for more. What the others leave
-// idle is the price; it shrinks as their recent peak passes.
+// Headroom (docs/flow-control.md#headroom). A running request cannot be
+// preempted, so a tenant is served as if alone only if it finds a slot free
+// when it arrives. A request may therefore not take the last slots that the
+// tenants coming before it recently needed at once: a higher priority, or at
+// its own priority a lighter tenant while its own is over its share.
 
-// windowHolds is how far back a tenant's demand (its requests running and
-// queued) is remembered, in the time a request holds its slot: its peak
-// over one to two windows is the headroom kept for it, and its mean over
-// the last whole window says whether it is within its share. The headroom
-// must cover what a tenant adds while the slots others hold free, about
-// one request's time; five hold the peak of a steady tenant's bursts (in
-// the simulation, a tenant at 80 % of its half of 8 slots next to a flood
-// waits at p90 an eighth of a request's time with two, none with five)
-// and let a tenant that stops give its headroom back within ten.
+// windowHolds is how far back a tenant's demand (running plus queued) is
+// remembered, in the time a request holds its slot: its peak over one to two
+// windows is the headroom kept for it, its mean over the last whole window
+// says whether it is within its share. Five hold a steady tenant's bursts
+// (two do not, in the simulation) and give a stopped tenant's headroom back
+// within ten.
 const windowHolds = 5
 
 // defaultHold is the time a request holds its slot until one has ended.
@@ -110,10 +102,7 @@ func (c *Controller) mayTakeLocked(f *flow, prio int, now time.Time) bool {
 		}
 		// A peak seen over a window or two understates the next one's; a
 		// margin of its square root (about one standard deviation of a
-		// Poisson count) holds it. In the simulation at 16 slots it takes
-		// the requests of a tenant at 80 % of its share that wait next to
-		// a flood from 5.1 % to 0.8 %, and interactive ones at 70 % of the
-		// fleet under batch from 14.0 % to 12.8 % (12.6 % alone).
+		// Poisson count) holds it.
 		peak := max(g.d.peak, g.d.lastPeak)
 		owed := peak + int(math.Ceil(math.Sqrt(float64(peak)))) - g.d.running
 		if owed <= 0 {
@@ -146,7 +135,7 @@ func (c *Controller) MayPlace(tenant string, prio int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock()
-	c.recheckLocked(now)
+	c.releaseLocked(c.free(), now, c.mayTake(now))
 	return c.q.next(c.mayTake(now)) == nil && c.mayTakeLocked(fl, prio, now)
 }
 
@@ -159,13 +148,8 @@ func (c *Controller) Recheck() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.recheckLocked(c.clock())
-}
-
-func (c *Controller) recheckLocked(now time.Time) {
-	if c.q.n > 0 {
-		c.releaseLocked(c.free(), now, c.mayTake(now))
-	}
+	now := c.clock()
+	c.releaseLocked(c.free(), now, c.mayTake(now))
 }
 
 // Start counts a placed request as running on its tenant's slots until

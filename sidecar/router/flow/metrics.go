@@ -1,10 +1,6 @@
 package flow
 
-import (
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the controller's, per tenant: the tenants of the Config and
 // DefaultName for all others, so their number is bounded by the Config's.
@@ -40,62 +36,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // tenantMetrics are one entry's series, resolved once per Update so that
-// the request path does no label lookup. A nil one records nothing.
+// the request path does no label lookup.
 type tenantMetrics struct {
-	m      *Metrics
-	name   string
-	queued prometheus.Gauge
-	wait   prometheus.Observer
-	tokens prometheus.Counter
+	queued        prometheus.Gauge
+	wait          prometheus.Observer
+	tokens        prometheus.Counter
+	shed, limited *prometheus.CounterVec // by reason
 }
 
 func (m *Metrics) tenant(name string) *tenantMetrics {
-	if m == nil {
-		return nil
-	}
-	return &tenantMetrics{m: m, name: name, queued: m.Queued.WithLabelValues(name),
-		wait: m.QueueWait.WithLabelValues(name), tokens: m.AdmittedTokens.WithLabelValues(name)}
+	l := prometheus.Labels{"tenant": name}
+	return &tenantMetrics{queued: m.Queued.With(l), wait: m.QueueWait.With(l), tokens: m.AdmittedTokens.With(l),
+		shed: m.Shed.MustCurryWith(l), limited: m.RateLimited.MustCurryWith(l)}
 }
 
 // forget drops a removed tenant's series.
 func (m *Metrics) forget(name string) {
-	if m == nil {
-		return
-	}
 	l := prometheus.Labels{"tenant": name}
-	m.Queued.DeletePartialMatch(l)
-	m.QueueWait.DeletePartialMatch(l)
-	m.Shed.DeletePartialMatch(l)
-	m.RateLimited.DeletePartialMatch(l)
-	m.AdmittedTokens.DeletePartialMatch(l)
-}
-
-func (t *tenantMetrics) setQueued(n int) {
-	if t != nil {
-		t.queued.Set(float64(n))
-	}
-}
-
-func (t *tenantMetrics) waited(d time.Duration) {
-	if t != nil {
-		t.wait.Observe(d.Seconds())
-	}
-}
-
-func (t *tenantMetrics) admitted(tokens int64) {
-	if t != nil {
-		t.tokens.Add(float64(tokens))
-	}
-}
-
-func (t *tenantMetrics) shed(r Reason) {
-	if t != nil {
-		t.m.Shed.WithLabelValues(t.name, string(r)).Inc()
-	}
-}
-
-func (t *tenantMetrics) limited(r Reason) {
-	if t != nil {
-		t.m.RateLimited.WithLabelValues(t.name, string(r)).Inc()
+	for _, v := range []*prometheus.MetricVec{m.Queued.MetricVec, m.QueueWait.MetricVec, m.Shed.MetricVec, m.RateLimited.MetricVec, m.AdmittedTokens.MetricVec} {
+		v.DeletePartialMatch(l)
 	}
 }

@@ -3,7 +3,6 @@ package flow
 import (
 	"cmp"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -14,6 +13,7 @@ type flow struct {
 	weight    float64
 	prio      int // its tenant's, for the headroom
 	maxQueued int
+	lm        *limiter // nil: no rate limit
 	m         *tenantMetrics
 	d         demand
 	// vt is the flow's virtual time: the weighted service in tokens it has
@@ -23,6 +23,14 @@ type flow struct {
 	vt           float64
 	queued       int
 	queuedTokens int64
+}
+
+// full is why a request of f is refused when f has its maxQueued queued.
+func (f *flow) full() Reason {
+	if f.maxQueued == 0 {
+		return ReasonNotQueued
+	}
+	return ReasonTenantQueueFull
 }
 
 // overShare is how far the flow is over its weighted share of the queue:
@@ -46,12 +54,9 @@ type waiter struct {
 	resolved bool
 }
 
-// before orders one flow queue: earliest deadline, then first come.
-func (w *waiter) before(o *waiter) bool {
-	if !w.deadline.Equal(o.deadline) {
-		return w.deadline.Before(o.deadline)
-	}
-	return w.seq < o.seq
+// byDeadline orders one flow queue: earliest deadline, then first come.
+func byDeadline(a, b *waiter) int {
+	return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.seq, b.seq))
 }
 
 // flowQueue is one flow's requests of one priority, by deadline. Deadlines
@@ -64,12 +69,12 @@ type flowQueue struct {
 }
 
 func (q *flowQueue) insert(w *waiter) {
-	i := sort.Search(len(q.ws), func(i int) bool { return w.before(q.ws[i]) })
+	i, _ := slices.BinarySearchFunc(q.ws, w, byDeadline)
 	q.ws = slices.Insert(q.ws, i, w)
 }
 
 func (q *flowQueue) remove(w *waiter) {
-	i := sort.Search(len(q.ws), func(i int) bool { return !q.ws[i].before(w) })
+	i, _ := slices.BinarySearchFunc(q.ws, w, byDeadline)
 	if i == 0 {
 		q.ws[0] = nil
 		q.ws = q.ws[1:]
@@ -91,28 +96,23 @@ type order struct {
 }
 
 func (o *order) push(w *waiter) {
-	i := sort.Search(len(o.bands), func(i int) bool { return o.bands[i].prio <= w.prio })
-	if i == len(o.bands) || o.bands[i].prio != w.prio {
+	i, found := slices.BinarySearchFunc(o.bands, w.prio, func(b *band, prio int) int { return cmp.Compare(prio, b.prio) })
+	if !found {
 		o.bands = slices.Insert(o.bands, i, &band{prio: w.prio})
 	}
 	b := o.bands[i]
-	var fq *flowQueue
-	for _, q := range b.queues {
-		if q.fl == w.fl {
-			fq = q
-			break
-		}
+	j := slices.IndexFunc(b.queues, func(q *flowQueue) bool { return q.fl == w.fl })
+	if j < 0 {
+		j = len(b.queues)
+		b.queues = append(b.queues, &flowQueue{fl: w.fl, band: b})
 	}
-	if fq == nil {
-		fq = &flowQueue{fl: w.fl, band: b}
-		b.queues = append(b.queues, fq)
-	}
+	fq := b.queues[j]
 	fq.insert(w)
 	w.fq = fq
 	o.n++
 	w.fl.queued++
 	w.fl.queuedTokens += w.tokens
-	w.fl.m.setQueued(w.fl.queued)
+	w.fl.m.queued.Set(float64(w.fl.queued))
 }
 
 func (o *order) remove(w *waiter) {
@@ -122,7 +122,7 @@ func (o *order) remove(w *waiter) {
 	o.n--
 	w.fl.queued--
 	w.fl.queuedTokens -= w.tokens
-	w.fl.m.setQueued(w.fl.queued)
+	w.fl.m.queued.Set(float64(w.fl.queued))
 	if len(fq.ws) > 0 {
 		return
 	}
@@ -155,30 +155,22 @@ func (o *order) next(ok func(*waiter) bool) *waiter {
 	return nil
 }
 
-// victim is the request to shed first: the lowest priority, then the flow
-// furthest over its weighted share, then the latest deadline.
-func (o *order) victim() *waiter {
-	if o.n == 0 {
-		return nil
-	}
-	low := o.bands[len(o.bands)-1]
-	worst := low.queues[0]
-	for _, q := range low.queues[1:] {
-		if a, b := q.fl.overShare(), worst.fl.overShare(); a > b || a == b && q.fl.name > worst.fl.name {
-			worst = q
-		}
-	}
-	return worst.ws[len(worst.ws)-1]
-}
-
-// victimOf is fl's request to shed first: its lowest priority, then its
-// latest deadline.
-func (o *order) victimOf(fl *flow) *waiter {
+// victim is the request to shed first, of flow only if not nil: the lowest
+// priority, then the flow furthest over its weighted share, then the latest
+// deadline.
+func (o *order) victim(only *flow) *waiter {
 	for i := len(o.bands) - 1; i >= 0; i-- {
+		var worst *flowQueue
 		for _, q := range o.bands[i].queues {
-			if q.fl == fl {
-				return q.ws[len(q.ws)-1]
+			if only != nil && q.fl != only {
+				continue
 			}
+			if worst == nil || cmp.Or(cmp.Compare(q.fl.overShare(), worst.fl.overShare()), cmp.Compare(q.fl.name, worst.fl.name)) > 0 {
+				worst = q
+			}
+		}
+		if worst != nil {
+			return worst.ws[len(worst.ws)-1]
 		}
 	}
 	return nil

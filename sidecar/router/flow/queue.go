@@ -12,19 +12,12 @@ type Reason string
 
 // The reasons, each with its HTTP status (Reason.Status).
 const (
-	// ReasonRequests: the tenant's requests per minute (429).
-	ReasonRequests Reason = "requests"
-	// ReasonTokens: the tenant's tokens per minute (429).
-	ReasonTokens Reason = "tokens"
-	// ReasonTenantQueueFull: the tenant has its maxQueued queued (429).
-	ReasonTenantQueueFull Reason = "tenant_queue_full"
-	// ReasonNotQueued: the tenant's maxQueued is 0 and the fleet is full (503).
-	ReasonNotQueued Reason = "not_queued"
-	// ReasonPressure: the queue over all tenants was full and this request
-	// ranked lowest (503).
-	ReasonPressure Reason = "pressure"
-	// ReasonDeadline: the request waited its deadline out (503).
-	ReasonDeadline Reason = "deadline"
+	ReasonRequests        Reason = "requests"          // over its requests per minute (429)
+	ReasonTokens          Reason = "tokens"            // over its tokens per minute (429)
+	ReasonTenantQueueFull Reason = "tenant_queue_full" // its tenant has maxQueued queued (429)
+	ReasonNotQueued       Reason = "not_queued"        // the fleet is full, and its maxQueued 0 (503)
+	ReasonPressure        Reason = "pressure"          // the queue over all tenants was full; it ranked lowest (503)
+	ReasonDeadline        Reason = "deadline"          // it waited its deadline out (503)
 )
 
 // Status is the HTTP status a request refused for r is answered with: 429
@@ -37,22 +30,9 @@ func (r Reason) Status() int {
 	return 503
 }
 
-func (r Reason) unit() string {
-	if r == ReasonTokens {
-		return "tokens"
-	}
-	return "requests"
-}
-
-var (
-	// ErrShed matches a Refusal that shed a request from the queue.
-	ErrShed = errors.New("shed from the queue")
-	// ErrDeadline matches a Refusal of a request that waited its deadline out.
-	ErrDeadline = errors.New("queue deadline passed")
-	// ErrRetry is Wait's answer when capacity freed since the caller last
-	// looked for room: it looks again rather than waits.
-	ErrRetry = errors.New("capacity freed since the request looked for room: try again")
-)
+// ErrRetry is Wait's answer when capacity freed since the caller last
+// looked for room: it looks again rather than waits.
+var ErrRetry = errors.New("capacity freed since the request looked for room: try again")
 
 // Refusal is Wait's answer for a request it did not release.
 type Refusal struct {
@@ -79,15 +59,6 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("refused (%s); retry after %v", r.Reason, r.RetryAfter)
 }
 
-// Is makes errors.Is(err, ErrDeadline) true for a deadline and
-// errors.Is(err, ErrShed) for the other refusals.
-func (r *Refusal) Is(target error) bool {
-	if r.Reason == ReasonDeadline {
-		return target == ErrDeadline
-	}
-	return target == ErrShed
-}
-
 // Queued is a request that found no instance with room.
 type Queued struct {
 	Tenant string
@@ -95,9 +66,6 @@ type Queued struct {
 	Priority int
 	// Tokens is the request's estimate, its cost to its tenant's share.
 	Tokens int64
-	// Deadline is the caller's own, zero for none; the request waits until
-	// it or QueueTimeout from now, whichever is sooner.
-	Deadline time.Time
 	// Epoch is Controller.Epoch read before the placement that failed.
 	Epoch int64
 	// Ticket is the request's, counted as Started when it is released.
@@ -109,17 +77,15 @@ type Queued struct {
 func (c *Controller) Epoch() int64 { return c.epoch.Load() }
 
 // Waiting is the number of queued requests (and, for a moment, one
-// arriving); MayPlace says whether an arrival may pass them.
+// arriving).
 func (c *Controller) Waiting() int { return int(c.waiting.Load()) }
 
-// Wait queues a request until capacity frees for it, its deadline passes
-// (a Refusal matching ErrDeadline), it is shed (a Refusal matching
-// ErrShed), or ctx ends (ctx.Err()). On nil the caller places the request
-// at once, even over an instance's threshold if another took the room in
-// between: it waited its turn. Wait answers ErrRetry at once when capacity
-// freed since the caller read req.Epoch: the caller reads the epoch again
-// and tries to place the request where there is room, which another may
-// have taken already, before it waits.
+// Wait queues a request until capacity frees for it, it waits QueueTimeout
+// out or is shed (a Refusal), or ctx ends (ctx.Err()). On nil the caller
+// places the request at once, even over an instance's threshold if another
+// took the room in between: it waited its turn. Wait answers ErrRetry at
+// once when capacity freed since the caller read req.Epoch: the caller reads
+// the epoch again and tries to place the request before it waits.
 func (c *Controller) Wait(ctx context.Context, req Queued) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -156,9 +122,6 @@ func (c *Controller) arriveLocked(req Queued) (*waiter, time.Time, error) {
 	e := c.snap.Load().lookup(req.Tenant)
 	w := &waiter{tenant: req.Tenant, fl: e.fl, prio: min(req.Priority, e.lim.Priority), tokens: max(req.Tokens, 0),
 		deadline: now.Add(c.cfg.QueueTimeout), ticket: req.Ticket, done: make(chan struct{})}
-	if !req.Deadline.IsZero() && req.Deadline.Before(w.deadline) {
-		w.deadline = req.Deadline
-	}
 	var refused *Refusal
 	if !w.deadline.After(now) {
 		refused = c.refusalLocked(ReasonDeadline, e.fl)
@@ -192,9 +155,7 @@ func (c *Controller) leave(w *waiter, gone error) error {
 		c.shedLocked(w, ReasonDeadline)
 		return w.err
 	}
-	c.noteLocked(w.fl, now)
-	c.q.remove(w)
-	c.waiting.Add(-1)
+	c.dequeueLocked(w, now)
 	c.resolve(w, gone)
 	return gone
 }
@@ -242,11 +203,7 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	c.expireLocked(now)
 	fl := w.fl
 	if fl.queued >= fl.maxQueued {
-		r := ReasonTenantQueueFull
-		if fl.maxQueued == 0 {
-			r = ReasonNotQueued
-		}
-		return c.refusalLocked(r, fl)
+		return c.refusalLocked(fl.full(), fl)
 	}
 	if fl.queued == 0 {
 		fl.vt = max(fl.vt, c.vnow)
@@ -257,7 +214,7 @@ func (c *Controller) enqueueLocked(w *waiter, now time.Time) *Refusal {
 	c.q.push(w)
 	fl.changed()
 	if c.q.n > c.cfg.MaxQueued {
-		if v := c.q.victim(); v != w {
+		if v := c.q.victim(nil); v != w {
 			c.shedLocked(v, ReasonPressure)
 		} else {
 			c.q.remove(w)
@@ -278,13 +235,11 @@ func (c *Controller) releaseLocked(n int, now time.Time, ok func(*waiter) bool) 
 		if w == nil {
 			break
 		}
-		c.noteLocked(w.fl, now)
-		c.q.remove(w)
+		c.dequeueLocked(w, now)
 		c.startLocked(w.ticket, now)
-		c.waiting.Add(-1)
 		c.vnow = max(c.vnow, w.fl.vt)
 		w.fl.vt += float64(max(w.tokens, 1)) / w.fl.weight
-		w.fl.m.waited(now.Sub(w.enqueued))
+		w.fl.m.wait.Observe(now.Sub(w.enqueued).Seconds())
 		if !c.lastOut.IsZero() {
 			// A moving average over about ten releases: recent enough to
 			// follow the fleet's pace, long enough to ride out one burst.
@@ -302,11 +257,15 @@ func (c *Controller) expireLocked(now time.Time) {
 	}
 }
 
-// shedLocked takes a queued request out and answers it r.
-func (c *Controller) shedLocked(w *waiter, r Reason) {
-	c.noteLocked(w.fl, c.clock())
+func (c *Controller) dequeueLocked(w *waiter, now time.Time) {
+	c.noteLocked(w.fl, now)
 	c.q.remove(w)
 	c.waiting.Add(-1)
+}
+
+// shedLocked takes a queued request out and answers it r.
+func (c *Controller) shedLocked(w *waiter, r Reason) {
+	c.dequeueLocked(w, c.clock())
 	c.resolve(w, c.refusalLocked(r, w.fl))
 }
 
@@ -317,7 +276,7 @@ func (c *Controller) resolve(w *waiter, err error) {
 
 // refusalLocked answers a request of fl refused for r, and counts it.
 func (c *Controller) refusalLocked(r Reason, fl *flow) *Refusal {
-	fl.m.shed(r)
+	fl.m.shed.WithLabelValues(string(r)).Inc()
 	retry := time.Duration(float64(c.q.n) * c.drain * float64(time.Second))
 	if c.lastOut.IsZero() {
 		retry = c.cfg.QueueTimeout // nothing released yet: no pace to go by
@@ -333,7 +292,7 @@ func (c *Controller) requeueLocked(s *snapshot, now time.Time) {
 	c.q = order{}
 	for _, fl := range c.flows {
 		fl.queued, fl.queuedTokens = 0, 0
-		fl.m.setQueued(0)
+		fl.m.queued.Set(0)
 	}
 	for _, w := range ws {
 		e := s.lookup(w.tenant)
@@ -344,18 +303,12 @@ func (c *Controller) requeueLocked(s *snapshot, now time.Time) {
 		c.q.push(w)
 	}
 	for _, w := range ws {
-		if fl := w.fl; fl.queued > fl.maxQueued && w.fq != nil {
-			r := ReasonTenantQueueFull
-			if fl.maxQueued == 0 {
-				r = ReasonNotQueued
-			}
-			for fl.queued > fl.maxQueued {
-				c.shedLocked(c.q.victimOf(fl), r)
-			}
+		for fl := w.fl; fl.queued > fl.maxQueued; {
+			c.shedLocked(c.q.victim(fl), fl.full())
 		}
 	}
 	for c.q.n > c.cfg.MaxQueued {
-		c.shedLocked(c.q.victim(), ReasonPressure)
+		c.shedLocked(c.q.victim(nil), ReasonPressure)
 	}
 	c.expireLocked(now)
 }

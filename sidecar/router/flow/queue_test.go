@@ -19,7 +19,7 @@ type arrival struct {
 	tenant   string
 	prio     int
 	tokens   int64
-	deadline time.Duration // the caller's own from now; 0: none
+	deadline time.Duration // the queue timeout it arrives under; 0: the Config's
 }
 
 // queueing is a controller on a simulated clock with the requests its rows
@@ -41,12 +41,13 @@ func newQueueing(t *testing.T, cfg Config) *queueing {
 func (q *queueing) arrive(as ...arrival) map[string]*Refusal {
 	refused := map[string]*Refusal{}
 	for _, a := range as {
-		req := Queued{Tenant: a.tenant, Priority: a.prio, Tokens: a.tokens, Epoch: q.c.Epoch()}
-		if a.deadline > 0 {
-			req.Deadline = q.clk.now.Add(a.deadline)
-		}
 		q.c.mu.Lock()
-		w, _, err := q.c.arriveLocked(req)
+		timeout := q.c.cfg.QueueTimeout
+		if a.deadline != 0 {
+			q.c.cfg.QueueTimeout = a.deadline // as if an Update had changed it
+		}
+		w, _, err := q.c.arriveLocked(Queued{Tenant: a.tenant, Priority: a.prio, Tokens: a.tokens, Epoch: q.c.Epoch()})
+		q.c.cfg.QueueTimeout = timeout
 		q.c.mu.Unlock()
 		if w == nil {
 			var r *Refusal
@@ -189,64 +190,53 @@ func TestShedRules(t *testing.T) {
 		return c
 	}
 	for _, tc := range []struct {
-		rule      string
-		cfg       Config
-		queued    []arrival
-		arriving  arrival
-		refused   Reason            // the arrival's, "" if queued
-		shed      map[string]Reason // queued requests shed
-		status    int
-		wantShed  bool // errors.Is(ErrShed)
-		wantDeadl bool // errors.Is(ErrDeadline)
+		rule     string
+		cfg      Config
+		queued   []arrival
+		arriving arrival
+		refused  Reason            // the arrival's, "" if queued
+		shed     map[string]Reason // queued requests shed
+		status   int
 	}{
 		{"a tenant at its maxQueued: the arrival, 429", func() Config {
 			c := small(1000)
 			c.Tenants["a"] = Limits{Weight: 1, MaxQueued: 2}
 			return c
-		}(), many(2, "a", "a", 0, 100), arrival{"new", "a", 0, 100, 0}, ReasonTenantQueueFull, nil, 429, true, false},
+		}(), many(2, "a", "a", 0, 100), arrival{"new", "a", 0, 100, 0}, ReasonTenantQueueFull, nil, 429},
 		{"a tenant never queued: 503", func() Config {
 			c := small(1000)
 			c.Tenants["a"] = Limits{Weight: 1}
 			return c
-		}(), nil, arrival{"new", "a", 0, 100, 0}, ReasonNotQueued, nil, 503, true, false},
+		}(), nil, arrival{"new", "a", 0, 100, 0}, ReasonNotQueued, nil, 503},
 		{"the queue full, the arrival ranks lowest: the arrival, 503", small(3), many(3, "b", "b", 0, 100),
-			arrival{"new", "a", -1, 100, 0}, ReasonPressure, nil, 503, true, false},
+			arrival{"new", "a", -1, 100, 0}, ReasonPressure, nil, 503},
 		{"the queue full: the lowest priority queued goes", small(3),
 			[]arrival{{"b-high", "b", 0, 100, 0}, {"b-low", "b", -5, 100, 0}, {"a-mid", "a", -2, 100, 0}},
-			arrival{"new", "a", -1, 100, 0}, "", map[string]Reason{"b-low": ReasonPressure}, 0, false, false},
+			arrival{"new", "a", -1, 100, 0}, "", map[string]Reason{"b-low": ReasonPressure}, 0},
 		{"equal priority: the tenant furthest over its weighted share", small(3),
 			[]arrival{{"a0", "a", 0, 100, 0}, {"b0", "b", 0, 500, 0}, {"a1", "a", 0, 100, 0}},
-			arrival{"new", "a", 0, 100, 0}, "", map[string]Reason{"b0": ReasonPressure}, 0, false, false},
+			arrival{"new", "a", 0, 100, 0}, "", map[string]Reason{"b0": ReasonPressure}, 0},
 		{"then its latest deadline", small(3),
 			[]arrival{{"b-late", "b", 0, 100, 20 * time.Second}, {"b-early", "b", 0, 100, 10 * time.Second}, {"a0", "a", 0, 10, 0}},
-			arrival{"new", "a", 0, 10, 0}, "", map[string]Reason{"b-late": ReasonPressure}, 0, false, false},
+			arrival{"new", "a", 0, 10, 0}, "", map[string]Reason{"b-late": ReasonPressure}, 0},
 		{"the arrival's tenant furthest over: the arrival", small(3),
 			[]arrival{{"a0", "a", 0, 100, 0}, {"b0", "b", 0, 100, 0}, {"a1", "a", 0, 100, 0}},
-			arrival{"new", "a", 0, 100, 0}, ReasonPressure, nil, 503, true, false},
-		{"a deadline already past: 503", small(3), nil, arrival{"new", "a", 0, 100, -time.Second}, ReasonDeadline, nil, 503, false, true},
+			arrival{"new", "a", 0, 100, 0}, ReasonPressure, nil, 503},
+		{"a deadline already past: 503", small(3), nil, arrival{"new", "a", 0, 100, -time.Second}, ReasonDeadline, nil, 503},
 	} {
 		q := newQueueing(t, tc.cfg)
 		if r := q.arrive(tc.queued...); len(r) > 0 {
 			t.Fatalf("%s: setting up, refused %v", tc.rule, r)
 		}
-		var got *Refusal
-		if tc.arriving.deadline < 0 {
-			q.c.mu.Lock()
-			_, _, err := q.c.arriveLocked(Queued{Tenant: tc.arriving.tenant, Deadline: q.clk.now.Add(tc.arriving.deadline), Epoch: q.c.Epoch()})
-			q.c.mu.Unlock()
-			errors.As(err, &got)
-		} else {
-			got = q.arrive(tc.arriving)[tc.arriving.label]
-		}
+		got := q.arrive(tc.arriving)[tc.arriving.label]
 		switch {
 		case tc.refused == "" && got != nil:
 			t.Errorf("%s: the arrival was refused: %v", tc.rule, got)
 		case tc.refused != "" && (got == nil || got.Reason != tc.refused):
 			t.Errorf("%s: the arrival got %v, want refused for %s", tc.rule, got, tc.refused)
 		case got != nil:
-			if got.Reason.Status() != tc.status || errors.Is(got, ErrShed) != tc.wantShed || errors.Is(got, ErrDeadline) != tc.wantDeadl {
-				t.Errorf("%s: status %d, is shed %v, is deadline %v; want %d, %v, %v", tc.rule, got.Reason.Status(),
-					errors.Is(got, ErrShed), errors.Is(got, ErrDeadline), tc.status, tc.wantShed, tc.wantDeadl)
+			if got.Reason.Status() != tc.status {
+				t.Errorf("%s: status %d, want %d", tc.rule, got.Reason.Status(), tc.status)
 			}
 			if got.RetryAfter < time.Second || got.RetryAfter > tc.cfg.QueueTimeout {
 				t.Errorf("%s: Retry-After %v, want 1 s to the queue timeout", tc.rule, got.RetryAfter)
@@ -283,7 +273,7 @@ func TestReloadRequeues(t *testing.T) {
 		t.Errorf("released %s, want a-hi b0 a-lo b1", got)
 	}
 	if n := q.c.Waiting(); n != 0 {
-		t.Errorf("Waiting %d after all released", n)
+		t.Errorf("%d waiting after all released", n)
 	}
 }
 
@@ -299,7 +289,7 @@ func TestDisableReleases(t *testing.T) {
 		}
 	}
 	if n := q.c.Waiting(); n != 0 {
-		t.Errorf("Waiting %d after flow control was turned off", n)
+		t.Errorf("%d waiting after flow control was turned off", n)
 	}
 }
 
@@ -327,26 +317,26 @@ func TestWaitOutcomes(t *testing.T) {
 			t.Errorf("Wait: %v, want nil", err)
 		}
 	})
-	t.Run("ErrDeadline at its deadline", func(t *testing.T) {
+	t.Run("refused at its deadline", func(t *testing.T) {
 		short := cfg
 		short.QueueTimeout = 100 * time.Millisecond
 		c := New(short, time.Now)
 		err := <-queued(c, "a", 0)
-		if !errors.Is(err, ErrDeadline) {
-			t.Errorf("Wait: %v, want ErrDeadline", err)
+		if r := (*Refusal)(nil); !errors.As(err, &r) || r.Reason != ReasonDeadline {
+			t.Errorf("Wait: %v, want refused for its deadline", err)
 		}
 		if c.Waiting() != 0 {
 			t.Errorf("still %d waiting", c.Waiting())
 		}
 	})
-	t.Run("ErrShed when a higher priority takes its place", func(t *testing.T) {
+	t.Run("shed when a higher priority takes its place", func(t *testing.T) {
 		c := New(cfg, time.Now)
 		low := queued(c, "a", -1)
 		high := make(chan error, 1)
 		e := c.Epoch()
 		go func() { high <- c.Wait(context.Background(), Queued{Tenant: "b", Epoch: e}) }()
 		var r *Refusal
-		if err := <-low; !errors.Is(err, ErrShed) || !errors.As(err, &r) || r.Reason != ReasonPressure {
+		if err := <-low; !errors.As(err, &r) || r.Reason != ReasonPressure {
 			t.Errorf("the lower: %v, want shed for pressure", err)
 		}
 		c.Freed(1)

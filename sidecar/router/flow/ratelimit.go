@@ -10,13 +10,9 @@ import (
 // Window is one rate limit's state as OpenAI's x-ratelimit-* headers carry
 // it. A zero Limit is no limit.
 type Window struct {
-	// Limit per minute (x-ratelimit-limit-requests, -tokens).
-	Limit int64
-	// Remaining now (x-ratelimit-remaining-*).
-	Remaining int64
-	// Reset is the time until the limit is whole again
-	// (x-ratelimit-reset-*).
-	Reset time.Duration
+	Limit     int64         // per minute (x-ratelimit-limit-*)
+	Remaining int64         // now (x-ratelimit-remaining-*)
+	Reset     time.Duration // until the limit is whole again (x-ratelimit-reset-*)
 }
 
 // Ticket is an admitted request's claim on its tenant's limits.
@@ -46,7 +42,7 @@ func (t *Ticket) Settle(actual int64) {
 	if actual < 0 {
 		actual = t.est
 	}
-	t.e.m.admitted(actual)
+	t.e.m.tokens.Add(float64(actual))
 	if t.e.lm != nil && actual != t.est {
 		t.e.lm.settle(actual - t.est)
 	}
@@ -73,7 +69,7 @@ func (l *Limited) Error() string {
 	if l.Reason == ReasonTokens {
 		w = l.Tokens
 	}
-	return fmt.Sprintf("rate limit reached for tenant %q: %d %s per minute; retry after %v", l.Tenant, w.Limit, l.Reason.unit(), l.RetryAfter)
+	return fmt.Sprintf("rate limit reached for tenant %q: %d %s per minute; retry after %v", l.Tenant, w.Limit, l.Reason, l.RetryAfter)
 }
 
 // Admit charges a request estimated at estTokens (prompt plus the most it
@@ -87,8 +83,8 @@ func (c *Controller) Admit(tenant string, estTokens int64) (*Ticket, *Limited) {
 	}
 	t, l := e.lm.admit(estTokens, c.clock())
 	if l != nil {
-		l.Tenant = e.name
-		e.m.limited(l.Reason)
+		l.Tenant = e.fl.name
+		e.m.limited.WithLabelValues(string(l.Reason)).Inc()
 		return nil, l
 	}
 	t.c, t.e, t.est = c, e, estTokens

@@ -63,7 +63,6 @@ type Gauges struct {
 	// PrefillTokens reports, per configured backend, the prompt tokens
 	// this router estimates the backend has yet to prefill for it (its own
 	// requests only, so that a sum over router replicas counts each once).
-	// Nil reports nothing.
 	PrefillTokens func(report func(backend string, n float64))
 }
 
@@ -166,9 +165,6 @@ type perBackendCollector struct {
 func (c perBackendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c perBackendCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.report == nil {
-		return
-	}
 	c.report(func(backend string, n float64) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, n, backend)
 	})

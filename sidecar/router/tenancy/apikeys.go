@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -70,23 +69,11 @@ func (s *KeyStore) LoadDir(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if old := s.keys.Load(); old != nil && sameKeys(*old, keys) {
+	if old := s.keys.Load(); old != nil && slices.Equal(*old, keys) {
 		return false, nil
 	}
 	s.keys.Store(&keys)
 	return true, nil
-}
-
-func sameKeys(a, b []apiKey) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // readKeysDir reads the API keys in a mounted Secret directory. File
@@ -123,7 +110,7 @@ func readKeysDir(dir string) ([]apiKey, error) {
 				continue
 			}
 			if len(key) < MinAPIKeyBytes {
-				return nil, fmt.Errorf("API keys of tenant %s: %w", tenant, errShortAPIKey)
+				return nil, fmt.Errorf("API keys of tenant %s: a key is shorter than %d bytes", tenant, MinAPIKeyBytes)
 			}
 			d := sha256.Sum256(key)
 			if other, dup := owner[d]; dup && other != tenant {
@@ -136,8 +123,6 @@ func readKeysDir(dir string) ([]apiKey, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("API keys: %s holds no key", dir)
 	}
-	sort.Slice(keys, func(i, j int) bool { return bytes.Compare(keys[i].digest[:], keys[j].digest[:]) < 0 })
+	slices.SortFunc(keys, func(a, b apiKey) int { return bytes.Compare(a.digest[:], b.digest[:]) })
 	return keys, nil
 }
-
-var errShortAPIKey = errors.New("a key is shorter than 16 bytes")

@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"hash"
 	"os"
@@ -78,13 +77,22 @@ func (s *Salter) SetKey(key []byte) error {
 	return nil
 }
 
-// LoadFile replaces the key with the one in the key file at path
-// (ReadKeyFile); on an error the key in force is kept. It reports whether
-// the key changed.
+// LoadFile replaces the key with the one in the key file at path; on an
+// error the key in force is kept. It reports whether the key changed. The
+// key is the file's bytes as they are (the operator writes 32 random
+// bytes), less one trailing newline for keys written by hand, but only
+// when a full key remains: the operator's key ends in a newline byte one
+// time in 256.
 func (s *Salter) LoadFile(path string) (bool, error) {
-	key, err := ReadKeyFile(path)
+	key, err := os.ReadFile(path)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read cache salt key: %w", err)
+	}
+	if trimmed := bytes.TrimSuffix(key, []byte("\n")); len(trimmed) >= MinKeyBytes {
+		key = trimmed
+	}
+	if len(key) < MinKeyBytes {
+		return false, fmt.Errorf("cache salt key %s: shorter than %d bytes", path, MinKeyBytes)
 	}
 	if old := s.key.Load(); old != nil && bytes.Equal(old.key, key) {
 		return false, nil
@@ -111,25 +119,3 @@ func (s *Salter) Salt(tenant string) string {
 	k.macs.Put(mac)
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
-
-// ReadKeyFile reads a salt key file: the key is its bytes as they are
-// (the operator writes 32 random bytes; any bytes will do), with one
-// trailing newline dropped for keys written by hand, but only when a full
-// key remains: the operator's random key ends in a newline byte one time
-// in 256, and dropping it then made every router of the endpoint refuse
-// to start.
-func ReadKeyFile(path string) ([]byte, error) {
-	key, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read cache salt key: %w", err)
-	}
-	if trimmed := bytes.TrimSuffix(key, []byte("\n")); len(trimmed) >= MinKeyBytes {
-		key = trimmed
-	}
-	if len(key) < MinKeyBytes {
-		return nil, fmt.Errorf("cache salt key %s: %w", path, errShortKey)
-	}
-	return key, nil
-}
-
-var errShortKey = errors.New("shorter than 32 bytes")

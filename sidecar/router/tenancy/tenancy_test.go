@@ -144,10 +144,11 @@ func TestSalt(t *testing.T) {
 	}
 }
 
-// TestReadKeyFile: a random key keeps all its bytes, even one that ends in
-// a newline byte (as the operator's 32 random bytes do one time in 256);
-// a key written by hand loses its trailing newline.
-func TestReadKeyFile(t *testing.T) {
+// TestLoadFile: a random key keeps all its bytes, even one that ends in a
+// newline byte (as the operator's 32 random bytes do one time in 256); a
+// key written by hand loses its trailing newline; a short one is refused,
+// and the key in force kept.
+func TestLoadFile(t *testing.T) {
 	random := "0123456789abcdef0123456789abcde\n"
 	for _, tt := range []struct {
 		name, file, want string
@@ -163,15 +164,20 @@ func TestReadKeyFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			key, err := ReadKeyFile(path)
+			s := RandomSalter()
+			before := s.key.Load()
+			changed, err := s.LoadFile(path)
 			if tt.err {
-				if err == nil {
-					t.Fatalf("read %q as a key", key)
+				if err == nil || changed || s.key.Load() != before {
+					t.Fatalf("read %q as a key", s.key.Load().key)
 				}
 				return
 			}
-			if err != nil || string(key) != tt.want {
-				t.Fatalf("ReadKeyFile = %q, %v; want %q", key, err, tt.want)
+			if key := s.key.Load().key; err != nil || !changed || string(key) != tt.want {
+				t.Fatalf("LoadFile = %v, %v, key %q; want %q", changed, err, key, tt.want)
+			}
+			if changed, _ := s.LoadFile(path); changed {
+				t.Error("an unchanged key reloaded")
 			}
 		})
 	}
