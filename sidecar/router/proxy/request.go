@@ -76,23 +76,25 @@ func (r *Router) StrippedHeaders(h http.Header) []string {
 	return out
 }
 
-// extractRouting reads what the policy needs from a body sent to ep, under
-// the routing document in force, for the client id is.
-func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
+// inferencePaths read the routing text of each inference path's body.
+var inferencePaths = map[string]func(body []byte, tenant string, lim extract.Limits) (extract.Request, error){
+	"/invocations": extract.Invocations,
+	"/v1/chat/completions": func(body []byte, tenant string, lim extract.Limits) (extract.Request, error) {
+		return extract.OpenAI(extract.Chat, body, tenant, lim)
+	},
+	"/v1/completions": func(body []byte, tenant string, lim extract.Limits) (extract.Request, error) {
+		return extract.OpenAI(extract.Completions, body, tenant, lim)
+	},
+}
+
+// extractRouting reads what the policy needs from a body, under the
+// routing document in force, for the client id is.
+func (r *Router) extractRouting(st *state, read func([]byte, string, extract.Limits) (extract.Request, error), body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
 		lim.Lookahead = r.picker.LookaheadBytes()
 	}
-	var x extract.Request
-	var err error
-	switch ep {
-	case endpointInvocations:
-		x, err = extract.Invocations(body, id.Tenant, lim)
-	case endpointChat:
-		x, err = extract.OpenAI(extract.Chat, body, id.Tenant, lim)
-	case endpointCompletions:
-		x, err = extract.OpenAI(extract.Completions, body, id.Tenant, lim)
-	}
+	x, err := read(body, id.Tenant, lim)
 	if err == nil && id.Claim {
 		err = x.ClaimBodyTenant()
 	}
@@ -105,16 +107,4 @@ func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.
 		return extract.Request{}, invalid(http.StatusBadRequest, "", param, err.Error())
 	}
 	return x, nil
-}
-
-// saltedBody is the body as it goes to vLLM: with the router's cache_salt
-// for the tenant as its only one, and neither the client's cache_salt nor
-// its prompt_cache_key (extract.SaltedBody). Every path's body was read
-// whole as JSON by extractRouting already, /invocations included.
-func (r *Router) saltedBody(body []byte, x extract.Request) ([][]byte, *Refusal) {
-	pieces, err := extract.SaltedBody(body, r.opts.Salts.Salt(x.Tenant), x.TenantFields)
-	if err != nil { // not expected: the body was read whole already
-		return nil, invalid(http.StatusBadRequest, "", "", err.Error())
-	}
-	return pieces, nil
 }
