@@ -47,11 +47,9 @@ func (a *leaseStamp) request() {
 	go a.write(now)
 }
 
-// stampTimeout bounds one stamp's Lease write, retries included. A write
-// takes milliseconds; with an API server that stalls, request starts one
-// write per interval regardless, so at most stampTimeout/interval writes
-// of one stamp are pending: 5 of the demand stamp, 1 of the last-request
-// stamp (routingv1alpha1.LastRequestInterval, also 5 s).
+// stampTimeout bounds one stamp's Lease write, retries included: with an
+// API server that stalls, at most stampTimeout/interval writes of a stamp
+// are pending (5 of the demand stamp, 1 of the last-request stamp).
 const stampTimeout = 5 * time.Second
 
 func (a *leaseStamp) write(at time.Time) {
