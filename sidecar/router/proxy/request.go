@@ -16,21 +16,6 @@ func noConfig() *Refusal {
 	return unavailable(http.StatusServiceUnavailable, "no_routing_config", "the router has no routing configuration yet", 1)
 }
 
-// bodyRefusal is the answer to a body readBody refused.
-func (r *Router) bodyRefusal(err error) *Refusal {
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
-			fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes))
-	case errors.Is(err, errBodyTimeout):
-		return invalid(http.StatusRequestTimeout, "request_timeout", "",
-			fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
-	case errors.Is(err, errOverBudget):
-		return unavailable(http.StatusServiceUnavailable, "router_overloaded", overloadedMsg, 1)
-	}
-	return invalid(http.StatusBadRequest, "", "", "could not read the request body")
-}
-
 // Identify resolves who the caller is from its headers alone
 // (tenancy.Auth), before its body takes any of the buffer budget: with API
 // keys a request without a known key, and with a trusted header a request

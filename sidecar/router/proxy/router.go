@@ -401,11 +401,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		r.reject(w, refused)
 		return
 	}
-	body, held, err := r.readBody(w, req)
+	body, held, refused := r.readBody(w, req)
 	defer r.budget.release(held)
-	if err != nil {
+	if refused != nil {
 		w.Header().Set("Connection", "close")
-		r.reject(w, r.bodyRefusal(err))
+		r.reject(w, refused)
 		return
 	}
 	p, refused := r.Admit(req.Context(), Admission{Method: req.Method, Path: req.URL.Path, Header: req.Header,
