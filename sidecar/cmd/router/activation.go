@@ -47,11 +47,9 @@ func (a *leaseStamp) request() {
 	go a.write(now)
 }
 
-// stampTimeout bounds one stamp's Lease write, retries included. A write
-// takes milliseconds; with an API server that stalls, request starts one
-// write per interval regardless, so at most stampTimeout/interval writes
-// of one stamp are pending: 5 of the demand stamp, 1 of the last-request
-// stamp (routingv1alpha1.LastRequestInterval, also 5 s).
+// stampTimeout bounds one stamp's Lease write, retries included: with an
+// API server that stalls, at most stampTimeout/interval writes of a stamp
+// are pending (5 of the demand stamp, 1 of the last-request stamp).
 const stampTimeout = 5 * time.Second
 
 func (a *leaseStamp) write(at time.Time) {
@@ -85,20 +83,12 @@ func (a *leaseStamp) write(at time.Time) {
 }
 
 // leaseHooks are the router's OnHold (a demand stamp) and OnForward (a
-// last-request stamp) with --lease; nil without one: nobody to tell.
-func leaseHooks(f *flags, log logr.Logger) (onHold, onForward func(), err error) {
-	if f.picker.lease == "" {
-		return nil, nil, nil
-	}
-	client, err := kubeClient(f.kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
+// last-request stamp) with --lease.
+func leaseHooks(client kubernetes.Interface, p pickerFlags, log logr.Logger) (onHold, onForward func()) {
 	log = log.WithName("activation")
-	ns, name := f.picker.leaseNamespace, f.picker.leaseName
-	demand := &leaseStamp{client: client, namespace: ns, lease: name, log: log,
+	demand := &leaseStamp{client: client, namespace: p.leaseNamespace, lease: p.leaseName, log: log,
 		annotation: routingv1alpha1.DemandAnnotation, interval: activationInterval}
-	served := &leaseStamp{client: client, namespace: ns, lease: name, log: log,
+	served := &leaseStamp{client: client, namespace: p.leaseNamespace, lease: p.leaseName, log: log,
 		annotation: routingv1alpha1.LastRequestAnnotation, interval: routingv1alpha1.LastRequestInterval}
-	return demand.request, served.request, nil
+	return demand.request, served.request
 }

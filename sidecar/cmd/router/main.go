@@ -24,6 +24,7 @@ import (
 
 	routingv1alpha1 "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/config"
+	"github.com/warmroute/warmroute/sidecar/router/picker"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 	"github.com/warmroute/warmroute/sidecar/router/proxy"
 )
@@ -31,26 +32,24 @@ import (
 type flags struct {
 	configDir, configFile, configMap, kubeconfig string
 	listen, metricsListen                        string
-	maxBodyBytes, maxBufferedBytes               int64
 	maxHeaderBytes                               int
-	bodyReadTimeout, streamIdleTimeout           time.Duration
-	allowLoopbackBackends                        bool
 	strategyOverride                             string
-	poll, healthInterval, ejectBase, ejectMax    time.Duration
 	readHeaderTimeout, idleTimeout, shutdown     time.Duration
 	drainDelay                                   time.Duration
-	maxAttempts, maxHeld                         int
-	holdTimeout                                  time.Duration
-	tuning                                       policy.Tuning
 	verbosity                                    int
-	picker                                       pickerFlags
-	tenancy                                      tenancyFlags
-	upstream                                     upstreamFlags
-	epp                                          eppFlags
+	// opts are the router's options the flags set directly.
+	opts    proxy.Options
+	picker  pickerFlags
+	tenancy tenancyFlags
+	epp     eppFlags
 }
+
+// poll is how often mounted files are re-read besides fsnotify.
+const poll = time.Second
 
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
+	o := &f.opts
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	d := policy.DefaultTuning()
 	fs.StringVar(&f.configDir, "config-dir", "", "mounted routing ConfigMap directory (not a subPath mount) containing "+routingv1alpha1.ConfigMapKey)
@@ -59,25 +58,24 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --configmap (default: in-cluster)")
 	fs.StringVar(&f.listen, "listen", ":8080", "traffic address (\"\": no proxy, picker only: needs --epp-listen)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", ":9090", "address for /metrics, /healthz and /readyz")
-	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
-	fs.Int64Var(&f.maxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
+	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body accepted (413 above, refused before reading when Content-Length says so)")
+	fs.Int64Var(&o.MaxBufferedBytes, "max-buffered-bytes", 0, "request body bytes held at once across all requests; past it new requests get 503 with Retry-After (0: half the container memory limit, or 1 GiB without one)")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, on the traffic and metrics listeners (431 above)")
-	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
-	fs.DurationVar(&f.streamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
-	fs.BoolVar(&f.allowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
-	fs.DurationVar(&f.poll, "poll-interval", time.Second, "how often the routing document file is re-read besides fsnotify")
-	fs.DurationVar(&f.healthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
-	fs.DurationVar(&f.ejectBase, "eject-base", proxy.DefaultEjectBase, "first ejection of a failing instance; doubles per consecutive failure")
-	fs.DurationVar(&f.ejectMax, "eject-max", proxy.DefaultEjectMax, "longest ejection")
-	fs.DurationVar(&f.holdTimeout, "hold-timeout", proxy.DefaultHoldTimeout, "how long a request that finds no instance (none yet, all starting, all ejected) is held for one before 504 (0: answer 503 at once)")
-	fs.IntVar(&f.maxHeld, "max-held", proxy.DefaultMaxHeld, "requests held at once for an instance; past it 503 with Retry-After (held bodies take at most half of --max-buffered-bytes)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "instances tried when connections fail before anything was sent")
+	fs.DurationVar(&o.BodyReadTimeout, "body-read-timeout", proxy.DefaultBodyReadTimeout, "time a client has to send its whole request body (408 after)")
+	fs.DurationVar(&o.StreamIdleTimeout, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "longest silence between chunks of a backend's response; the backend is then cut off and ejected")
+	fs.DurationVar(&o.ResponseHeaderTimeout, "response-header-timeout", proxy.DefaultResponseHeaderTimeout,
+		"longest wait for a backend's response headers on a request that is not streamed, which come with the whole completion (a stream waits --stream-idle-timeout); past it the client gets 504 and the backend is ejected")
+	fs.BoolVar(&o.AllowLoopbackBackends, "allow-loopback-backends", false, "accept loopback instance addresses in the routing document (local clusters and tests; in a pod loopback is the router itself)")
+	fs.DurationVar(&o.HealthInterval, "health-interval", 5*time.Second, "period of active /health checks (0 disables)")
+	fs.DurationVar(&o.HoldTimeout, "hold-timeout", proxy.DefaultHoldTimeout, "how long a request that finds no instance (none yet, all starting, all ejected) is held for one before 504 (0: answer 503 at once)")
+	fs.IntVar(&o.MaxHeld, "max-held", proxy.DefaultMaxHeld, "requests held at once for an instance; past it 503 with Retry-After (held bodies take at most half of --max-buffered-bytes)")
+	fs.IntVar(&o.MaxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "instances tried when connections fail before anything was sent")
 	fs.DurationVar(&f.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send request headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 120*time.Second, "keep-alive idle timeout for client connections, on the traffic and metrics listeners")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 60*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 5*time.Second, "after SIGTERM, how long to keep serving (not ready, connections closed after each response) before closing the listener, while endpoints stop sending traffic")
-	fs.IntVar(&f.tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index, about 48 bytes per entry (the router's memory)")
-	fs.Float64Var(&f.tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "prompt text bytes per token of the served model's tokenizer, for the token load (4 suits English; 1-2 CJK text)")
+	fs.IntVar(&o.Tuning.IndexEntries, "index-entries", d.IndexEntries, "PREFIX_AWARE: bound of the prefix index, about 48 bytes per entry (the router's memory)")
+	fs.Float64Var(&o.Tuning.BytesPerToken, "bytes-per-token", d.BytesPerToken, "prompt text bytes per token of the served model's tokenizer, for the token load (4 suits English; 1-2 CJK text)")
 	warm := true
 	fs.BoolVar(&warm, "warm", true, "PREFIX_AWARE: when keys change owner (an instance joins, or drains before it leaves), serve each where it is cached and send its next owner a one-token copy first, so it moves warm (false: keys move cold)")
 	fs.BoolVar(&warm, "warm-joining", true, "deprecated spelling of --warm")
@@ -85,14 +83,13 @@ func parseFlags(args []string) (*flags, error) {
 	if benchmarkFlags != nil {
 		benchmarkFlags(fs, f)
 	}
-	f.picker.register(fs)
+	f.picker.register(fs, o)
 	f.tenancy.register(fs)
-	f.upstream.register(fs)
 	f.epp.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	f.tuning.NoWarm = !warm
+	o.Tuning.NoWarm = !warm
 	if (f.configDir == "") == (f.configFile == "") && f.configMap == "" {
 		return nil, errors.New("give one of --config-dir or --config-file (and/or --configmap)")
 	}
@@ -102,22 +99,18 @@ func parseFlags(args []string) (*flags, error) {
 	if f.listen == "" && f.epp.listen == "" {
 		return nil, errors.New("--listen and --epp-listen are both empty: serve the proxy, the Endpoint Picker Protocol, or both")
 	}
-	if s := policy.Strategy(f.strategyOverride); s != "" {
-		if err := policy.ValidStrategy(s, true); err != nil {
+	if o.StrategyOverride = policy.Strategy(f.strategyOverride); o.StrategyOverride != "" {
+		if err := policy.ValidStrategy(o.StrategyOverride, true); err != nil {
 			return nil, fmt.Errorf("--strategy-override: %w", err)
 		}
 		// Only the override may name a benchmark strategy, never the
 		// routing document.
-		f.tuning.BenchmarkStrategies = true
+		o.Tuning.BenchmarkStrategies = true
 	}
-	if err := f.picker.validate(); err != nil {
-		return nil, err
-	}
-	if err := f.tenancy.validate(); err != nil {
-		return nil, err
-	}
-	if err := f.epp.validate(); err != nil {
-		return nil, err
+	for _, err := range []error{f.picker.validate(o), f.tenancy.validate(), f.epp.validate()} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -145,70 +138,54 @@ func main() {
 }
 
 func run(ctx context.Context, f *flags, log logr.Logger) error {
-	budget, source := bufferBudget(f.maxBufferedBytes, cgroupRoot)
-	log.Info("request buffer budget", "bytes", budget, "source", source)
-	if budget < f.maxBodyBytes {
-		log.Info("warning: --max-buffered-bytes is below --max-body-bytes; the largest bodies will always be refused", "budget", budget, "maxBodyBytes", f.maxBodyBytes)
+	o := f.opts
+	var source string
+	o.MaxBufferedBytes, source = bufferBudget(o.MaxBufferedBytes, cgroupRoot)
+	log.Info("request buffer budget", "bytes", o.MaxBufferedBytes, "source", source)
+	if o.MaxBufferedBytes < o.MaxBodyBytes {
+		log.Info("warning: --max-buffered-bytes is below --max-body-bytes; the largest bodies will always be refused", "budget", o.MaxBufferedBytes, "maxBodyBytes", o.MaxBodyBytes)
 	}
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer func() { stopWatch(); wg.Wait() }()
-	salts, auth, err := startTenancy(watchCtx, &wg, f.tenancy, f.poll, log)
-	if err != nil {
+	var err error
+	if o.Salts, o.Auth, err = startTenancy(watchCtx, &wg, f.tenancy, poll, log); err != nil {
 		return err
 	}
-	upstreamKey := upstreamAPIKey(auth, log)
-	onHold, onForward, err := leaseHooks(f, log)
-	if err != nil {
-		return err
+	o.UpstreamAPIKey = upstreamAPIKey(o.Auth, log)
+	var client kubernetes.Interface
+	if f.configMap != "" || f.picker.lease != "" {
+		if client, err = kubeClient(f.kubeconfig); err != nil {
+			return err
+		}
 	}
-	mode, keys, err := f.picker.routerOptions()
-	if err != nil {
-		return err
+	if f.picker.lease != "" {
+		o.OnHold, o.OnForward = leaseHooks(client, f.picker, log)
 	}
-	r := proxy.New(proxy.Options{
-		Picker:                mode,
-		Replica:               f.picker.podName,
-		Keys:                  keys,
-		PickTimeout:           f.picker.timeout,
-		MaxBodyBytes:          f.maxBodyBytes,
-		MaxBufferedBytes:      budget,
-		BodyReadTimeout:       f.bodyReadTimeout,
-		StreamIdleTimeout:     f.streamIdleTimeout,
-		ResponseHeaderTimeout: f.upstream.responseHeaderTimeout,
-		AllowLoopbackBackends: f.allowLoopbackBackends,
-		MaxAttempts:           f.maxAttempts,
-		EjectBase:             f.ejectBase,
-		EjectMax:              f.ejectMax,
-		HealthInterval:        f.healthInterval,
-		HoldTimeout:           f.holdTimeout,
-		MaxHeld:               f.maxHeld,
-		OnHold:                onHold,
-		OnForward:             onForward,
-		StrategyOverride:      policy.Strategy(f.strategyOverride),
-		Tuning:                f.tuning,
-		Salts:                 salts,
-		Auth:                  auth,
-		UpstreamAPIKey:        upstreamKey,
-		Log:                   log,
-	})
+	if f.picker.keyFile != "" {
+		if o.Keys, err = picker.LoadKeys(f.picker.keyFile); err != nil {
+			return err
+		}
+	}
+	o.Log = log
+	r := proxy.New(o)
 	m := r.Metrics()
 	loader := &config.Loader{Apply: r.Apply, Log: log.WithName("config"),
 		Observe: func(res string) { m.ConfigReloads.WithLabelValues(res).Inc() }}
 
-	if path := configPath(f); path != "" {
+	path := f.configFile
+	if f.configDir != "" {
+		path = filepath.Join(f.configDir, routingv1alpha1.ConfigMapKey)
+	}
+	if path != "" {
 		wg.Go(func() {
-			if err := config.WatchFile(watchCtx, path, f.poll, loader); err != nil {
+			if err := config.WatchFile(watchCtx, path, poll, loader); err != nil {
 				log.Error(err, "routing document watch stopped", "path", path)
 			}
 		})
 	}
 	if f.configMap != "" {
 		ns, name, err := config.ParseConfigMapRef(f.configMap)
-		if err != nil {
-			return err
-		}
-		client, err := kubeClient(f.kubeconfig)
 		if err != nil {
 			return err
 		}
@@ -229,15 +206,13 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	// instances itself): no proxy listener. The traffic server goes first:
 	// shutdownServers reports its drain.
 	if f.listen != "" {
-		traffic := listenerServer(f.listen, f, r.Handler(), log)
-		traffic.ConnState = conns.track
-		servers = append(servers, traffic)
+		servers = append(servers, listenerServer(f.listen, f, r.Handler(), conns, log))
 	}
-	adminSrv := listenerServer(f.metricsListen, f, admin, log)
-	adminSrv.ConnState = conns.track
-	servers = append(servers, adminSrv)
-	if pick := pickServer(f, r, log); pick != nil {
-		servers = append(servers, pick)
+	servers = append(servers, listenerServer(f.metricsListen, f, admin, conns, log))
+	if f.picker.listen != "" {
+		// The pick API's listener has limits of its own (picker.Server):
+		// its peers are sibling replicas, whose calls are small and fast.
+		servers = append(servers, r.Picker().Server(f.picker.listen, proxy.StdLogger(log.WithName("pick").WithName("http"))))
 	}
 
 	errc := make(chan error, len(servers)+1) // and the EPP server
@@ -261,8 +236,13 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 	// reachable by the time the Lease names it.
 	electCtx, stopElection := context.WithCancel(context.Background())
 	defer stopElection()
-	if err := startElection(electCtx, &wg, f, r, log); err != nil {
-		return err
+	if f.picker.lease != "" {
+		e := f.picker.election(client, f.opts.Replica)
+		wg.Go(func() {
+			if err := r.Picker().Elect(electCtx, e); err != nil {
+				log.Error(err, "picker election stopped; routing by the fallback")
+			}
+		})
 	}
 	select {
 	case <-ctx.Done():
@@ -284,13 +264,6 @@ func run(ctx context.Context, f *flags, log logr.Logger) error {
 		return fmt.Errorf("drain traffic server: %w", err)
 	}
 	return nil
-}
-
-func configPath(f *flags) string {
-	if f.configDir != "" {
-		return filepath.Join(f.configDir, routingv1alpha1.ConfigMapKey)
-	}
-	return f.configFile
 }
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {

@@ -20,6 +20,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
+
+	"github.com/warmroute/warmroute/sidecar/router/proxy"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -209,10 +211,10 @@ func TestBufferBudgetFromTheContainerLimit(t *testing.T) {
 		want int64
 	}{
 		{"v2 limit", write(t.TempDir(), "memory.max", "1073741824\n"), 0, 512 << 20},
-		{"v2 no limit", write(t.TempDir(), "memory.max", "max\n"), 0, fallbackBufferBudget},
+		{"v2 no limit", write(t.TempDir(), "memory.max", "max\n"), 0, proxy.DefaultMaxBufferedBytes},
 		{"v1 limit", write(t.TempDir(), "memory/memory.limit_in_bytes", "268435456\n"), 0, 128 << 20},
-		{"v1 no limit", write(t.TempDir(), "memory/memory.limit_in_bytes", "9223372036854771712\n"), 0, fallbackBufferBudget},
-		{"no cgroup", t.TempDir(), 0, fallbackBufferBudget},
+		{"v1 no limit", write(t.TempDir(), "memory/memory.limit_in_bytes", "9223372036854771712\n"), 0, proxy.DefaultMaxBufferedBytes},
+		{"no cgroup", t.TempDir(), 0, proxy.DefaultMaxBufferedBytes},
 		{"flag wins", write(t.TempDir(), "memory.max", "1073741824\n"), 64 << 20, 64 << 20},
 	} {
 		if got, _ := bufferBudget(tc.flag, tc.root); got != tc.want {

@@ -12,10 +12,6 @@ import (
 // cgroupRoot is where the container's cgroup is mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// fallbackBufferBudget is the buffer budget without a container memory
-// limit to derive it from.
-const fallbackBufferBudget = proxy.DefaultMaxBufferedBytes
-
 // bufferBudget is the request buffer budget: the flag when set, else half
 // the container's memory limit (the rest is the Go runtime, connections,
 // the prefix index and GC headroom), else a fixed default. It reports
@@ -27,7 +23,7 @@ func bufferBudget(flag int64, root string) (int64, string) {
 	if limit, ok := memoryLimit(root); ok {
 		return limit / 2, "half the container memory limit"
 	}
-	return fallbackBufferBudget, "default (no container memory limit)"
+	return proxy.DefaultMaxBufferedBytes, "default (no container memory limit)"
 }
 
 // memoryLimit reads the cgroup memory limit: cgroup v2's memory.max, else

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/warmroute/warmroute/sidecar/router/config"
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
@@ -32,21 +33,10 @@ func (t *tenancyFlags) validate() error {
 	if t.apiKeysDir != "" && t.tenantHeader != "" {
 		return errors.New("--api-keys-dir and --tenant-header are exclusive")
 	}
-	if t.tenantHeader != "" && !validHeaderName(t.tenantHeader) {
+	if t.tenantHeader != "" && !httpguts.ValidHeaderFieldName(t.tenantHeader) {
 		return fmt.Errorf("--tenant-header %q is not a header name", t.tenantHeader)
 	}
 	return nil
-}
-
-func validHeaderName(name string) bool {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		valid := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_'
-		if !valid {
-			return false
-		}
-	}
-	return name != ""
 }
 
 // startTenancy loads the salt key and the API keys (both must load before

@@ -69,14 +69,18 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	// a held request is when an instance can take it (the picker is sent
 	// hashes, never the text).
 	defer func() { x.Release() }()
-	ep, inference := inferencePath(in.Method, in.Path)
-	if inference {
+	read, inference := inferencePaths[in.Path]
+	if inference = inference && in.Method == http.MethodPost; inference {
 		var refused *Refusal
-		if x, refused = r.extractRouting(st, ep, in.Body, in.Caller); refused == nil {
-			p.Body, refused = r.saltedBody(in.Body, x)
-		}
-		if refused != nil {
+		if x, refused = r.extractRouting(st, read, in.Body, in.Caller); refused != nil {
 			return nil, refused
+		}
+		// The body as it goes to vLLM: with the router's cache_salt for the
+		// tenant as its only one, and neither the client's cache_salt nor
+		// its prompt_cache_key.
+		var err error
+		if p.Body, err = extract.SaltedBody(in.Body, r.opts.Salts.Salt(x.Tenant), x.TenantFields); err != nil {
+			return nil, invalid(http.StatusBadRequest, "", "", err.Error()) // not expected: the body was read whole already
 		}
 		p.stream = x.Stream
 	} else {
@@ -91,7 +95,7 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	}
 	key := r.picker.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes})
 	t, err := r.picker.Pick(ctx, key, s)
-	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
+	r.m.DecisionDuration.Observe(time.Since(start).Seconds())
 	waits := waitsForInstance(st, key.Model)
 	holds := in.Forward && r.opts.HoldTimeout > 0 && waits
 	if holds || !in.Forward {
@@ -175,19 +179,4 @@ func (r *Router) unplaced(err error, model string) *Refusal {
 			"no instance can serve this model right now and the router holds as many requests as it may; retry shortly", 1)
 	}
 	return unavailable(http.StatusServiceUnavailable, "no_instance", "no instance can serve this model right now", 1)
-}
-
-func inferencePath(method, path string) (endpoint, bool) {
-	if method != http.MethodPost {
-		return 0, false
-	}
-	switch path {
-	case "/invocations":
-		return endpointInvocations, true
-	case "/v1/chat/completions":
-		return endpointChat, true
-	case "/v1/completions":
-		return endpointCompletions, true
-	}
-	return 0, false
 }

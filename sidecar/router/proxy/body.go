@@ -35,10 +35,9 @@ func (b *budget) reserve(n int64) bool {
 
 func (b *budget) release(n int64) { b.used.Add(-n) }
 
-// Reasons readBody refuses a body, each answered differently.
+// Why readGrowing stops.
 var (
 	errBodyTooLarge = errors.New("request body too large")
-	errBodyTimeout  = errors.New("request body read timed out")
 	errOverBudget   = errors.New("router buffer budget exhausted")
 )
 
@@ -51,12 +50,12 @@ const chunkedStep = 64 << 10
 // bytes it holds, to release once the request is done. A declared length
 // over the limit, or one that does not fit the budget, is refused before
 // any byte is read.
-func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (body []byte, held int64, err error) {
-	if req.ContentLength > r.opts.MaxBodyBytes {
-		return nil, 0, errBodyTooLarge
-	}
-	if req.ContentLength >= 0 && !r.budget.reserve(req.ContentLength) {
-		return nil, 0, errOverBudget
+func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (body []byte, held int64, refused *Refusal) {
+	switch {
+	case req.ContentLength > r.opts.MaxBodyBytes:
+		return nil, 0, r.bodyTooLarge()
+	case req.ContentLength >= 0 && !r.budget.reserve(req.ContentLength):
+		return nil, 0, overBudget()
 	}
 	held = max(req.ContentLength, 0)
 	// The deadline covers the whole body; it is lifted afterwards so a long
@@ -67,26 +66,27 @@ func (r *Router) readBody(w http.ResponseWriter, req *http.Request) (body []byte
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	}
 	src := http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes)
+	var err error
 	if req.ContentLength >= 0 {
 		body = make([]byte, req.ContentLength)
 		_, err = io.ReadFull(src, body)
 	} else {
 		body, err = r.readGrowing(src, &held)
 	}
-	if err != nil {
-		r.budget.release(held)
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig), errors.Is(err, errBodyTooLarge):
-			return nil, 0, errBodyTooLarge
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return nil, 0, errBodyTimeout
-		case errors.Is(err, errOverBudget):
-			return nil, 0, errOverBudget
-		}
-		return nil, 0, fmt.Errorf("read request body: %w", err)
+	if err == nil {
+		return body, held, nil
 	}
-	return body, held, nil
+	r.budget.release(held)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig), errors.Is(err, errBodyTooLarge):
+		return nil, 0, r.bodyTooLarge()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, 0, r.BodyTimedOut()
+	case errors.Is(err, errOverBudget):
+		return nil, 0, overBudget()
+	}
+	return nil, 0, invalid(http.StatusBadRequest, "", "", "could not read the request body")
 }
 
 // readGrowing reads a body of unknown length (chunked), reserving budget in
@@ -128,7 +128,7 @@ func (r *Router) readGrowing(src io.Reader, held *int64) ([]byte, error) {
 // clients retry alike). Release gives the hold back.
 func (r *Router) HoldBody(held, n int64) (int64, *Refusal) {
 	if n > r.opts.MaxBodyBytes {
-		return held, r.bodyRefusal(errBodyTooLarge)
+		return held, r.bodyTooLarge()
 	}
 	if n > held {
 		if !r.budget.reserve(n - held) {
@@ -142,8 +142,18 @@ func (r *Router) HoldBody(held, n int64) (int64, *Refusal) {
 // Release returns bytes taken by HoldBody.
 func (r *Router) Release(n int64) { r.budget.release(n) }
 
+func (r *Router) bodyTooLarge() *Refusal {
+	return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "", fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes))
+}
+
 // BodyTimedOut is the refusal of a body that took longer than
 // BodyReadTimeout.
-func (r *Router) BodyTimedOut() *Refusal { return r.bodyRefusal(errBodyTimeout) }
+func (r *Router) BodyTimedOut() *Refusal {
+	return invalid(http.StatusRequestTimeout, "request_timeout", "", fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
+}
+
+func overBudget() *Refusal {
+	return unavailable(http.StatusServiceUnavailable, "router_overloaded", overloadedMsg, 1)
+}
 
 const overloadedMsg = "the router is holding as many request bodies as it may; retry shortly"

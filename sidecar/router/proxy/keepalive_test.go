@@ -52,9 +52,13 @@ func newUvicornLike(t *testing.T, closeAfter time.Duration) *uvicornLike {
 	return u
 }
 
-func (u *uvicornLike) router(t *testing.T, opts Options) (*Router, string) {
-	opts.AllowLoopbackBackends = true
-	r := New(opts)
+// router serves a router to the backend; a non-nil transport replaces its
+// own.
+func (u *uvicornLike) router(t *testing.T, transport http.RoundTripper) (*Router, string) {
+	r := New(Options{AllowLoopbackBackends: true})
+	if transport != nil {
+		r.upstream = transport
+	}
 	if err := r.Apply(document(routingv1alpha1.StrategyPrefixAware, map[string]string{"b": strings.TrimPrefix(u.srv.URL, "http://")})); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func (u *uvicornLike) router(t *testing.T, opts Options) (*Router, string) {
 func TestPooledConnectionsCloseBeforeVLLMs(t *testing.T) {
 	t.Parallel()
 	u := newUvicornLike(t, 5*time.Second)
-	r, srv := u.router(t, Options{})
+	r, srv := u.router(t, nil)
 	for i, gap := range []time.Duration{0, 4500 * time.Millisecond, 5500 * time.Millisecond} {
 		time.Sleep(gap)
 		if resp := postTo(t, srv, "/v1/chat/completions", chatBody("m", "hi", "")); resp.StatusCode != 200 {
@@ -86,7 +90,7 @@ func TestPooledConnectionsCloseBeforeVLLMs(t *testing.T) {
 // backend just closed, it is resent on a new one, not answered 502.
 func TestStaleConnectionRetried(t *testing.T) {
 	u := newUvicornLike(t, 30*time.Millisecond)
-	r, srv := u.router(t, Options{Transport: &http.Transport{}}) // pools without an idle timeout
+	r, srv := u.router(t, &http.Transport{}) // pools without an idle timeout
 	for i := range 4 {
 		time.Sleep(60 * time.Millisecond)
 		if resp := postTo(t, srv, "/v1/chat/completions", chatBody("m", "hi", "")); resp.StatusCode != 200 {

@@ -192,7 +192,7 @@ func TestLoopbackAddressesNeedTheFlag(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--allow-loopback-backends") {
 		t.Fatalf("loopback instance applied: %v", err)
 	}
-	if got := r.Policy().Instances()[0].Address; got != "10.0.0.1:8000" {
+	if got := r.own.Instances()[0].Address; got != "10.0.0.1:8000" {
 		t.Fatalf("last good document replaced: %s", got)
 	}
 	r = New(Options{AllowLoopbackBackends: true})

@@ -181,7 +181,7 @@ func TestActiveHealthChecks(t *testing.T) {
 	defer cancel()
 	go r.RunHealthChecks(ctx)
 	g := NewWithT(t)
-	healthy := func(id string) func() bool { return func() bool { return r.Policy().Healthy(id) } }
+	healthy := func(id string) func() bool { return func() bool { return r.own.Healthy(id) } }
 	g.Eventually(healthy("dead"), 2*time.Second, 10*time.Millisecond).Should(BeFalse(), "active checks eject the dead instance")
 	// Ten more rounds of checks leave the live one in.
 	g.Consistently(healthy("live"), 200*time.Millisecond, 10*time.Millisecond).Should(BeTrue(), "the live instance stays in")
@@ -262,8 +262,8 @@ func TestReloadDropsNoRequest(t *testing.T) {
 		t.Fatalf("%d of 800 requests failed during %d reloads", failed.Load(), reloads.Load())
 	}
 	t.Logf("800 requests, 0 failed, during %d reloads", reloads.Load())
-	for _, in := range f.router.Policy().Instances() {
-		if n := f.router.Policy().InFlight(in.ID); n != 0 {
+	for _, in := range f.router.own.Instances() {
+		if n := f.router.own.InFlight(in.ID); n != 0 {
 			t.Fatalf("%s left with %d in flight", in.ID, n)
 		}
 	}

@@ -16,21 +16,6 @@ func noConfig() *Refusal {
 	return unavailable(http.StatusServiceUnavailable, "no_routing_config", "the router has no routing configuration yet", 1)
 }
 
-// bodyRefusal is the answer to a body readBody refused.
-func (r *Router) bodyRefusal(err error) *Refusal {
-	switch {
-	case errors.Is(err, errBodyTooLarge):
-		return invalid(http.StatusRequestEntityTooLarge, "request_too_large", "",
-			fmt.Sprintf("request body exceeds %d bytes", r.opts.MaxBodyBytes))
-	case errors.Is(err, errBodyTimeout):
-		return invalid(http.StatusRequestTimeout, "request_timeout", "",
-			fmt.Sprintf("the request body did not arrive within %s", r.opts.BodyReadTimeout))
-	case errors.Is(err, errOverBudget):
-		return unavailable(http.StatusServiceUnavailable, "router_overloaded", overloadedMsg, 1)
-	}
-	return invalid(http.StatusBadRequest, "", "", "could not read the request body")
-}
-
 // Identify resolves who the caller is from its headers alone
 // (tenancy.Auth), before its body takes any of the buffer budget: with API
 // keys a request without a known key, and with a trusted header a request
@@ -76,23 +61,25 @@ func (r *Router) StrippedHeaders(h http.Header) []string {
 	return out
 }
 
-// extractRouting reads what the policy needs from a body sent to ep, under
-// the routing document in force, for the client id is.
-func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
+// inferencePaths read the routing text of each inference path's body.
+var inferencePaths = map[string]func(body []byte, tenant string, lim extract.Limits) (extract.Request, error){
+	"/invocations": extract.Invocations,
+	"/v1/chat/completions": func(body []byte, tenant string, lim extract.Limits) (extract.Request, error) {
+		return extract.OpenAI(extract.Chat, body, tenant, lim)
+	},
+	"/v1/completions": func(body []byte, tenant string, lim extract.Limits) (extract.Request, error) {
+		return extract.OpenAI(extract.Completions, body, tenant, lim)
+	},
+}
+
+// extractRouting reads what the policy needs from a body, under the
+// routing document in force, for the client id is.
+func (r *Router) extractRouting(st *state, read func([]byte, string, extract.Limits) (extract.Request, error), body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
 		lim.Lookahead = r.picker.LookaheadBytes()
 	}
-	var x extract.Request
-	var err error
-	switch ep {
-	case endpointInvocations:
-		x, err = extract.Invocations(body, id.Tenant, lim)
-	case endpointChat:
-		x, err = extract.OpenAI(extract.Chat, body, id.Tenant, lim)
-	case endpointCompletions:
-		x, err = extract.OpenAI(extract.Completions, body, id.Tenant, lim)
-	}
+	x, err := read(body, id.Tenant, lim)
 	if err == nil && id.Claim {
 		err = x.ClaimBodyTenant()
 	}
@@ -105,16 +92,4 @@ func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.
 		return extract.Request{}, invalid(http.StatusBadRequest, "", param, err.Error())
 	}
 	return x, nil
-}
-
-// saltedBody is the body as it goes to vLLM: with the router's cache_salt
-// for the tenant as its only one, and neither the client's cache_salt nor
-// its prompt_cache_key (extract.SaltedBody). Every path's body was read
-// whole as JSON by extractRouting already, /invocations included.
-func (r *Router) saltedBody(body []byte, x extract.Request) ([][]byte, *Refusal) {
-	pieces, err := extract.SaltedBody(body, r.opts.Salts.Salt(x.Tenant), x.TenantFields)
-	if err != nil { // not expected: the body was read whole already
-		return nil, invalid(http.StatusBadRequest, "", "", err.Error())
-	}
-	return pieces, nil
 }

@@ -32,83 +32,54 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/tenancy"
 )
 
-// Options configures the router.
+// Options configures the router; the router's flags of the same names
+// document each limit. A zero or negative limit takes its default.
 type Options struct {
-	// MaxBodyBytes is the largest request body accepted (413 above it).
-	MaxBodyBytes int64
-	// MaxBufferedBytes bounds the request bodies held at once across all
-	// requests (503 with Retry-After past it).
-	MaxBufferedBytes int64
-	// BodyReadTimeout bounds the time a client has to send its body (408).
-	BodyReadTimeout time.Duration
-	// StreamIdleTimeout bounds the silence between chunks of a backend's
-	// response, and a stream's wait for its response headers; a backend
-	// that stalls is cut off and ejected.
-	StreamIdleTimeout time.Duration
-	// ResponseHeaderTimeout bounds a response that is not streamed from
-	// the request written to its headers, which come with the whole
-	// completion; past it the client gets 504 and the backend is ejected.
-	ResponseHeaderTimeout time.Duration
-	// AllowLoopbackBackends accepts loopback instance addresses (local
-	// clusters and tests); in a cluster they would point at the router's
-	// own pod.
+	MaxBodyBytes, MaxBufferedBytes int64
+	BodyReadTimeout                time.Duration
+	// StreamIdleTimeout bounds the silence between chunks of a response
+	// and a stream's wait for its headers; ResponseHeaderTimeout bounds
+	// the wait for the headers of a response that is not streamed.
+	StreamIdleTimeout, ResponseHeaderTimeout time.Duration
+	// AllowLoopbackBackends accepts loopback instance addresses, which in
+	// a pod would point at the router itself.
 	AllowLoopbackBackends bool
-	// MaxAttempts bounds how many instances a request tries when
-	// connections fail before anything was sent.
-	MaxAttempts int
-	// EjectBase and EjectMax bound the passive ejection back-off, which
-	// doubles with each consecutive failure.
+	MaxAttempts           int
+	// EjectBase and EjectMax bound the ejection back-off, which doubles
+	// with each consecutive failure.
 	EjectBase, EjectMax time.Duration
-	// HealthInterval is the period of active /health checks (0 disables).
-	HealthInterval time.Duration
-	// StrategyOverride replaces the document's strategy (benchmarks use it
-	// to run the hidden baseline through the real binary).
+	HealthInterval      time.Duration // 0: no active health checks
+	// StrategyOverride replaces the document's strategy (benchmarks).
 	StrategyOverride policy.Strategy
-	// Tuning tunes the policy.
-	Tuning policy.Tuning
-	// Picker says who decides: "" or PickerSelf, this router (alone, or
-	// the leader of a fixed set); a host:port, the sibling whose pick
-	// listener that is; PickerElected, whoever the election names (the
-	// caller runs Picker().Elect).
-	Picker string
-	// Replica names this router to the picker.
+	Tuning           policy.Tuning
+	// Picker says who decides: "" or PickerSelf, this router; a host:port,
+	// the sibling whose pick listener that is; PickerElected, whoever the
+	// election names (the caller runs Picker().Elect).
+	Picker  string
 	Replica string
 	// Keys key the block hashes and sign the pick API; every replica of
-	// an endpoint needs the same (zero: keys of this process's own, for a
-	// router that decides alone).
-	Keys picker.Keys
-	// PickTimeout bounds a pick call (0: picker.DefaultPickTimeout).
+	// an endpoint needs the same (zero: this router decides alone).
+	Keys        picker.Keys
 	PickTimeout time.Duration
-	// Salts derives each tenant's cache_salt (nil: a random key of this
-	// process's own, see tenancy.RandomSalter).
+	// Salts derives each tenant's cache_salt (nil: a random key).
 	Salts *tenancy.Salter
-	// Auth says where the tenant comes from (zero: the client's claim,
-	// unauthenticated).
+	// Auth says where the tenant comes from (zero: the client's claim).
 	Auth tenancy.Auth
-	// UpstreamAPIKey is vLLM's own API key (its --api-key). The router
-	// sends it as "Authorization: Bearer <key>" on every forwarded request,
-	// but only when Auth authenticates clients: the router has then
-	// checked the client and removed whatever Authorization the client
-	// sent. With Auth off the client's own Authorization passes through
-	// for vLLM to check, and the key is not used: sending it for clients
-	// nobody checked would open a way around vLLM's key.
+	// UpstreamAPIKey is vLLM's own --api-key, sent in place of the
+	// client's Authorization only when Auth authenticates clients: with
+	// Auth off the client's Authorization passes through for vLLM to
+	// check, and sending the key for clients nobody checked would open a
+	// way around it.
 	UpstreamAPIKey string
 	// HoldTimeout is how long a request that finds no instance is held
-	// for one (see hold.go); 0 answers it 503 at once.
+	// for one (hold.go); 0 answers it 503 at once.
 	HoldTimeout time.Duration
-	// MaxHeld bounds the requests held at once (0: DefaultMaxHeld).
-	MaxHeld int
-	// OnHold is called as requests are held (nil: nothing); it asks for
-	// an instance (scale from zero) and must return at once.
-	OnHold func()
-	// OnForward is called as a request is sent to an instance (nil:
-	// nothing); it records that the endpoint is in use (its idle clock)
+	MaxHeld     int
+	// OnHold (a request asks for an instance: scale from zero) and
+	// OnForward (a request is sent: the endpoint's idle clock) may be nil
 	// and must return at once.
-	OnForward func()
-	// Transport overrides the upstream transport (tests).
-	Transport http.RoundTripper
-	Log       logr.Logger
-	Metrics   *metrics.Metrics
+	OnHold, OnForward func()
+	Log               logr.Logger
 }
 
 // Who decides (Options.Picker).
@@ -128,10 +99,10 @@ type state struct {
 // Router serves traffic.
 type Router struct {
 	opts Options
-	// picker decides, and answers every question of a decision (keys,
-	// rotation). own is this replica's policy, which the picker hashes
-	// and decides with while no picker answers; the router reads its
-	// counters for metrics and the instances for health checks.
+	m    *metrics.Metrics
+	// picker decides; own is this replica's policy, which the picker
+	// hashes and decides with while no picker answers, and whose counters
+	// and instances the metrics and health checks read.
 	picker   *picker.Picker
 	own      *policy.Policy
 	state    atomic.Pointer[state]
@@ -139,15 +110,13 @@ type Router struct {
 	upstream http.RoundTripper
 	// seedFromDocument: no endpoint key was given (see New).
 	seedFromDocument bool
-	// upstreamAuth is the Authorization value sent to vLLM in place of
-	// the client's ("" to pass the client's through), see UpstreamAPIKey.
+	// upstreamAuth replaces the client's Authorization ("": passed
+	// through), see UpstreamAPIKey.
 	upstreamAuth string
 
-	budget budget
-	holder holder
-	// draining: shutting down (Drain), so not ready and closing each
-	// client connection after its response.
-	draining atomic.Bool
+	budget   budget
+	holder   holder
+	draining atomic.Bool // see Drain
 
 	mu       sync.Mutex
 	failures map[string]failure // per instance, since its last success
@@ -164,8 +133,7 @@ type failure struct {
 
 // New returns a router with no document; it answers 503 until Apply.
 func New(opts Options) *Router {
-	// An unset or non-positive limit takes its default (max maps a
-	// negative to zero, which cmp.Or replaces).
+	// max maps a negative to zero, which cmp.Or replaces.
 	opts.MaxAttempts = cmp.Or(max(opts.MaxAttempts, 0), DefaultMaxAttempts)
 	opts.EjectBase = cmp.Or(max(opts.EjectBase, 0), DefaultEjectBase)
 	opts.EjectMax = cmp.Or(max(opts.EjectMax, 0), DefaultEjectMax)
@@ -178,26 +146,22 @@ func New(opts Options) *Router {
 	if opts.Salts == nil {
 		opts.Salts = tenancy.RandomSalter()
 	}
-	// Without the endpoint's key the router decides alone: nobody can
-	// call its pick API (keys of its own sign it), no hash leaves it, and
-	// its block hashes are keyed by the routing document's seed, as every
-	// such router's are, so that routers deciding alone place alike.
+	// Without the endpoint's key the router decides alone: keys of its own
+	// sign its pick API, so nobody can call it, and its block hashes are
+	// keyed by the document's seed, so that routers deciding alone place
+	// alike.
 	seedFromDocument := opts.Keys.Zero()
 	if seedFromDocument {
 		opts.Keys = picker.RandomKeys()
 	}
-	r := &Router{opts: opts, own: policy.New(opts.Tuning), failures: map[string]failure{}, seedFromDocument: seedFromDocument}
+	r := &Router{opts: opts, own: policy.New(opts.Tuning), failures: map[string]failure{}, seedFromDocument: seedFromDocument,
+		upstream: newTransport()}
 	if opts.UpstreamAPIKey != "" && opts.Auth.Authenticated() {
 		r.upstreamAuth = "Bearer " + opts.UpstreamAPIKey
 	}
 	r.budget.limit = opts.MaxBufferedBytes
-	if r.opts.Metrics == nil {
-		r.opts.Metrics = metrics.New(r.Gauges())
-	}
-	r.upstream = opts.Transport
-	if r.upstream == nil {
-		r.upstream = NewTransport()
-	}
+	r.holder.wake = make(chan struct{}, 1)
+	r.m = metrics.New(r.Gauges())
 	r.proxy = &httputil.ReverseProxy{
 		Rewrite:        r.rewrite,
 		Transport:      roundTripFunc(r.roundTrip),
@@ -207,7 +171,7 @@ func New(opts Options) *Router {
 		BufferPool:     bufferPool{},
 	}
 	r.picker = picker.New(picker.Options{Replica: opts.Replica, Keys: opts.Keys, Own: r.own, Tuning: opts.Tuning,
-		PickTimeout: opts.PickTimeout, Tries: opts.MaxAttempts, Metrics: picker.NewMetrics(r.opts.Metrics.Registry), Log: opts.Log.WithName("picker")})
+		PickTimeout: opts.PickTimeout, Tries: opts.MaxAttempts, Metrics: picker.NewMetrics(r.m.Registry), Log: opts.Log.WithName("picker")})
 	switch opts.Picker {
 	case "", PickerSelf:
 		if err := r.picker.Lead(); err != nil {
@@ -235,48 +199,39 @@ const (
 	DefaultResponseHeaderTimeout = 15 * time.Minute
 )
 
-// upstreamIdleConnTimeout closes pooled backend connections before vLLM
-// does: its server (uvicorn) closes a kept-alive connection after 5 s idle,
-// and a request written onto a connection the server is closing that very
-// moment fails. Closing ours first leaves that race to the rare case the
-// stale-connection retry in roundTrip covers.
-const upstreamIdleConnTimeout = 4 * time.Second
-
-// NewTransport is tuned for many concurrent, long-lived requests to a few
-// backends on the cluster network: generous idle pools (so bursts do not
-// pay for new connections), short dial timeout (so a dead pod fails over
-// fast), and no response timeout (generations are long).
-func NewTransport() *http.Transport {
+// newTransport is tuned for many concurrent, long-lived requests to a few
+// backends on the cluster network: generous idle pools, a short dial
+// timeout (a dead pod fails over fast), no response timeout (generations
+// are long). Pooled connections close after 4 s idle, before vLLM's
+// server (uvicorn) closes them at 5 s: a request written onto a
+// connection the server is closing that moment fails, a race left to the
+// rare case roundTrip's stale-connection retry covers.
+func newTransport() *http.Transport {
 	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       upstreamIdleConnTimeout,
-		ExpectContinueTimeout: 0,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     4 * time.Second,
+		DisableCompression:  true,
 	}
 }
 
 // Gauges are the values metrics read from the router when scraped.
 func (r *Router) Gauges() metrics.Gauges {
+	perInstance := func(get func(id string) int64) func(report func(backend string, n float64)) {
+		return func(report func(backend string, n float64)) {
+			for _, in := range r.own.Instances() {
+				report(in.ID, float64(get(in.ID)))
+			}
+		}
+	}
 	return metrics.Gauges{
 		IndexEntries:  func() float64 { return float64(r.own.IndexEntries()) },
 		IndexBytes:    func() float64 { return float64(r.own.MemoryBytes()) },
 		Buffered:      func() float64 { return float64(r.budget.used.Load()) },
 		Held:          func() float64 { return float64(r.heldCount()) },
-		InFlight:      r.perInstance(r.own.InFlight),
-		PrefillTokens: r.perInstance(r.own.PrefillTokens),
-	}
-}
-
-// perInstance reports a policy figure for every configured instance.
-func (r *Router) perInstance(get func(id string) int64) func(report func(backend string, n float64)) {
-	return func(report func(backend string, n float64)) {
-		for _, in := range r.own.Instances() {
-			report(in.ID, float64(get(in.ID)))
-		}
+		InFlight:      perInstance(r.own.InFlight),
+		PrefillTokens: perInstance(r.own.PrefillTokens),
 	}
 }
 
@@ -284,22 +239,10 @@ func (r *Router) perInstance(get func(id string) int64) func(report func(backend
 func (r *Router) Options() Options { return r.opts }
 
 // Metrics are the router's metrics.
-func (r *Router) Metrics() *metrics.Metrics { return r.opts.Metrics }
-
-// Policy exposes this replica's own policy (metrics, tests).
-func (r *Router) Policy() *policy.Policy { return r.own }
+func (r *Router) Metrics() *metrics.Metrics { return r.m }
 
 // Picker exposes who decides (the election, the pick listener, tests).
 func (r *Router) Picker() *picker.Picker { return r.picker }
-
-// hashSeed keys the block hashes: the endpoint's key when the router has
-// it, the document's seed for a router that decides alone.
-func (r *Router) hashSeed(doc *routingv1alpha1.Document) uint64 {
-	if r.seedFromDocument {
-		return doc.HashSeed
-	}
-	return r.opts.Keys.HashSeed
-}
 
 // Apply installs a routing document; it is the config loader's Apply. An
 // error leaves the document in force unchanged.
@@ -312,17 +255,17 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 			}
 		}
 	}
-	strategy := policy.Strategy(doc.Strategy)
-	if r.opts.StrategyOverride != "" {
-		strategy = r.opts.StrategyOverride
-	}
+	strategy := cmp.Or(r.opts.StrategyOverride, policy.Strategy(doc.Strategy))
 	cfg := policy.Config{
 		Strategy:             strategy,
 		Model:                doc.Model,
-		HashSeed:             r.hashSeed(doc),
+		HashSeed:             r.opts.Keys.HashSeed,
 		PrefixLength:         doc.PrefixAware.PrefixLength,
 		ConcurrencyThreshold: doc.PrefixAware.ConcurrencyThreshold,
 		Adapters:             make(map[string][]string, len(doc.Adapters)),
+	}
+	if r.seedFromDocument {
+		cfg.HashSeed = doc.HashSeed
 	}
 	ids := make(map[string]bool, len(doc.Instances))
 	for _, in := range doc.Instances {
@@ -338,17 +281,17 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	}
 	r.picker.SetFlow(flow.FromDocument(doc.FlowControl))
 	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
-	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
+	r.m.ConfigGeneration.Set(float64(doc.Generation))
 	for _, in := range doc.Instances {
-		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.picker.InRotation(in.ID)))
-		r.opts.Metrics.BackendDraining.WithLabelValues(in.ID).Set(boolGauge(in.Draining))
+		r.m.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.picker.InRotation(in.ID)))
+		r.m.BackendDraining.WithLabelValues(in.ID).Set(boolGauge(in.Draining))
 	}
 	// Forget removed instances: their series (instance names are pod
 	// names, new with every rollout) and their failure runs.
 	if prev != nil {
 		for id := range prev.ids {
 			if !ids[id] {
-				r.opts.Metrics.DeleteBackend(id)
+				r.m.DeleteBackend(id)
 			}
 		}
 	}
@@ -380,11 +323,8 @@ func (r *Router) Ready() bool { return r.state.Load() != nil && !r.draining.Load
 // sending new traffic, and every response closes its connection, so that by
 // the time the listener closes no client still holds a kept-alive
 // connection to reuse (closing idle connections at once instead races with
-// clients writing a request on them, which resets it).
-//
-// A leader hands over first: it stops deciding, keeps its state for its
-// successor and releases the Lease, so the successor starts warm; its own
-// requests from then on are decided by the successor or the fallback.
+// clients writing a request on them, which resets it). A leader hands
+// over first, keeping its state for its successor, which starts warm.
 func (r *Router) Drain() {
 	r.draining.Store(true)
 	r.picker.StepDown()
@@ -393,7 +333,16 @@ func (r *Router) Drain() {
 // Handler serves the traffic port. Until the first document arrives every
 // path but /healthz answers 503.
 func (r *Router) Handler() http.Handler {
-	mux := r.routes()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /invocations", r.serveInference)
+	mux.HandleFunc("POST /v1/chat/completions", r.serveInference)
+	mux.HandleFunc("POST /v1/completions", r.serveInference)
+	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /ping", serveOK)
+	r.HealthRoutes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		invalid(http.StatusNotFound, "not_found", "", "no route for "+req.Method+" "+truncate(req.URL.Path, maxEchoBytes)).write(w)
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if r.draining.Load() {
 			w.Header().Set("Connection", "close")
@@ -407,44 +356,20 @@ func (r *Router) Handler() http.Handler {
 	})
 }
 
-func (r *Router) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /invocations", r.serveInference)
-	mux.HandleFunc("POST /v1/chat/completions", r.serveInference)
-	mux.HandleFunc("POST /v1/completions", r.serveInference)
-	mux.HandleFunc("GET /v1/models", r.serveModels)
-	mux.HandleFunc("GET /ping", r.serveHealthz)
-	r.HealthRoutes(mux)
-	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		invalid(http.StatusNotFound, "not_found", "", "no route for "+req.Method+" "+truncate(req.URL.Path, maxEchoBytes)).write(w)
-	})
-	return mux
-}
-
 // HealthRoutes adds /healthz (the process serves) and /readyz (Ready), on
 // the traffic mux and on the metrics listener's, where the probes are.
 func (r *Router) HealthRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", r.serveHealthz)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", serveOK)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		if !r.Ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		serveOK(w, req)
 	})
 }
 
-func (r *Router) serveHealthz(w http.ResponseWriter, _ *http.Request) {
-	_, _ = io.WriteString(w, "ok\n")
-}
-
-type endpoint int
-
-const (
-	endpointInvocations endpoint = iota
-	endpointChat
-	endpointCompletions
-)
+func serveOK(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }
 
 // route is the per-request state the transport needs, carried in the
 // request context from the handler through ReverseProxy.
@@ -456,26 +381,11 @@ type route struct {
 	// staleRetried: the one retry on a pooled connection the backend had
 	// closed is spent.
 	staleRetried bool
-	// cancel ends the upstream request (cause errStreamIdle on a stall).
+	// cancel ends the upstream request, with errStreamIdle or
+	// errHeaderTimeout as the cause when the backend fell silent.
 	cancel   context.CancelCauseFunc
 	upstream context.Context
 	resp     *responseBody
-	tokenAt  time.Time
-}
-
-// firstToken is called once, when the first streamed event carrying output
-// passes through: the instance has finished this request's prefill, so its
-// prompt leaves the instance's prefill load (a non-streamed response shows
-// no such moment and stays counted as prefill until it is done).
-func (rt *route) firstToken() {
-	rt.Prefilled()
-	rt.tokenAt = time.Now()
-	rt.router.opts.Metrics.TimeToFirstToken.Observe(rt.tokenAt.Sub(rt.start).Seconds())
-}
-
-// fullResponse is called when a non-streaming response has been read whole.
-func (rt *route) fullResponse() {
-	rt.router.opts.Metrics.TimeToFullResponse.Observe(time.Since(rt.start).Seconds())
 }
 
 type routeKey struct{}
@@ -491,11 +401,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		r.reject(w, refused)
 		return
 	}
-	body, held, err := r.readBody(w, req)
+	body, held, refused := r.readBody(w, req)
 	defer r.budget.release(held)
-	if err != nil {
+	if refused != nil {
 		w.Header().Set("Connection", "close")
-		r.reject(w, r.bodyRefusal(err))
+		r.reject(w, refused)
 		return
 	}
 	p, refused := r.Admit(req.Context(), Admission{Method: req.Method, Path: req.URL.Path, Header: req.Header,
@@ -512,11 +422,6 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 	for _, piece := range p.Body {
 		rt.bodyLen += int64(len(piece))
 	}
-	r.forward(w, req, rt)
-}
-
-// forward proxies with the route attached and settles the accounting.
-func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route) {
 	sw := &statusWriter{ResponseWriter: w}
 	rt.upstream, rt.cancel = context.WithCancelCause(context.WithValue(req.Context(), routeKey{}, rt))
 	defer func() {
@@ -533,28 +438,29 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, rt *route) {
 }
 
 // settle names a finished request's outcome and books the backend's part
-// in it: a stream cut by the client, by the backend, or by the idle timeout
-// is not a success, whatever status went out first.
+// in it: a stream cut by the client, by the backend, or by a timeout is
+// not a success, whatever status went out first.
 func (r *Router) settle(client context.Context, rt *route, sw *statusWriter) string {
 	id := rt.Instance().ID
 	resp := rt.resp
+	cause := context.Cause(rt.upstream)
 	switch {
 	case sw.status == 0 && client.Err() != nil:
 		return OutcomeCanceled
 	case sw.status == 0:
 		return "error"
-	case errors.Is(context.Cause(rt.upstream), errStreamIdle):
-		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "stream_idle").Inc()
-		r.failed(id, "passive", true)
-		return "upstream_timeout"
-	case errors.Is(context.Cause(rt.upstream), errHeaderTimeout):
-		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "header_timeout").Inc()
+	case errors.Is(cause, errStreamIdle), errors.Is(cause, errHeaderTimeout):
+		label := "stream_idle"
+		if errors.Is(cause, errHeaderTimeout) {
+			label = "header_timeout"
+		}
+		r.m.UpstreamErrors.WithLabelValues(id, label).Inc()
 		r.failed(id, "passive", true)
 		return "upstream_timeout"
 	case client.Err() != nil || sw.writeErr != nil:
 		return OutcomeClientDisconnect
 	case resp != nil && resp.readErr != nil:
-		r.opts.Metrics.UpstreamErrors.WithLabelValues(id, "reset").Inc()
+		r.m.UpstreamErrors.WithLabelValues(id, "reset").Inc()
 		return "upstream_reset"
 	}
 	if resp != nil && resp.eof {
@@ -595,33 +501,33 @@ func (r *Router) reject(w http.ResponseWriter, refused *Refusal) {
 // placements, key moves, the matched prefix.
 func (r *Router) countChoice(choice *picker.Ticket) {
 	if choice.Spill != policy.SpillNone {
-		r.opts.Metrics.Spills.WithLabelValues(choice.Spill).Inc()
+		r.m.Spills.WithLabelValues(choice.Spill).Inc()
 	}
 	if choice.ColdPlaced {
-		r.opts.Metrics.ColdPlacements.Inc()
+		r.m.ColdPlacements.Inc()
 	}
 	if choice.Moved != policy.MoveNone {
-		r.opts.Metrics.KeyMoves.WithLabelValues(choice.Moved).Inc()
+		r.m.KeyMoves.WithLabelValues(choice.Moved).Inc()
 	}
 	if choice.Strategy == policy.PrefixAware {
-		r.opts.Metrics.PrefixMatchChars.Observe(float64(choice.MatchChars))
+		r.m.PrefixMatchChars.Observe(float64(choice.MatchChars))
 	}
 }
 
 // countRequest counts a finished request in requests_total on the
 // instance it ended on ("" when refused before placement).
 func (r *Router) countRequest(backend, strategy, outcome string) {
-	r.opts.Metrics.Requests.WithLabelValues(backend, strategy, outcome).Inc()
+	r.m.Requests.WithLabelValues(backend, strategy, outcome).Inc()
 	if st := r.state.Load(); backend != "" && st != nil && !st.ids[backend] {
 		// Removed while this request ran: do not bring its series back.
-		r.opts.Metrics.DeleteBackend(backend)
+		r.m.DeleteBackend(backend)
 	}
 }
 
 // serveModels answers GET /v1/models from the document: the base model and
 // every adapter ready on some instance, which no single instance can tell
-// (each holds only its own adapters). It reads no request body. With API
-// keys it too needs one: adapter names are the users' business.
+// (each holds only its own adapters). With API keys it too needs one:
+// adapter names are the users' business.
 func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
 	if _, refused := r.Identify(req.Header); refused != nil {
 		w.Header().Set("Connection", "close")
@@ -635,16 +541,22 @@ func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(st.models)
 }
 
+// authorize replaces the client's credentials with what vLLM is sent
+// (see Options.UpstreamAPIKey).
+func (r *Router) authorize(h http.Header) {
+	r.opts.Auth.Strip(h)
+	if r.upstreamAuth != "" {
+		h.Set("Authorization", r.upstreamAuth)
+	}
+}
+
 func (r *Router) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(routeKey{}).(*route)
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = rt.Instance().Address
 	pr.Out.Host = ""
 	pr.SetXForwarded()
-	r.opts.Auth.Strip(pr.Out.Header)
-	if r.upstreamAuth != "" {
-		pr.Out.Header.Set("Authorization", r.upstreamAuth)
-	}
+	r.authorize(pr.Out.Header)
 	if rt.Body != nil {
 		pr.Out.Body = rt.newBody()
 		// GetBody lets the transport resend on a fresh connection when a
@@ -685,15 +597,16 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		var reused bool
-		deadline := newHeaderDeadline(rt, r.headerTimeout(rt.stream))
+		var deadline headerDeadline
+		after := r.headerTimeout(rt.stream)
 		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
-			GotConn:      func(c httptrace.GotConnInfo) { reused = c.Reused; deadline.arm() },
-			WroteRequest: func(httptrace.WroteRequestInfo) { deadline.arm() },
+			GotConn:      func(c httptrace.GotConnInfo) { reused = c.Reused; deadline.arm(rt, after) },
+			WroteRequest: func(httptrace.WroteRequestInfo) { deadline.arm(rt, after) },
 		}))
 		resp, err := r.upstream.RoundTrip(out)
 		deadline.stop()
 		if err == nil {
-			r.readmitAfterConnect(in.ID)
+			r.succeeded(in.ID, true) // a stall run needs a completed response
 			return resp, nil
 		}
 		if req.Context().Err() != nil {
@@ -701,20 +614,20 @@ func (r *Router) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if reused && !rt.staleRetried && !isConnectError(err) {
 			rt.staleRetried = true
-			r.opts.Metrics.StaleConnRetries.Inc()
+			r.m.StaleConnRetries.Inc()
 			r.opts.Log.V(1).Info("pooled connection closed by the backend; retrying on a new one", "backend", in.ID, "error", err.Error())
 			continue
 		}
 		if !isConnectError(err) {
-			r.opts.Metrics.UpstreamErrors.WithLabelValues(in.ID, "response").Inc()
+			r.m.UpstreamErrors.WithLabelValues(in.ID, "response").Inc()
 			return nil, err
 		}
-		r.opts.Metrics.UpstreamErrors.WithLabelValues(in.ID, "connect").Inc()
+		r.m.UpstreamErrors.WithLabelValues(in.ID, "connect").Inc()
 		r.failed(in.ID, "passive", false)
 		if rt.attempts >= r.opts.MaxAttempts || !rt.Next() {
 			return nil, err
 		}
-		r.opts.Metrics.Retries.Inc()
+		r.m.Retries.Inc()
 		r.opts.Log.V(1).Info("connection failed; retrying on the next instance", "backend", in.ID, "next", rt.Instance().ID, "error", err.Error())
 	}
 }
@@ -743,18 +656,19 @@ func (r *Router) failed(id, source string, stalled bool) {
 		d = r.opts.EjectMax
 	}
 	r.picker.Eject(id, time.Now().Add(d))
-	r.opts.Metrics.Ejections.WithLabelValues(id, source).Inc()
-	r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(0)
+	r.m.Ejections.WithLabelValues(id, source).Inc()
+	r.m.BackendHealthy.WithLabelValues(id).Set(0)
 	r.opts.Log.Info("backend ejected", "backend", id, "source", source, "for", d.String(), "consecutiveFailures", f.n, "stalled", f.stalled)
 }
 
-// succeeded ends an instance's failure run and readmits it. A health check
-// (probe) cannot vouch for an instance whose streams stall while /health
-// answers, so it leaves such an instance to its back-off.
-func (r *Router) succeeded(id string, probe bool) {
+// succeeded ends an instance's failure run and readmits it. Only a
+// completed response vouches for an instance whose streams stall: a
+// health check or a response's headers (partial) leave it to its
+// back-off.
+func (r *Router) succeeded(id string, partial bool) {
 	r.mu.Lock()
 	f, ok := r.failures[id]
-	if ok && probe && f.stalled {
+	if ok && partial && f.stalled {
 		r.mu.Unlock()
 		return
 	}
@@ -762,19 +676,8 @@ func (r *Router) succeeded(id string, probe bool) {
 	r.mu.Unlock()
 	if ok {
 		r.picker.Readmit(id)
-		r.opts.Metrics.BackendHealthy.WithLabelValues(id).Set(1)
+		r.m.BackendHealthy.WithLabelValues(id).Set(1)
 		r.wakeHeld()
-	}
-}
-
-// readmitAfterConnect ends a run of connection failures once a request
-// gets a response again; a stall run needs the response to complete.
-func (r *Router) readmitAfterConnect(id string) {
-	r.mu.Lock()
-	f, ok := r.failures[id]
-	r.mu.Unlock()
-	if ok && !f.stalled {
-		r.succeeded(id, false)
 	}
 }
 
@@ -782,10 +685,10 @@ func (r *Router) readmitAfterConnect(id string) {
 // idle timer, which cancels the upstream request with errStreamIdle.
 func (r *Router) modifyResponse(resp *http.Response) error {
 	rt := resp.Request.Context().Value(routeKey{}).(*route)
-	r.opts.Metrics.TimeToFirstByte.WithLabelValues(strconv.FormatBool(rt.stream)).Observe(time.Since(rt.start).Seconds())
+	r.m.TimeToFirstByte.WithLabelValues(strconv.FormatBool(rt.stream)).Observe(time.Since(rt.start).Seconds())
 	mediaType, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";")
 	rt.resp = &responseBody{
-		ReadCloser: resp.Body, rt: rt, after: r.opts.StreamIdleTimeout,
+		ReadCloser: resp.Body, rt: rt,
 		sse:  strings.EqualFold(strings.TrimSpace(mediaType), "text/event-stream"),
 		idle: time.AfterFunc(r.opts.StreamIdleTimeout, func() { rt.cancel(errStreamIdle) }),
 	}
@@ -795,20 +698,21 @@ func (r *Router) modifyResponse(resp *http.Response) error {
 
 func (r *Router) proxyError(w http.ResponseWriter, req *http.Request, err error) {
 	rt := req.Context().Value(routeKey{}).(*route)
-	if headerTimedOut(w, rt) {
+	switch {
+	case errors.Is(context.Cause(rt.upstream), errHeaderTimeout):
+		// The backend's failure is booked in settle.
 		r.opts.Log.Info("backend sent no response headers in time", "backend", rt.Instance().ID, "timeout", r.headerTimeout(rt.stream).String())
-		return
-	}
-	if req.Context().Err() != nil {
+		unavailable(http.StatusGatewayTimeout, "upstream_timeout", "the model server did not answer in time", 0).write(w)
+	case req.Context().Err() != nil:
 		// The client went away; nobody is left to answer.
-		return
+	default:
+		r.opts.Log.Error(err, "upstream request failed", "backend", rt.Instance().ID, "attempts", rt.attempts)
+		status, code := http.StatusBadGateway, "upstream_error"
+		if isConnectError(err) {
+			status, code = http.StatusServiceUnavailable, "upstream_unavailable"
+		}
+		unavailable(status, code, "the model server could not be reached", 1).write(w)
 	}
-	r.opts.Log.Error(err, "upstream request failed", "backend", rt.Instance().ID, "attempts", rt.attempts)
-	status, code := http.StatusBadGateway, "upstream_error"
-	if isConnectError(err) {
-		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
-	}
-	unavailable(status, code, "the model server could not be reached", 1).write(w)
 }
 
 // statusWriter records the status for metrics and logs. Unwrap lets

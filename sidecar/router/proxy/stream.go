@@ -22,11 +22,11 @@ const maxEventScan = 8 << 10
 // request's outcome.
 type responseBody struct {
 	io.ReadCloser
-	rt    *route
-	idle  *time.Timer
-	after time.Duration
+	rt   *route
+	idle *time.Timer
 	// sse: a text/event-stream response, where the first token is an event.
 	sse     bool
+	token   bool   // the first token has passed
 	pending []byte // an unfinished line while looking for the first token
 	eof     bool
 	readErr error
@@ -35,9 +35,14 @@ type responseBody struct {
 func (b *responseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.idle.Reset(b.after)
-		if b.sse && b.rt.tokenAt.IsZero() && b.scan(p[:n]) {
-			b.rt.firstToken()
+		b.idle.Reset(b.rt.router.opts.StreamIdleTimeout)
+		if b.sse && !b.token && b.scan(p[:n]) {
+			// The first event with output: the instance has finished the
+			// prefill, so the prompt leaves its prefill load (a response
+			// that is not streamed stays counted as prefill to its end).
+			b.token = true
+			b.rt.Prefilled()
+			b.rt.router.m.TimeToFirstToken.Observe(time.Since(b.rt.start).Seconds())
 		}
 		b.rt.Response(p[:n])
 	}
@@ -46,7 +51,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 		b.eof = true
 		b.idle.Stop()
 		if !b.sse {
-			b.rt.fullResponse()
+			b.rt.router.m.TimeToFullResponse.Observe(time.Since(b.rt.start).Seconds())
 		}
 	case err != nil && b.readErr == nil:
 		b.readErr = err

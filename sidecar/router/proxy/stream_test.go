@@ -96,7 +96,7 @@ func TestStalledStreamCutAndEjected(t *testing.T) {
 		t.Fatalf("%v stream_idle upstream errors", got)
 	}
 	// Ten rounds of passing health checks do not readmit it.
-	NewWithT(t).Consistently(func() bool { return r.Policy().Healthy("b") }, 100*time.Millisecond, 5*time.Millisecond).
+	NewWithT(t).Consistently(func() bool { return r.own.Healthy("b") }, 100*time.Millisecond, 5*time.Millisecond).
 		Should(BeFalse(), "readmitted by /health while its streams stall")
 }
 
@@ -286,6 +286,6 @@ func TestHealthChecksFollowNoRedirect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.RunHealthChecks(ctx)
-	NewWithT(t).Eventually(func() bool { return r.Policy().Healthy("b") }, 5*time.Second, 5*time.Millisecond).
+	NewWithT(t).Eventually(func() bool { return r.own.Healthy("b") }, 5*time.Second, 5*time.Millisecond).
 		Should(BeFalse(), "a redirect to a healthy server counted as health")
 }

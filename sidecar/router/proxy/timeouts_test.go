@@ -74,7 +74,7 @@ func TestResponseHeaderTimeout(t *testing.T) {
 			if got := counterValue(r.Metrics().UpstreamErrors.WithLabelValues("b", "header_timeout")); got != 1 {
 				t.Fatalf("%v header_timeout upstream errors", got)
 			}
-			if r.Policy().Healthy("b") {
+			if r.own.Healthy("b") {
 				t.Fatal("the silent backend was not ejected")
 			}
 		})

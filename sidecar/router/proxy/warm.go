@@ -14,10 +14,9 @@ import (
 // Warm copies (policy/warm.go): when a decision names a joining instance
 // to warm, the router sends it a one-token copy of the request, so that
 // its cache holds the prompt's prefix before the key's next request moves
-// there. The body is copied before the user's request is forwarded (its
-// buffer goes back to the pool when the request ends), and the copy is
-// built and sent in the background: it never delays the user's request, and is counted
-// only in warm_requests_total and warm_prompt_tokens_total.
+// there. The copy is built and sent in the background, never delaying the
+// user's request, and is counted only in warm_requests_total and
+// warm_prompt_tokens_total.
 
 // warmTimeout bounds a warm copy: one prefill of the longest prompt a
 // model serves (128k tokens at a few thousand tokens a second, under a
@@ -27,59 +26,50 @@ const warmTimeout = time.Minute
 
 // warm sends choice's warm copy, if it has one, of the request whose
 // (salted) body is pieces, on path, with the Authorization the request
-// itself is forwarded with (see Options.UpstreamAPIKey).
+// itself is forwarded with.
 func (r *Router) warm(choice *picker.Ticket, path string, pieces [][]byte, h http.Header) {
 	in, tokens, ok := choice.WarmTarget()
 	if !ok {
 		return
 	}
-	kept := http.Header{"Authorization": h.Values("Authorization")}
-	r.opts.Auth.Strip(kept)
-	auth := kept.Get("Authorization")
-	if r.upstreamAuth != "" {
-		auth = r.upstreamAuth
-	}
-	// The join copies the pieces out of the pooled buffer; parsing and
-	// rewriting the body (as long as the prompt) is left to the goroutine.
+	header := http.Header{"Authorization": h.Values("Authorization")}
+	r.authorize(header)
+	header.Set("Content-Type", "application/json")
+	// The body is copied out of the pooled buffer, which goes back to the
+	// pool when the request ends; parsing and rewriting it (as long as the
+	// prompt) is left to the goroutine.
 	raw := bytes.Join(pieces, nil)
 	go func() {
+		ok := false
+		defer func() {
+			result := "error"
+			if ok {
+				result = "ok"
+			}
+			r.m.WarmRequests.WithLabelValues(result).Inc()
+			choice.Warmed(ok)
+		}()
 		body, err := warmBody(raw)
 		if err != nil {
-			r.warmed(choice, false)
 			return
 		}
-		r.opts.Metrics.WarmPromptTokens.Add(float64(tokens))
+		r.m.WarmPromptTokens.Add(float64(tokens))
 		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+in.Address+path, bytes.NewReader(body))
 		if err != nil {
-			r.warmed(choice, false)
 			return
 		}
-		req.Header.Set("Content-Type", "application/json")
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
+		req.Header = header
 		resp, err := r.upstream.RoundTrip(req)
 		if err != nil {
 			r.opts.Log.V(1).Info("warm copy failed", "backend", in.ID, "error", err.Error())
-			r.warmed(choice, false)
 			return
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
-		r.warmed(choice, resp.StatusCode < 300)
+		ok = resp.StatusCode < 300
 	}()
-}
-
-// warmed reports the copy's result to the decision and the metrics.
-func (r *Router) warmed(choice *picker.Ticket, ok bool) {
-	result := "error"
-	if ok {
-		result = "ok"
-	}
-	r.opts.Metrics.WarmRequests.WithLabelValues(result).Inc()
-	choice.Warmed(ok)
 }
 
 // warmBody is the request body with one output token, unstreamed: the
