@@ -88,7 +88,7 @@ func (v *view) sticky(set []int, e prefixindex.Entry) (int, string) {
 	if home < 0 || v.shareSlack < 0 {
 		return home, moved
 	}
-	avg := v.averageShare(set)
+	avg := v.average(set, v.share)
 	if first := set[0]; first != home && v.joining(first) && float64(v.share(first)) <= v.shareSlack*avg {
 		return v.warmMove(first, home, MoveJoining)
 	}
@@ -171,5 +171,5 @@ func (v *view) coldPlacement(set []int, chosen int) int {
 // first decisions, when every share is a handful, do not place keys on
 // noise.
 func (v *view) newKeyShareBound(set []int) float64 {
-	return v.shareSlack*v.averageShare(set) + 1
+	return v.shareSlack*v.average(set, v.share) + 1
 }

@@ -88,21 +88,6 @@ func newChoice(t *table, order []int, u unrankedTail, prompt, prefill int64, pre
 	return c
 }
 
-// Follow charges a decision made elsewhere, as newChoice would: IDs the
-// table does not know are left out; none known is ErrNoInstance.
-func followOrder(t *table, ids []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
-	var order []int
-	for _, id := range ids {
-		if i, ok := t.Index[id]; ok {
-			order = append(order, i)
-		}
-	}
-	if len(order) == 0 {
-		return nil, ErrNoInstance
-	}
-	return newChoice(t, order, unrankedTail{}, prompt, prefill, prefilled, d), nil
-}
-
 // Instance is the current target.
 func (c *Choice) Instance() Instance { return c.t.Members[c.order[c.pos]].Instance }
 

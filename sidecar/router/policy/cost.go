@@ -19,8 +19,8 @@ func (v *view) cost(m int) int64 {
 // clearlyMore reports whether work a is so far above b that the lighter
 // side is worth a cold prefill and one more cached copy of the prefix:
 // a is over tokenFloor and over tokenBalance × b.
-func clearlyMore(a, b int64) bool {
-	return a > tokenFloor && float64(a) > tokenBalance*float64(b)
+func clearlyMore(a int64, b float64) bool {
+	return a > tokenFloor && float64(a) > tokenBalance*b
 }
 
 // cheapest returns the member of set that ok admits where the request

@@ -42,12 +42,11 @@ func joiningAt(joined, epoch int64) bool { return joined > 0 && epoch < joined+1
 // countShare adds a decision to the chosen instance's decayed share.
 func (p *Policy) countShare(t *table, chosen int) {
 	t.Members[chosen].Stat.Share.Add(1)
-	if p.shareSince.Add(1) >= p.tuning.DecayEvery && p.shareDecay.CompareAndSwap(false, true) {
+	if p.shareSince.Add(1) >= p.tuning.DecayEvery {
 		p.shareSince.Store(0)
 		for _, m := range t.Members {
 			m.Stat.Share.Store(m.Stat.Share.Load() / 2)
 		}
 		p.shareEpoch.Add(1)
-		p.shareDecay.Store(false)
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"maps"
+	"math/rand/v2"
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -74,4 +75,29 @@ func (p *Policy) lookup(s Strategy) (strategy, error) {
 		return nil, err
 	}
 	return cmp.Or(strategies[s], benchmarkStrategies[s]), nil
+}
+
+// Random sends each request to a uniformly random healthy instance.
+const Random = routing.StrategyRandom
+
+type random struct{}
+
+func (random) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+	order := v.healthy(allowed)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return decision{order: order, placed: order[0]}
+}
+
+// LeastOutstandingRequests sends each request to the healthy instance with
+// the fewest requests in flight from all router replicas together.
+const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
+
+type leastOutstanding struct{}
+
+// decide shuffles first so that the stable sort breaks ties randomly.
+func (leastOutstanding) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+	order := v.healthy(allowed)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })
+	return decision{order: order, placed: order[0]}
 }
