@@ -6,16 +6,14 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// Affinity places the anchor within its parent set, before the guard
-// (sidecar/README.md, "How PREFIX_AWARE decides").
-
 // placementChoices is how far down a new key's order placement may go:
 // the "power of two choices", which balances nearly as well as looking
 // everywhere while confining each key (and its cached prefix) to two
 // instances.
 const placementChoices = 2
 
-// placement is where affinity puts a request's key.
+// placement is where affinity puts a request's key, within its parent
+// set, before the guard.
 type placement struct {
 	member int
 	// ver is the index entry's version to record: the entry's own when
@@ -53,8 +51,7 @@ func (p *Policy) place(v *view, w walk, allowed []int, model string) placement {
 
 // nextOwner is where a key a draining member holds goes with the drainer
 // gone, from sticky's answer without it (m, moved), and why that is a
-// move: the member sticky keeps it on (a former holder), or the joiner it
-// would warm from there, or a new placement when none holds it.
+// move.
 func (v *view) nextOwner(set []int, m int, moved string) (int, string) {
 	switch {
 	case moved == moveWarm:
@@ -121,9 +118,8 @@ func (v *view) relieve(set []int, m int, avg float64) int {
 	return best
 }
 
-// byShare places a new key: the first of the choices first members of set
-// within the new-key share bound, else the one of them with the smallest
-// share.
+// byShare places a new key: the first of set's first choices members
+// within the new-key share bound, else the least shared of them.
 func (v *view) byShare(set []int, choices int) int {
 	if v.shareSlack < 0 || len(set) == 1 {
 		return set[0]

@@ -113,7 +113,7 @@ func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
 		return nil, err
 	}
 	v := p.look(t)
-	d := t.strategy.decide(p, v, key, allowed)
+	d := t.strategy(p, v, key, allowed)
 	if ifRoom && v.full(d.order[0]) && !slices.ContainsFunc(allowed, func(m int) bool { return v.available(m) && !v.full(m) }) {
 		return nil, ErrFull
 	}

@@ -1,8 +1,6 @@
 package policy
 
-import (
-	"slices"
-)
+import "slices"
 
 // seedShares starts instances that joined a running fleet at the others'
 // average share (a share is a decayed count of recent decisions) and marks
@@ -13,8 +11,6 @@ func (p *Policy) seedShares(t *table, joined []*counters) {
 	if len(joined) == 0 || len(joined) == len(t.Members) {
 		return
 	}
-	// The average of the members that serve: a draining one's share
-	// only fades.
 	var share, n int64
 	for _, m := range t.Members {
 		if !slices.Contains(joined, m.Stat) && !m.Draining {
@@ -34,9 +30,9 @@ func (p *Policy) seedShares(t *table, joined []*counters) {
 }
 
 // joiningAt reports whether an instance that joined in share epoch
-// joined - 1 (0: from the start) is joining at epoch: it joined in this
-// share decay cycle or the last (DecayEvery to twice that decisions), long
-// enough for the keys whose first choice it is to come back once.
+// joined - 1 (0: from the start) is joining at epoch: in this decay cycle
+// or the last, long enough for the keys whose first choice it is to come
+// back once.
 func joiningAt(joined, epoch int64) bool { return joined > 0 && epoch < joined+1 }
 
 // countShare adds a decision to the chosen instance's decayed share.

@@ -13,12 +13,10 @@ import (
 // the document, the CRD enum and the policy share one vocabulary.
 type Strategy = routing.Strategy
 
-// strategy is one routing strategy. decide chooses among the allowed
+// strategy is one routing strategy: it chooses among the allowed
 // instances for key and changes nothing (it may reuse the policy's
-// buffers, see Policy.chain); Pick then records the decision (record).
-type strategy interface {
-	decide(p *Policy, v *view, key Key, allowed []int) decision
-}
+// buffers); Pick then records the decision.
+type strategy func(p *Policy, v *view, key Key, allowed []int) decision
 
 // decision is what a strategy decided.
 type decision struct {
@@ -43,7 +41,7 @@ type decision struct {
 // only a policy whose Tuning sets BenchmarkStrategies (the router's
 // --strategy-override) accepts.
 var (
-	strategies          = map[Strategy]strategy{Random: random{}, LeastOutstandingRequests: leastOutstanding{}, PrefixAware: prefixAware{}}
+	strategies          = map[Strategy]strategy{Random: random, LeastOutstandingRequests: leastOutstanding, PrefixAware: prefixAware}
 	benchmarkStrategies = map[Strategy]strategy{}
 )
 
@@ -74,15 +72,16 @@ func (p *Policy) lookup(s Strategy) (strategy, error) {
 	if err := ValidStrategy(s, p.tuning.BenchmarkStrategies); err != nil {
 		return nil, err
 	}
-	return cmp.Or(strategies[s], benchmarkStrategies[s]), nil
+	if impl := strategies[s]; impl != nil {
+		return impl, nil
+	}
+	return benchmarkStrategies[s], nil
 }
 
 // Random sends each request to a uniformly random healthy instance.
 const Random = routing.StrategyRandom
 
-type random struct{}
-
-func (random) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+func random(_ *Policy, v *view, _ Key, allowed []int) decision {
 	order := v.healthy(allowed)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	return decision{order: order, placed: order[0]}
@@ -92,10 +91,9 @@ func (random) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
 // the fewest requests in flight from all router replicas together.
 const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
 
-type leastOutstanding struct{}
-
-// decide shuffles first so that the stable sort breaks ties randomly.
-func (leastOutstanding) decide(_ *Policy, v *view, _ Key, allowed []int) decision {
+// leastOutstanding shuffles first so that the stable sort breaks ties
+// randomly.
+func leastOutstanding(_ *Policy, v *view, _ Key, allowed []int) decision {
 	order := v.healthy(allowed)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })

@@ -61,7 +61,6 @@ func (v *view) load(m int) *load {
 	return l
 }
 
-// joining reports whether member m joined the fleet lately (joiningAt).
 func (v *view) joining(m int) bool { return joiningAt(v.Members[m].Stat.Joined.Load(), v.epoch) }
 
 // warmed reports whether member m has taken as many warm copies as it may:
@@ -74,17 +73,14 @@ func (v *view) warmed(m int) bool {
 func (v *view) available(m int) bool { return !v.load(m).ejected }
 
 // full reports whether member m's requests in flight have reached the
-// concurrency threshold. The count is exact: every request of every
-// replica is decided, and released, by one picker.
+// concurrency threshold: exact, as one picker decides for every replica.
 func (v *view) full(m int) bool { return v.load(m).inFlight >= v.threshold }
 
 // hasRoom reports whether a spill may go to member m: spillRoom requests
 // of room under the threshold.
 func (v *view) hasRoom(m int) bool { return v.load(m).inFlight+spillRoom(v.threshold) <= v.threshold }
 
-// tokenLoad is member m's work ahead of a new request's first token:
-// the prefill it has yet to do, and decodeTokens for each request in
-// flight.
+// tokenLoad is member m's work ahead of a new request's first token.
 func (v *view) tokenLoad(m int) int64 { l := v.load(m); return l.prefill + decodeTokens*l.inFlight }
 
 func (v *view) inFlight(m int) int64 { return v.load(m).inFlight }
