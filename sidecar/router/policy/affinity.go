@@ -65,10 +65,7 @@ func (v *view) nextOwner(set []int, m int, moved string) (int, string) {
 }
 
 // sticky returns the member of set the index says holds the key (-1 if
-// none), and why that is a move: its current holder (tied: the earlier in
-// the key's order), else its former one (MoveHolderLeft); its first choice
-// while that one joins (MoveJoining: only the keys plain rendezvous would
-// move); off a holder over the move bound (MoveShare, see relieve).
+// none), and why that is a move (sidecar/README.md's rules 2–5).
 func (v *view) sticky(set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
@@ -140,8 +137,7 @@ func (v *view) byShare(set []int, choices int) int {
 // coldPlacement moves a new long key (see longAndCold) from chosen to the
 // member of set with room and within the share bound where it costs least
 // (ties stay earlier): no cache holds it on chosen, and where it is
-// prefilled is where its next requests go. A short key's prefill is too
-// small to queue behind.
+// prefilled is where its next requests go.
 func (v *view) coldPlacement(set []int, chosen int) int {
 	if len(set) < 2 {
 		return chosen

@@ -68,9 +68,8 @@ type warmCopy struct {
 	Settle func(ok bool) // records the copy's outcome, once (Warmed)
 }
 
-// newChoice charges a decision to its first instance: order, whose last
-// u.N members are not yet ranked, the request's prompt and the prefill it
-// leaves order[0] (prefilled: the first token has already come).
+// newChoice charges a decision to order[0]: the prefill it leaves there
+// (prefilled: the first token has already come).
 func newChoice(t *table, order []int, u unrankedTail, prompt, prefill int64, prefilled bool, d Decision) *Choice {
 	c := &Choice{t: t, order: order, unranked: u, prompt: prompt, prefill: prefill, Decision: d}
 	c.prefilled.Store(prefilled)
@@ -83,8 +82,8 @@ func (c *Choice) Instance() Instance { return c.t.Members[c.order[c.pos]].Instan
 
 func (c *Choice) stat() *counters { return c.t.Members[c.order[c.pos]].Stat }
 
-// Next moves to the next instance of the preference order after a failure
-// before any byte was exchanged; false when the order is exhausted.
+// Next moves to the next instance of the order after a failure before
+// any byte was exchanged; false when the order is exhausted.
 func (c *Choice) Next() bool {
 	if c.done.Load() || c.pos+1 >= len(c.order) {
 		return false
@@ -132,8 +131,7 @@ func (c *Choice) release() {
 }
 
 // Order is the instances of the choice in the order they are tried, the
-// current one first, at most limit of them (all when limit ≤ 0): what the
-// picker answers a replica.
+// current one first, at most limit of them (all when limit ≤ 0).
 func (c *Choice) Order(limit int) []string {
 	order := c.order[c.pos:]
 	if limit > 0 && len(order) > limit {
@@ -149,8 +147,8 @@ func (c *Choice) Order(limit int) []string {
 	return out
 }
 
-// Charge is what the choice charges its current instance: the prompt, the
-// prefill still expected of it, and whether the first token came.
+// Charge is the prompt, the prefill still expected of the current
+// instance, and whether the first token came.
 func (c *Choice) Charge() (prompt, prefill int64, prefilled bool) {
 	return c.prompt, c.prefill, c.prefilled.Load()
 }

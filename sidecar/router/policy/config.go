@@ -17,8 +17,7 @@ type Tuning struct {
 	// per request) ≥ 16k recent requests' placements, several decay periods.
 	IndexEntries int
 	// BytesPerToken converts prompt text bytes into estimated tokens: 4
-	// for English under BPE tokenizers; text in scripts a tokenizer splits
-	// finer (CJK: 1–2 bytes per token) wants a lower value.
+	// for English under BPE tokenizers, 1–2 for CJK.
 	BytesPerToken float64
 
 	ShareSlack  float64 // see defaultShareSlack
@@ -45,9 +44,9 @@ const (
 	// Envoy and of arXiv:1608.01350's example.
 	balanceFactor = 1.25
 	// defaultReplicaLoad is the part of one instance's fair share of
-	// requests a single prefix may bring it before more instances serve it
-	// (⌈fraction × N / ReplicaLoad⌉): three quarters, leaving a quarter of
-	// their share to the other keys whose first choice they are.
+	// requests a single prefix may bring it before more instances serve it:
+	// three quarters, leaving a quarter to the other keys whose first
+	// choice they are.
 	defaultReplicaLoad = 0.75
 	// defaultShareSlack and moveSlack keep each instance's recent share of
 	// requests within 1.10 × the average: a new key is placed only within
@@ -65,13 +64,12 @@ const (
 	// instance of a fleet of tens, and a change of traffic within minutes.
 	defaultDecayEvery = 4096
 	// decodeTokens is the load, in prefill-token equivalents, of a request
-	// in flight: it takes a batch slot step after step for its whole
-	// response, a few hundred tokens of chat.
+	// in flight: a batch slot step after step for its whole response, a
+	// few hundred tokens of chat.
 	decodeTokens = 256
 	// tokenBalance: a cost counts as clearly more than another at twice
-	// it. Leaving the instance that holds a prefix costs a cold prefill and
-	// one more cached copy; a lighter queue is worth that only when it is
-	// a whole load lighter, not a fraction the next few requests erase.
+	// it. Leaving the instance that holds a prefix costs a cold prefill; a
+	// lighter queue is worth that only when it is a whole load lighter.
 	tokenBalance = 2
 	// tokenFloor is the cost under which nothing counts as clearly more, so
 	// that a lightly loaded fleet never spills on tokens: about one engine

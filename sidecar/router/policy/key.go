@@ -9,9 +9,8 @@ type Request struct {
 	// Tenant isolates identical prompts of different tenants.
 	Tenant string
 	// Text is the routing text: the window (first prefixLength characters
-	// or bytes) followed by up to the lookahead.
-	Text []byte
-	// WindowBytes is how many bytes of Text form the window.
+	// or bytes, WindowBytes long) followed by up to the lookahead.
+	Text        []byte
 	WindowBytes int
 	// PromptBytes is the length of the whole prompt text, which the routing
 	// text may stop short of; 0 means len(Text). It sizes the request's
@@ -28,17 +27,14 @@ type Request struct {
 // past the window, which few requests do. BlockHashes gives the whole
 // chain, for sending the Key elsewhere.
 type Key struct {
-	// Model is the "model" the client asked for; "" means the served model.
-	Model string
+	Model string // see Request
 	// Hashes is the block chain of the routing text: the window's blocks,
 	// then the lookahead's. A request without routing text has one hash,
 	// its scope seed. Nil in a Key that holds its text.
-	Hashes []uint64
-	// WindowBlocks is how many blocks of the chain cover the window.
-	WindowBlocks int
-	// TextBytes is the length of the routing text the hashes cover.
-	TextBytes   int
-	PromptBytes int // see Request
+	Hashes       []uint64
+	WindowBlocks int // how many blocks of the chain cover the window
+	TextBytes    int // the length of the routing text the hashes cover
+	PromptBytes  int // see Request
 
 	// The routing text and its window's length, the chain's first link and
 	// its block size (0 in a Key of hashes).
@@ -98,7 +94,7 @@ func (k Key) WithLookahead(window []uint64) []uint64 {
 // HoldsText reports whether the key holds its text rather than hashes.
 func (k Key) HoldsText() bool { return k.blockSize > 0 }
 
-// WindowHash is the hash standing for the whole window: its last block's.
+// WindowHash is the window's last block hash, which stands for all of it.
 func (k Key) WindowHash(seed uint64) uint64 {
 	if k.HoldsText() {
 		return chainEnd(k.seed, k.text[:k.window], k.blockSize)

@@ -20,26 +20,18 @@ type strategy func(p *Policy, v *view, key Key, allowed []int) decision
 
 // decision is what a strategy decided.
 type decision struct {
-	// order is the instance to use first, then the fallback order, whose
-	// last unranked.n members are not yet ranked.
-	order    []int
+	order    []int // the instance to use first, then the fallback order
 	unranked unrankedTail
-	// placed is the member the strategy chose before the overload guard.
-	placed int
-	// hit is the fraction of the prompt order[0] is expected to hold (0
-	// for strategies that do not match prefixes).
-	hit float64
-	// warm is the warm copy to send (nil: none; see warm.go).
-	warm *warmPlan
-	// learning is what recording the decision teaches the policy.
+	placed   int       // the member the strategy chose before the guard
+	hit      float64   // the part of the prompt order[0] is expected to hold
+	warm     *warmPlan // nil: none
 	learning
 	Decision
 }
 
 // strategies are the routing document's; benchmarkStrategies the
-// comparison points a benchmark build adds (strategy_baseline.go), which
-// only a policy whose Tuning sets BenchmarkStrategies (the router's
-// --strategy-override) accepts.
+// comparison points a benchmark build adds, which only a policy whose
+// Tuning sets BenchmarkStrategies accepts.
 var (
 	strategies          = map[Strategy]strategy{Random: random, LeastOutstandingRequests: leastOutstanding, PrefixAware: prefixAware}
 	benchmarkStrategies = map[Strategy]strategy{}
@@ -91,11 +83,10 @@ func random(_ *Policy, v *view, _ Key, allowed []int) decision {
 // the fewest requests in flight from all router replicas together.
 const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
 
-// leastOutstanding shuffles first so that the stable sort breaks ties
-// randomly.
-func leastOutstanding(_ *Policy, v *view, _ Key, allowed []int) decision {
-	order := v.healthy(allowed)
-	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+// leastOutstanding shuffles first (random) so that the stable sort breaks
+// ties randomly.
+func leastOutstanding(p *Policy, v *view, key Key, allowed []int) decision {
+	order := random(p, v, key, allowed).order
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })
 	return decision{order: order, placed: order[0]}
 }

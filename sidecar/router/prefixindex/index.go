@@ -20,10 +20,9 @@ const EntryBytes = 48
 
 // Entry is where a block lives: a last-writer-wins register. A placement
 // carries the version of the entry it followed, or one more when it put
-// the key somewhere new (a first placement, a move); the higher version
-// wins whatever order placements are merged in, and two of equal version
-// on different instances are kept both, tied, for the key's own HRW order
-// to settle.
+// the key somewhere new; the higher version wins whatever order placements
+// are merged in, and two of equal version on different instances are kept
+// both, tied, for the key's own HRW order to settle.
 type Entry struct {
 	Tok [2]uint32 // instance tokens, current holder first; 0 = none
 	Ver uint32
@@ -132,8 +131,8 @@ func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
 	fill(x.putLocked)
 }
 
-// MaxDepths bounds the depths recorded for a request: 2^14 blocks, far
-// more than any routing text has, at RecordDepths' geometric spacing.
+// MaxDepths bounds the depths recorded for a request: 2^14 blocks at
+// RecordDepths' geometric spacing, more than any routing text has.
 const MaxDepths = 16
 
 // RecordDepths appends to out the depths the index remembers for a
@@ -175,9 +174,9 @@ func (x *Index) Lookup(hashes []uint64, depths []int, m *Match) {
 }
 
 // HitBytes is how much of the routing text the instance with the token is
-// expected to hold: the deepest recorded block it was sent (and the
-// blocks before the next recorded depth that others carried too), or
-// (withShared) the popular leading blocks.
+// expected to hold: up to the deepest recorded block it was sent (or past
+// it, as far as others carried the blocks too), or (withShared) the
+// popular leading blocks.
 func (m *Match) HitBytes(token uint32, withShared bool) int {
 	match := 0
 	for i := m.n - 1; i >= 0; i-- {
