@@ -95,11 +95,6 @@ func (e Entry) merge(token, ver uint32) Entry {
 	return e
 }
 
-// Has reports whether the entry names the instance with the token.
-func (e Entry) Has(token uint32) bool {
-	return token != 0 && (e.Tok[0] == token || e.Tok[1] == token)
-}
-
 // AddDepths records token, at version ver, for the hashes at the given
 // depths.
 func (x *Index) AddDepths(hashes []uint64, depths []int, token, ver uint32) {
@@ -180,7 +175,7 @@ func (x *Index) Lookup(hashes []uint64, depths []int, m *Match) {
 func (m *Match) HitBytes(token uint32, withShared bool) int {
 	match := 0
 	for i := m.n - 1; i >= 0; i-- {
-		if m.entries[i].Has(token) {
+		if e := m.entries[i]; token != 0 && (e.Tok[0] == token || e.Tok[1] == token) {
 			match = max(m.depths[i]+1, m.Seen)
 			break
 		}
