@@ -6,16 +6,14 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// Affinity places the anchor within its parent set, before the guard
-// (sidecar/README.md, "How PREFIX_AWARE decides").
-
 // placementChoices is how far down a new key's order placement may go:
 // the "power of two choices", which balances nearly as well as looking
 // everywhere while confining each key (and its cached prefix) to two
 // instances.
 const placementChoices = 2
 
-// placement is where affinity puts a request's key.
+// placement is where affinity puts a request's key, within its parent
+// set, before the guard.
 type placement struct {
 	member int
 	// ver is the index entry's version to record: the entry's own when
@@ -53,8 +51,7 @@ func (p *Policy) place(v *view, w walk, allowed []int, model string) placement {
 
 // nextOwner is where a key a draining member holds goes with the drainer
 // gone, from sticky's answer without it (m, moved), and why that is a
-// move: the member sticky keeps it on (a former holder), or the joiner it
-// would warm from there, or a new placement when none holds it.
+// move.
 func (v *view) nextOwner(set []int, m int, moved string) (int, string) {
 	switch {
 	case moved == moveWarm:
@@ -68,10 +65,7 @@ func (v *view) nextOwner(set []int, m int, moved string) (int, string) {
 }
 
 // sticky returns the member of set the index says holds the key (-1 if
-// none), and why that is a move: its current holder (tied: the earlier in
-// the key's order), else its former one (MoveHolderLeft); its first choice
-// while that one joins (MoveJoining: only the keys plain rendezvous would
-// move); off a holder over the move bound (MoveShare, see relieve).
+// none), and why that is a move (sidecar/README.md's rules 2–5).
 func (v *view) sticky(set []int, e prefixindex.Entry) (int, string) {
 	home, moved := -1, MoveNone
 	for _, m := range set {
@@ -88,7 +82,7 @@ func (v *view) sticky(set []int, e prefixindex.Entry) (int, string) {
 	if home < 0 || v.shareSlack < 0 {
 		return home, moved
 	}
-	avg := v.averageShare(set)
+	avg := v.average(set, v.share)
 	if first := set[0]; first != home && v.joining(first) && float64(v.share(first)) <= v.shareSlack*avg {
 		return v.warmMove(first, home, MoveJoining)
 	}
@@ -121,9 +115,8 @@ func (v *view) relieve(set []int, m int, avg float64) int {
 	return best
 }
 
-// byShare places a new key: the first of the choices first members of set
-// within the new-key share bound, else the one of them with the smallest
-// share.
+// byShare places a new key: the first of set's first choices members
+// within the new-key share bound, else the least shared of them.
 func (v *view) byShare(set []int, choices int) int {
 	if v.shareSlack < 0 || len(set) == 1 {
 		return set[0]
@@ -144,8 +137,7 @@ func (v *view) byShare(set []int, choices int) int {
 // coldPlacement moves a new long key (see longAndCold) from chosen to the
 // member of set with room and within the share bound where it costs least
 // (ties stay earlier): no cache holds it on chosen, and where it is
-// prefilled is where its next requests go. A short key's prefill is too
-// small to queue behind.
+// prefilled is where its next requests go.
 func (v *view) coldPlacement(set []int, chosen int) int {
 	if len(set) < 2 {
 		return chosen
@@ -171,5 +163,5 @@ func (v *view) coldPlacement(set []int, chosen int) int {
 // first decisions, when every share is a handful, do not place keys on
 // noise.
 func (v *view) newKeyShareBound(set []int) float64 {
-	return v.shareSlack*v.averageShare(set) + 1
+	return v.shareSlack*v.average(set, v.share) + 1
 }

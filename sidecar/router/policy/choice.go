@@ -16,8 +16,7 @@ const (
 )
 
 // Key move reasons, as counted in metrics: why PREFIX_AWARE placed a key
-// its prefix index knew off the instance the index held it on (see
-// sticky). Each move costs the key a cold prefill.
+// its prefix index knew off its holder (see sticky), a cold prefill.
 const (
 	MoveNone       = ""
 	MoveShare      = "share"       // its instance's share was over moveSlack × the average
@@ -34,53 +33,43 @@ type Choice struct {
 	order    []int
 	unranked unrankedTail
 	pos      int
-	// prefill is the token load charged to the current instance.
-	prefill int64
+	prefill  int64 // the token load charged to the current instance
 	// prompt is the request's whole prompt in tokens: what a fallback
 	// instance, not expected to hold any of it, is charged.
-	prompt    int64
-	prefilled atomic.Bool
-	done      atomic.Bool
-	// Warm is the warm copy to send (nil: none; see warm.go).
-	Warm    *warmCopy
-	settled atomic.Bool
+	prompt          int64
+	prefilled, done atomic.Bool
+	Warm            *warmCopy // the warm copy to send (nil: none)
+	settled         atomic.Bool
 
 	Decision
 }
 
 // Decision is what a decision says of itself, for metrics and logs.
 type Decision struct {
-	Strategy routing.Strategy
-	// Spill is why the preferred instance was not used ("" if it was).
-	Spill string
-	// AnchorDepth is the block depth that placed the request (PREFIX_AWARE).
-	AnchorDepth int32
+	Strategy    routing.Strategy
+	Spill       string // why the preferred instance was not used ("" if it was)
+	AnchorDepth int32  // the block depth that placed the request
 	// ColdPlaced says a new key with a long prompt was placed where its
-	// prefill would finish first rather than on its first choice
-	// (PREFIX_AWARE, see coldPlacement).
+	// prefill would finish first rather than on its first choice.
 	ColdPlaced bool
-	// Moved says why a key the prefix index knew left the instance the
-	// index held it on (PREFIX_AWARE, one of the Move reasons);
-	// "" when it stayed, was new, or was spilled.
+	// Moved says why a key left its holder (a Move reason; "" when it
+	// stayed, was new, or was spilled).
 	Moved string
 	// MatchChars estimates how much of the routing text the chosen
 	// instance has recently been sent.
 	MatchChars int
 }
 
-// Warm is a one-token copy of the request for another member, to warm its
-// cache before the request's key moves there.
+// warmCopy is a one-token copy of the request for another member, to warm
+// its cache before the request's key moves there.
 type warmCopy struct {
 	member int
-	Tokens int64 // the prompt tokens it is charged
-	// Settle records the copy's outcome (ok: the member answered it);
-	// Warmed calls it once.
-	Settle func(ok bool)
+	Tokens int64         // the prompt tokens it is charged
+	Settle func(ok bool) // records the copy's outcome, once (Warmed)
 }
 
-// newChoice charges a decision to its first instance: order, whose last
-// u.N members are not yet ranked, the request's prompt and the prefill it
-// leaves order[0] (prefilled: the first token has already come).
+// newChoice charges a decision to order[0]: the prefill it leaves there
+// (prefilled: the first token has already come).
 func newChoice(t *table, order []int, u unrankedTail, prompt, prefill int64, prefilled bool, d Decision) *Choice {
 	c := &Choice{t: t, order: order, unranked: u, prompt: prompt, prefill: prefill, Decision: d}
 	c.prefilled.Store(prefilled)
@@ -88,29 +77,13 @@ func newChoice(t *table, order []int, u unrankedTail, prompt, prefill int64, pre
 	return c
 }
 
-// Follow charges a decision made elsewhere, as newChoice would: IDs the
-// table does not know are left out; none known is ErrNoInstance.
-func followOrder(t *table, ids []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
-	var order []int
-	for _, id := range ids {
-		if i, ok := t.Index[id]; ok {
-			order = append(order, i)
-		}
-	}
-	if len(order) == 0 {
-		return nil, ErrNoInstance
-	}
-	return newChoice(t, order, unrankedTail{}, prompt, prefill, prefilled, d), nil
-}
-
 // Instance is the current target.
 func (c *Choice) Instance() Instance { return c.t.Members[c.order[c.pos]].Instance }
 
-// Stat is the current target's counters.
 func (c *Choice) stat() *counters { return c.t.Members[c.order[c.pos]].Stat }
 
-// Next moves to the next instance of the preference order after a failure
-// before any byte was exchanged; false when the order is exhausted.
+// Next moves to the next instance of the order after a failure before
+// any byte was exchanged; false when the order is exhausted.
 func (c *Choice) Next() bool {
 	if c.done.Load() || c.pos+1 >= len(c.order) {
 		return false
@@ -158,8 +131,7 @@ func (c *Choice) release() {
 }
 
 // Order is the instances of the choice in the order they are tried, the
-// current one first, at most limit of them (all when limit ≤ 0): what the
-// picker answers a replica.
+// current one first, at most limit of them (all when limit ≤ 0).
 func (c *Choice) Order(limit int) []string {
 	order := c.order[c.pos:]
 	if limit > 0 && len(order) > limit {
@@ -175,8 +147,8 @@ func (c *Choice) Order(limit int) []string {
 	return out
 }
 
-// Charge is what the choice charges its current instance: the prompt, the
-// prefill still expected of it, and whether the first token came.
+// Charge is the prompt, the prefill still expected of the current
+// instance, and whether the first token came.
 func (c *Choice) Charge() (prompt, prefill int64, prefilled bool) {
 	return c.prompt, c.prefill, c.prefilled.Load()
 }

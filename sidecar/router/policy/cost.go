@@ -6,12 +6,9 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
 )
 
-// The cost model (sidecar/README.md, "How PREFIX_AWARE decides"): what a
-// request costs an instance is the work ahead of its first token there,
-// the instance's token load plus the request's own uncached prefill. The
-// loads are the fleet's: one picker decides for every router replica.
-
-// cost is the work ahead of the request's first token on member m.
+// cost is what the request costs member m (sidecar/README.md, "How
+// PREFIX_AWARE decides"): the work ahead of its first token there, m's
+// token load plus the request's own uncached prefill.
 func (v *view) cost(m int) int64 {
 	return v.tokenLoad(m) + v.x.Own(v.Members[m].Stat.Token)
 }
@@ -19,8 +16,8 @@ func (v *view) cost(m int) int64 {
 // clearlyMore reports whether work a is so far above b that the lighter
 // side is worth a cold prefill and one more cached copy of the prefix:
 // a is over tokenFloor and over tokenBalance × b.
-func clearlyMore(a, b int64) bool {
-	return a > tokenFloor && float64(a) > tokenBalance*float64(b)
+func clearlyMore(a int64, b float64) bool {
+	return a > tokenFloor && float64(a) > tokenBalance*b
 }
 
 // cheapest returns the member of set that ok admits where the request
@@ -40,8 +37,7 @@ func (v *view) cheapest(set []int, ok func(int) bool) (int, int64) {
 
 // longAndCold returns the request's own prefill on member m, and whether
 // it is a long prompt new there (none of it indexed on m, at least
-// tokenFloor): no cache to wait for on m (coldPlacement) and, spilled, it
-// lives only where it went, which the index then remembers.
+// tokenFloor).
 func (v *view) longAndCold(m int) (int64, bool) {
 	tok := v.Members[m].Stat.Token
 	if v.x.HitBytes(tok, false) > 0 {

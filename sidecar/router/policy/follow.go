@@ -3,12 +3,23 @@ package policy
 import "slices"
 
 // Follow charges a decision made by the elected picker to this replica's
-// own counts (see followOrder).
-func (p *Policy) Follow(order []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
-	if t := p.table.Load(); t != nil {
-		return followOrder(t, order, prompt, prefill, prefilled, d)
+// own counts, as newChoice would: IDs the table does not know are left
+// out; none known is ErrNoInstance.
+func (p *Policy) Follow(ids []string, prompt, prefill int64, prefilled bool, d Decision) (*Choice, error) {
+	t := p.table.Load()
+	if t == nil {
+		return nil, ErrNoInstance
 	}
-	return nil, ErrNoInstance
+	var order []int
+	for _, id := range ids {
+		if i, ok := t.Index[id]; ok {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return nil, ErrNoInstance
+	}
+	return newChoice(t, order, unrankedTail{}, prompt, prefill, prefilled, d), nil
 }
 
 // SpillFallback marks a decision made by Fallback.

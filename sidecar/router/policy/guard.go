@@ -15,23 +15,23 @@ type guardRule struct {
 }
 
 // guardRules are the guard, in order; the first that applies decides.
-// The first two are limits, the third a preference: cost.
+// The first two are limits, the third a preference: home's token load is
+// clearly more than the candidates' average. Within that, the next few
+// requests even a load out: a spill would trade a cold prefill for a wait
+// about to end.
 var guardRules = []guardRule{
 	{"ejected", func(v *view, order []int) bool { return !v.available(order[0]) },
-		func(v *view, order []int) (int, string) {
-			return v.spill(order, SpillUnhealthy)
-		}},
+		func(v *view, order []int) (int, string) { return v.spill(order, SpillUnhealthy) }},
 	{"at the threshold", func(v *view, order []int) bool { return v.full(order[0]) },
-		func(v *view, order []int) (int, string) {
-			return v.spill(order, SpillConcurrency)
-		}},
-	{"overloaded", func(v *view, order []int) bool { return overloaded(v.tokenLoad(order[0]), v.averageTokenLoad(order)) },
+		func(v *view, order []int) (int, string) { return v.spill(order, SpillConcurrency) }},
+	{"overloaded", func(v *view, order []int) bool {
+		return clearlyMore(v.tokenLoad(order[0]), v.average(order, v.tokenLoad))
+	},
 		(*view).cheaperElsewhere},
 }
 
 // guard moves a request off the member affinity chose (order[0]; the rest
-// of order is the fallback, the parent set first, warm for the shared
-// part) when a guard rule applies.
+// of order is the fallback) when a guard rule applies.
 func (v *view) guard(order []int, u *unrankedTail) ([]int, string) {
 	for _, r := range guardRules {
 		if r.applies(v, order) {
@@ -43,30 +43,18 @@ func (v *view) guard(order []int, u *unrankedTail) ([]int, string) {
 	return order, SpillNone
 }
 
-// overloaded reports whether a token load is clearly more than
-// the candidates' average (avg), and so may send requests away on tokens
-// and takes none. Within twice the average, the next few requests even a
-// load out: a spill would trade a cold prefill for a wait about to end.
-func overloaded(load int64, avg float64) bool {
-	return load > tokenFloor && float64(load) > tokenBalance*avg
-}
-
-func (v *view) averageTokenLoad(set []int) float64 {
-	return float64(v.sum(set, v.tokenLoad)) / float64(len(set))
-}
-
 // cheaperElsewhere is the first member along order, under the threshold
 // and not overloaded, where the request's cost with the lost cache
 // charged is clearly less than at home (SpillTokens); home if none.
 func (v *view) cheaperElsewhere(order []int) (int, string) {
-	avg := v.averageTokenLoad(order)
+	avg := v.average(order, v.tokenLoad)
 	home := order[0]
 	stay, own := v.cost(home), v.x.Own(v.Members[home].Stat.Token)
 	for i, m := range order[1:] {
-		if !v.available(m) || v.full(m) || overloaded(v.tokenLoad(m), avg) {
+		if !v.available(m) || v.full(m) || clearlyMore(v.tokenLoad(m), avg) {
 			continue
 		}
-		if mine := v.x.Own(v.Members[m].Stat.Token); clearlyMore(stay, v.tokenLoad(m)+mine+lost(mine, own)) {
+		if mine := v.x.Own(v.Members[m].Stat.Token); clearlyMore(stay, float64(v.tokenLoad(m)+mine+lost(mine, own))) {
 			return i + 1, SpillTokens
 		}
 	}
@@ -118,18 +106,19 @@ func spillRoom(threshold int64) int64 {
 	return 2
 }
 
-// overflowSlack is how many more requests in flight than the least loaded
-// an instance may have and still take an all-busy overflow: 1, the least
-// that lets the cost model choose among near-equals (a warm instance one
-// request busier beats a cold one), ending at most two above the least.
-const overflowSlack = 1
-
-// overflowStay is how many more requests in flight than the least loaded
-// home may have and keep an all-busy request unless the cost model says
-// leave: a batching engine runs a few more side by side (decodeTokens each,
-// far less than a cached prefix); past spillRoom + 1 more, the request
-// waits for the queue itself.
-const overflowStay = 3
+const (
+	// overflowSlack is how many more requests in flight than the least
+	// loaded an instance may have and still take an all-busy overflow: 1,
+	// the least that lets the cost model choose among near-equals (a warm
+	// instance one request busier beats a cold one).
+	overflowSlack = 1
+	// overflowStay is how many more requests in flight than the least
+	// loaded home may have and keep an all-busy request unless the cost
+	// model says leave: a batching engine runs a few more side by side
+	// (decodeTokens each, far less than a cached prefix); past spillRoom +
+	// 1 more, the request waits for the queue itself.
+	overflowStay = 3
+)
 
 // overflow is the position in order of where a request goes when no
 // member has room: among the available members within overflowSlack
@@ -159,9 +148,9 @@ func (v *view) overflow(order []int) int {
 // a long prefill); further above, only when leaving clearly costs more.
 func staysHome(above, home, best int64) bool {
 	if above <= overflowStay {
-		return !clearlyMore(home, best)
+		return !clearlyMore(home, float64(best))
 	}
-	return clearlyMore(best, home)
+	return clearlyMore(best, float64(home))
 }
 
 // moveToFront moves order[i] to the front, keeping the rest in order, so

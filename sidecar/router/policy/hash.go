@@ -30,15 +30,33 @@ func scopeSeed(hashSeed uint64, model, tenant string) uint64 {
 	return hashString(hashSeed, model+"\x00"+tenant)
 }
 
+// maxBlockSize is the largest block: prefixLength / 32 at the API's
+// largest prefixLength (see newTable); a larger one is streamed.
+const maxBlockSize = 65536 / 32
+
 // blockChain appends to dst the chained hashes of text cut into blocks of
 // blockSize bytes (the last one may be partial): h[i] = xxh(h[i-1] ‖ block i).
 // Chaining makes a block's hash stand for the whole beginning up to it, so
 // two requests share h[i] only if they share their first i+1 blocks.
+//
+// Each link is hashed in one call over parent and block laid side by side
+// in buf: the streaming digest would buffer the 8-byte parent and copy the
+// block behind it, and hashing is most of a decision's per-request cost at
+// hundreds of instances.
 func blockChain(dst []uint64, seed uint64, text []byte, blockSize int) []uint64 {
 	var buf [8 + maxBlockSize]byte
 	h := seed
 	for off := 0; off < len(text); off += blockSize {
-		h = chainLink(&buf, h, text[off:min(off+blockSize, len(text))])
+		block := text[off:min(off+blockSize, len(text))]
+		binary.LittleEndian.PutUint64(buf[:8], h)
+		if len(block) > maxBlockSize {
+			d := xxhash.New()
+			_, _ = d.Write(buf[:8])
+			_, _ = d.Write(block)
+			h = d.Sum64()
+		} else {
+			h = xxhash.Sum64(buf[:8+copy(buf[8:], block)])
+		}
 		dst = append(dst, h)
 	}
 	return dst
@@ -53,25 +71,4 @@ func chainEnd(seed uint64, text []byte, blockSize int) uint64 {
 		return hs[len(hs)-1]
 	}
 	return seed
-}
-
-// maxBlockSize is the largest block: prefixLength / 32 at the API's
-// largest prefixLength, 65,536.
-const maxBlockSize = 65536 / 32
-
-// chainLink is xxh(parent ‖ block), hashed in one call over parent and
-// block laid side by side in buf: the streaming digest would buffer the
-// 8-byte parent and copy the block's head behind it, and hashing is most
-// of a decision's per-request cost at 256 instances and more. A block
-// larger than buf (a blockSize the API does not allow) is streamed.
-func chainLink(buf *[8 + maxBlockSize]byte, parent uint64, block []byte) uint64 {
-	binary.LittleEndian.PutUint64(buf[:8], parent)
-	if len(block) > maxBlockSize {
-		d := xxhash.New()
-		_, _ = d.Write(buf[:8])
-		_, _ = d.Write(block)
-		return d.Sum64()
-	}
-	n := copy(buf[8:], block)
-	return xxhash.Sum64(buf[:8+n])
 }

@@ -9,9 +9,8 @@ type Request struct {
 	// Tenant isolates identical prompts of different tenants.
 	Tenant string
 	// Text is the routing text: the window (first prefixLength characters
-	// or bytes) followed by up to the lookahead.
-	Text []byte
-	// WindowBytes is how many bytes of Text form the window.
+	// or bytes, WindowBytes long) followed by up to the lookahead.
+	Text        []byte
 	WindowBytes int
 	// PromptBytes is the length of the whole prompt text, which the routing
 	// text may stop short of; 0 means len(Text). It sizes the request's
@@ -23,40 +22,29 @@ type Request struct {
 // sends the elected picker: block hashes (keyed by the hash seed, scoped
 // to model and tenant), sizes and the model, never the prompt text.
 //
-// A Key made by New holds the routing text instead, valid while the
-// Request's Text is: a decision in this process hashes the window, and the
-// lookahead only when it reads past the window, which few requests do
-// (hashing every block up front cost more than the rest of the decision).
-// BlockHashes gives the whole chain, for sending the Key elsewhere.
+// A Key made by Policy.Key holds the routing text instead, valid while the
+// Request's Text is: a decision hashes the lookahead only when it reads
+// past the window, which few requests do. BlockHashes gives the whole
+// chain, for sending the Key elsewhere.
 type Key struct {
-	// Model is the "model" the client asked for; "" means the served model.
-	Model string
-	// Hashes is the block chain of the routing text (see blockChain): the
-	// window's blocks, then the lookahead's, chained on from the window's
-	// last. A request without routing text has one hash, its scope seed.
-	// Nil in a Key that holds its text.
-	Hashes []uint64
-	// WindowBlocks is how many blocks of the chain cover the window.
-	WindowBlocks int
-	// TextBytes is the length of the routing text the hashes cover.
-	TextBytes int
-	// PromptBytes is the length of the whole prompt text, which sizes the
-	// request's prefill in the token load.
-	PromptBytes int
+	Model string // see Request
+	// Hashes is the block chain of the routing text: the window's blocks,
+	// then the lookahead's. A request without routing text has one hash,
+	// its scope seed. Nil in a Key that holds its text.
+	Hashes       []uint64
+	WindowBlocks int // how many blocks of the chain cover the window
+	TextBytes    int // the length of the routing text the hashes cover
+	PromptBytes  int // see Request
 
-	// text is the routing text, of which the first window bytes are the
-	// window; seed is the chain's first link and blockSize the size of its
-	// blocks, 0 in a Key of hashes.
+	// The routing text and its window's length, the chain's first link and
+	// its block size (0 in a Key of hashes).
 	text      []byte
 	window    int
 	seed      uint64
 	blockSize int
 }
 
-// New makes the key of a request under a hash seed and block size. Every
-// replica computes the same chain for the same request as long as they
-// share the hash seed, the prefix length and the block size. The Key
-// refers to req.Text (see Key).
+// newKey makes the key of a request under a hash seed and block size.
 func newKey(req Request, hashSeed uint64, bs int) Key {
 	window := min(req.WindowBytes, len(req.Text))
 	return Key{
@@ -92,8 +80,8 @@ func (k Key) Window(dst []uint64) []uint64 {
 	return out
 }
 
-// WithLookahead returns the window's hashes, as Window returned
-// them, followed by the lookahead's.
+// WithLookahead returns the window's hashes, as Window returned them,
+// followed by the lookahead's.
 func (k Key) WithLookahead(window []uint64) []uint64 {
 	if !k.HoldsText() {
 		return k.Hashes
@@ -106,7 +94,7 @@ func (k Key) WithLookahead(window []uint64) []uint64 {
 // HoldsText reports whether the key holds its text rather than hashes.
 func (k Key) HoldsText() bool { return k.blockSize > 0 }
 
-// WindowHash is the hash standing for the whole window: its last block's.
+// WindowHash is the window's last block hash, which stands for all of it.
 func (k Key) WindowHash(seed uint64) uint64 {
 	if k.HoldsText() {
 		return chainEnd(k.seed, k.text[:k.window], k.blockSize)

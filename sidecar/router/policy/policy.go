@@ -1,16 +1,15 @@
-// Package policy decides which instance serves a request. It is pure Go over
-// plain structs — no net/http, no Kubernetes types — so that every strategy
-// can be table-tested and benchmarked without a network.
+// Package policy decides which instance serves a request: pure Go over
+// plain structs, no net/http and no Kubernetes types, so that every
+// strategy is table-tested and benchmarked without a network.
 package policy
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/warmroute/warmroute/sidecar/router/popularity"
 	"github.com/warmroute/warmroute/sidecar/router/prefixindex"
@@ -26,16 +25,12 @@ type Policy struct {
 	pop        *popularity.Sketch
 	index      *prefixindex.Index
 	shareSince atomic.Int64
-	shareDecay atomic.Bool
-	// shareEpoch counts share decays: how long ago an instance joined (see
-	// joining).
+	// shareEpoch counts share decays: how long ago an instance joined.
 	shareEpoch atomic.Int64
 	// pick makes a decision and its charge one step, so that concurrent
 	// decisions cannot all read an instance as under the threshold.
 	pick sync.Mutex
-	// chain, parent, depths and view are the decision's buffers (block
-	// hashes, the anchor's parent set, the depths it records, what it
-	// reads of the fleet), reused under pick.
+	// The decision's buffers, reused under pick.
 	chain          []uint64
 	parent, depths []int
 	view           view
@@ -86,8 +81,8 @@ func (p *Policy) Instances() []Instance {
 	return nil
 }
 
-// allowed is the configuration in force and the instances of it allowed
-// to serve model.
+// allowed is the configuration in force and its instances allowed to
+// serve model.
 func (p *Policy) allowed(model string) (*table, []int, error) {
 	t := p.table.Load()
 	if t == nil {
@@ -102,14 +97,12 @@ func (p *Policy) allowed(model string) (*table, []int, error) {
 var ErrFull = errors.New("every instance that could serve the request is at its concurrency threshold")
 
 // Pick decides where a request goes (the strategy's decide, which
-// changes nothing) and then records the decision (record). Decisions run
-// one at a time (see Policy.pick).
+// changes nothing) and then records the decision.
 func (p *Policy) Pick(key Key) (*Choice, error) { return p.choose(key, false) }
 
 // PickIfRoom is Pick for a request that may wait (flow control): when
 // every available instance that could serve it is at its threshold, it
-// records nothing and answers ErrFull instead of overflowing. It reads
-// more than Pick only when the decision lands on a full instance.
+// records nothing and answers ErrFull instead of overflowing.
 func (p *Policy) PickIfRoom(key Key) (*Choice, error) { return p.choose(key, true) }
 
 func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
@@ -120,7 +113,7 @@ func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
 		return nil, err
 	}
 	v := p.look(t)
-	d := t.strategy.decide(p, v, key, allowed)
+	d := t.strategy(p, v, key, allowed)
 	if ifRoom && v.full(d.order[0]) && !slices.ContainsFunc(allowed, func(m int) bool { return v.available(m) && !v.full(m) }) {
 		return nil, ErrFull
 	}
@@ -129,9 +122,8 @@ func (p *Policy) choose(key Key, ifRoom bool) (*Choice, error) {
 }
 
 // Room is how many more requests the instances in rotation take before
-// each is at its threshold (what a configuration change frees: flow
-// control releases that many queued requests), and Capacity how many they
-// take when idle (flow control's headroom is measured against it).
+// each is at its threshold, and capacity how many they take when idle:
+// what flow control releases and measures its headroom against.
 func (p *Policy) Room() (room, capacity int) {
 	p.pick.Lock()
 	defer p.pick.Unlock()
@@ -165,11 +157,17 @@ func (p *Policy) record(t *table, key Key, d *decision) *Choice {
 	return c
 }
 
-// leastLoadedOrder is set by requests in flight, ties in random order.
-func (v *view) leastLoadedOrder(set []int) []int {
-	order := slices.Clone(set)
-	// Shuffle first so that the stable sort breaks ties randomly.
-	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })
-	return order
+// Eject keeps an instance the transport found failing out of new
+// decisions until the deadline, unless every candidate is ejected: the
+// policy then fails open rather than refuse traffic over a blip.
+func (p *Policy) Eject(id string, until time.Time) {
+	p.stats.Get(id).EjectedUntil.Store(until.UnixNano())
+}
+
+// Readmit ends an ejection early (a health check passed).
+func (p *Policy) Readmit(id string) { p.stats.Get(id).EjectedUntil.Store(0) }
+
+// Healthy reports whether an instance is currently not ejected.
+func (p *Policy) Healthy(id string) bool {
+	return p.stats.Get(id).EjectedUntil.Load() <= p.tuning.Now().UnixNano()
 }

@@ -55,7 +55,7 @@ func placedOn(t testing.TB, p *Policy, r Request) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := tb.strategy.decide(p, p.look(tb), p.Key(r), allowed)
+	d := tb.strategy(p, p.look(tb), p.Key(r), allowed)
 	return tb.Members[d.placed].ID
 }
 

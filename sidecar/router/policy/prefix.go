@@ -12,36 +12,32 @@ import (
 // that holds it, within the load guard.
 const PrefixAware = routing.StrategyPrefixAware
 
-// prefixAware decides in three steps (sidecar/README.md, "How PREFIX_AWARE
-// decides"): the replica-set walk finds the anchor's parent set, affinity
-// places it there, and the guard moves the request off when it must or the
-// cost model (cost.go) says it clearly should.
-type prefixAware struct{}
-
 // walk is what the replica-set walk learnt of a request.
 type walk struct {
-	hashes []uint64
-	// parent is the set the anchor was placed in, in the anchor's order;
-	// choices is how far down it placement may go.
-	parent  []int
-	choices int
+	hashes  []uint64
+	parent  []int // the set the anchor was placed in, in the anchor's order
+	choices int   // how far down parent placement may go
 	// leaf is the anchor's depth; shared is how many leading blocks are
 	// popular (likely cached on any instance of their set).
 	leaf, shared int
 }
 
-func (prefixAware) decide(p *Policy, v *view, key Key, allowed []int) decision {
+// prefixAware decides in three steps (sidecar/README.md, "How PREFIX_AWARE
+// decides"): the replica-set walk finds the anchor's parent set, affinity
+// places it there, and the guard moves the request off when it must or the
+// cost model says it clearly should.
+func prefixAware(p *Policy, v *view, key Key, allowed []int) decision {
 	var sbuf [32]int
 	w := p.replicaSets(v.table, key, allowed, sbuf[:0], p.parent[:0])
 	p.parent = w.parent[:0]
 	if key.HoldsText() {
-		p.chain = w.hashes[:0] // hashed into it, maybe grown: keep it
+		p.chain = w.hashes[:0] // maybe grown: keep it
 	}
 	return p.decideWalk(v, key, allowed, w, fallbackOrder)
 }
 
 // decideWalk places the anchor after the walk w and guards the placement,
-// with the fallback order given by order.
+// with the fallback order given by order (tests pass a reference one).
 func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(*table, []int, walk, int) ([]int, unrankedTail)) decision {
 	depths := prefixindex.RecordDepths(p.depths[:0], w.leaf, len(w.hashes))
 	p.depths = depths[:0]
@@ -55,8 +51,8 @@ func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(
 	d := decision{placed: chosen}
 	d.AnchorDepth, d.ColdPlaced = int32(w.leaf), chosen != pl.member
 	if warming && v.Members[chosen].Draining {
-		// Served by a drainer that holds the key (warm.go): the key's
-		// next owner comes second, the first a spill goes to.
+		// Served by a drainer that holds the key: the key's next owner
+		// comes second, the first a spill goes to.
 		d.order, d.unranked = order(v.table, allowed, w, pl.next)
 		d.order = slices.Insert(d.order, 0, chosen)
 	} else {
@@ -73,8 +69,7 @@ func (p *Policy) decideWalk(v *view, key Key, allowed []int, w walk, order func(
 	_, coldAtHome := v.longAndCold(chosen)
 	d.learning = learning{hashes: w.hashes, depths: depths, token: tok, ver: pl.ver,
 		remember: d.Spill == SpillNone || coldAtHome}
-	if warming && d.Spill == SpillNone {
-		// A spilled request is not where the key is warm: no copy.
+	if warming && d.Spill == SpillNone { // spilled, it is not where the key is warm
 		d.warm = &warmPlan{member: pl.next, ver: pl.ver}
 	}
 	if d.remember && !warming {
@@ -107,8 +102,8 @@ func (p *Policy) learn(l *learning) {
 // popularityPrior is added to the request count when turning sketch counts
 // into fractions, so that a router's first few requests are not each taken
 // for a dominant prefix: with 32, one every request carries counts as half
-// the traffic after 32 requests (a few per instance of ten), and the prior
-// weighs under 1 % of the decayed count (about 8k, see defaultDecayEvery).
+// the traffic after 32 requests, and the prior weighs under 1 % of the
+// decayed count (about 8k, see defaultDecayEvery).
 const popularityPrior = 32
 
 // replicaSets walks the block chain. A block carried by a fraction f of
@@ -132,9 +127,8 @@ func (p *Policy) replicaSets(t *table, key Key, allowed []int, sbuf, pbuf []int)
 			if read {
 				break
 			}
-			// Read the whole lookahead at once, so that its blocks'
-			// popularity is learnt together, not one block per
-			// generation of requests.
+			// The whole lookahead at once, so that its blocks' popularity
+			// is learnt together, not one block per generation of requests.
 			w.hashes, read = key.WithLookahead(w.hashes), true
 			if i == len(w.hashes) {
 				break
@@ -179,9 +173,7 @@ func fallbackOrder(t *table, allowed []int, w walk, chosen int) ([]int, unranked
 	if len(w.parent) == len(allowed) {
 		return order, unrankedTail{}
 	}
-	// Ranking a subset keeps its members' relative order; the parent set's
-	// members are found with a bitmap.
-	var bits [16]uint64 // 1,024 members without allocating
+	var bits [16]uint64 // the parent set, 1,024 members without allocating
 	in := bits[:]
 	if words := (len(t.Members) + 63) / 64; words > len(bits) {
 		in = make([]uint64, words)

@@ -9,9 +9,8 @@ import (
 // A key's preference order is its rendezvous (HRW) order: instances by
 // descending score, ties by position in the table (hrw.Top).
 
-// rankScratch is scratch for scoring sets larger than a stack buffer, and
-// the radix sort's second buffer; pooled, as a router holds more than one
-// policy.
+// rankScratch scores sets larger than a stack buffer; pooled, as a
+// router holds more than one policy.
 type rankScratch struct{ all, tmp []hrw.Scored }
 
 var rankPool = sync.Pool{New: func() any { return new(rankScratch) }}
@@ -39,7 +38,7 @@ func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 			score = hrw.Score(key, t.Members[m].IDHash, t.Members[m].Weight)
 		}
 		// With equal weights hrw.Score rises with the hash's top 53 bits:
-		// the same order (and the same ties) without its logarithm.
+		// the same order without its logarithm.
 		all = append(all, hrw.Scored{Score: score, Item: m})
 	}
 	out = out[:0]
@@ -50,10 +49,9 @@ func rankTop(t *table, set []int, key uint64, k int, out []int) []int {
 }
 
 // unrankedTail says that the last N members of an order are not yet in the
-// key's order: they are the fleet outside the placement's parent set, which
-// only a spill or a retry past the ranked part reads, and ranking them on
-// every decision cost more than the rest of a decision at hundreds of
-// instances.
+// key's order: the fleet outside the parent set, which only a spill or a
+// retry past the ranked part reads, and which would cost more to rank on
+// every decision than the rest of it at hundreds of instances.
 type unrankedTail struct {
 	N   int
 	Key uint64

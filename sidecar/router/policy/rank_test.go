@@ -137,13 +137,11 @@ func TestFallbackOrderIsTheReference(t *testing.T) {
 // same steps, with the replica-set walk and the fallback order ranking by
 // referenceRank (every set sorted whole). Registered as a benchmark
 // strategy of the tests only, so that a policy can run it through Pick.
-type referencePrefixAware struct{}
-
 const referenceStrategy Strategy = "TEST_PREFIX_AWARE_REFERENCE"
 
-func init() { benchmarkStrategies[referenceStrategy] = referencePrefixAware{} }
+func init() { benchmarkStrategies[referenceStrategy] = referencePrefixAware }
 
-func (referencePrefixAware) decide(p *Policy, v *view, key Key, allowed []int) decision {
+func referencePrefixAware(p *Policy, v *view, key Key, allowed []int) decision {
 	return p.decideWalk(v, key, allowed, referenceReplicaSets(p, v.table, key, allowed), func(t *table, allowed []int, w walk, chosen int) ([]int, unrankedTail) {
 		return referenceFallbackOrder(t, allowed, w, chosen), unrankedTail{}
 	})

@@ -119,7 +119,7 @@ func TestCostRules(t *testing.T) {
 	}
 }
 
-// TestOverloadedRule pins overloaded: a token load may spill, and takes
+// TestOverloadedRule pins the guard's overloaded rule (clearlyMore): a token load may spill, and takes
 // no spill, only over tokenFloor and twice the candidates' average.
 func TestOverloadedRule(t *testing.T) {
 	for _, tc := range []struct {
@@ -132,8 +132,8 @@ func TestOverloadedRule(t *testing.T) {
 		{"twice the average is not over it", 20_000, 10_000, false},
 		{"over twice the average but under tokenFloor", tokenFloor, 100, false},
 	} {
-		if got := overloaded(tc.load, tc.avg); got != tc.want {
-			t.Errorf("%s: overloaded(%d, %v) = %v, want %v", tc.rule, tc.load, tc.avg, got, tc.want)
+		if got := clearlyMore(tc.load, tc.avg); got != tc.want {
+			t.Errorf("%s: clearlyMore(%d, %v) = %v, want %v", tc.rule, tc.load, tc.avg, got, tc.want)
 		}
 	}
 }

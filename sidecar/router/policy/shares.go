@@ -1,8 +1,6 @@
 package policy
 
-import (
-	"slices"
-)
+import "slices"
 
 // seedShares starts instances that joined a running fleet at the others'
 // average share (a share is a decayed count of recent decisions) and marks
@@ -13,8 +11,6 @@ func (p *Policy) seedShares(t *table, joined []*counters) {
 	if len(joined) == 0 || len(joined) == len(t.Members) {
 		return
 	}
-	// The average of the members that serve: a draining one's share
-	// only fades.
 	var share, n int64
 	for _, m := range t.Members {
 		if !slices.Contains(joined, m.Stat) && !m.Draining {
@@ -34,20 +30,19 @@ func (p *Policy) seedShares(t *table, joined []*counters) {
 }
 
 // joiningAt reports whether an instance that joined in share epoch
-// joined - 1 (0: from the start) is joining at epoch: it joined in this
-// share decay cycle or the last (DecayEvery to twice that decisions), long
-// enough for the keys whose first choice it is to come back once.
+// joined - 1 (0: from the start) is joining at epoch: in this decay cycle
+// or the last, long enough for the keys whose first choice it is to come
+// back once.
 func joiningAt(joined, epoch int64) bool { return joined > 0 && epoch < joined+1 }
 
 // countShare adds a decision to the chosen instance's decayed share.
 func (p *Policy) countShare(t *table, chosen int) {
 	t.Members[chosen].Stat.Share.Add(1)
-	if p.shareSince.Add(1) >= p.tuning.DecayEvery && p.shareDecay.CompareAndSwap(false, true) {
+	if p.shareSince.Add(1) >= p.tuning.DecayEvery {
 		p.shareSince.Store(0)
 		for _, m := range t.Members {
 			m.Stat.Share.Store(m.Stat.Share.Load() / 2)
 		}
 		p.shareEpoch.Add(1)
-		p.shareDecay.Store(false)
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"maps"
+	"math/rand/v2"
 	"slices"
 
 	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
@@ -12,37 +13,27 @@ import (
 // the document, the CRD enum and the policy share one vocabulary.
 type Strategy = routing.Strategy
 
-// strategy is one routing strategy. decide chooses among the allowed
+// strategy is one routing strategy: it chooses among the allowed
 // instances for key and changes nothing (it may reuse the policy's
-// buffers, see Policy.chain); Pick then records the decision (record).
-type strategy interface {
-	decide(p *Policy, v *view, key Key, allowed []int) decision
-}
+// buffers); Pick then records the decision.
+type strategy func(p *Policy, v *view, key Key, allowed []int) decision
 
 // decision is what a strategy decided.
 type decision struct {
-	// order is the instance to use first, then the fallback order, whose
-	// last unranked.n members are not yet ranked.
-	order    []int
+	order    []int // the instance to use first, then the fallback order
 	unranked unrankedTail
-	// placed is the member the strategy chose before the overload guard.
-	placed int
-	// hit is the fraction of the prompt order[0] is expected to hold (0
-	// for strategies that do not match prefixes).
-	hit float64
-	// warm is the warm copy to send (nil: none; see warm.go).
-	warm *warmPlan
-	// learning is what recording the decision teaches the policy.
+	placed   int       // the member the strategy chose before the guard
+	hit      float64   // the part of the prompt order[0] is expected to hold
+	warm     *warmPlan // nil: none
 	learning
 	Decision
 }
 
 // strategies are the routing document's; benchmarkStrategies the
-// comparison points a benchmark build adds (strategy_baseline.go), which
-// only a policy whose Tuning sets BenchmarkStrategies (the router's
-// --strategy-override) accepts.
+// comparison points a benchmark build adds, which only a policy whose
+// Tuning sets BenchmarkStrategies accepts.
 var (
-	strategies          = map[Strategy]strategy{Random: random{}, LeastOutstandingRequests: leastOutstanding{}, PrefixAware: prefixAware{}}
+	strategies          = map[Strategy]strategy{Random: random, LeastOutstandingRequests: leastOutstanding, PrefixAware: prefixAware}
 	benchmarkStrategies = map[Strategy]strategy{}
 )
 
@@ -73,5 +64,29 @@ func (p *Policy) lookup(s Strategy) (strategy, error) {
 	if err := ValidStrategy(s, p.tuning.BenchmarkStrategies); err != nil {
 		return nil, err
 	}
-	return cmp.Or(strategies[s], benchmarkStrategies[s]), nil
+	if impl := strategies[s]; impl != nil {
+		return impl, nil
+	}
+	return benchmarkStrategies[s], nil
+}
+
+// Random sends each request to a uniformly random healthy instance.
+const Random = routing.StrategyRandom
+
+func random(_ *Policy, v *view, _ Key, allowed []int) decision {
+	order := v.healthy(allowed)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return decision{order: order, placed: order[0]}
+}
+
+// LeastOutstandingRequests sends each request to the healthy instance with
+// the fewest requests in flight from all router replicas together.
+const LeastOutstandingRequests = routing.StrategyLeastOutstandingRequests
+
+// leastOutstanding shuffles first (random) so that the stable sort breaks
+// ties randomly.
+func leastOutstanding(p *Policy, v *view, key Key, allowed []int) decision {
+	order := random(p, v, key, allowed).order
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(v.inFlight(a), v.inFlight(b)) })
+	return decision{order: order, placed: order[0]}
 }

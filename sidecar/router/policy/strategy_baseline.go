@@ -8,13 +8,11 @@ package policy
 // without block matching or a load-aware walk would do.
 const Baseline Strategy = "SAGEMAKER_BASELINE"
 
-func init() { benchmarkStrategies[Baseline] = baseline{} }
+func init() { benchmarkStrategies[Baseline] = baseline }
 
-type baseline struct{}
-
-// decide places the hash of the whole window by HRW, and overflows to
+// baseline places the hash of the whole window by HRW, and overflows to
 // the least loaded instance anywhere.
-func (baseline) decide(_ *Policy, v *view, key Key, allowed []int) decision {
+func baseline(_ *Policy, v *view, key Key, allowed []int) decision {
 	order := rank(v.table, allowed, key.WindowHash(v.Cfg.HashSeed), nil)
 	first := order[0]
 	d := decision{order: order, placed: first}

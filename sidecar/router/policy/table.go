@@ -18,10 +18,8 @@ type Instance struct {
 	ID      string
 	Address string
 	Weight  int // 0 means 1
-	// Draining says the instance is leaving (the routing document's
-	// instances[].draining): it takes no new keys, and serves only the
-	// keys it holds while their next owners are warmed
-	// (warm.go).
+	// Draining says the instance is leaving: it takes no new keys, and
+	// serves only the keys it holds while their next owners are warmed.
 	Draining bool
 }
 
@@ -46,8 +44,7 @@ type member struct {
 	Stat   *counters
 }
 
-// table is a configuration as decisions read it: the instances by
-// position, with their counters.
+// table is a configuration as decisions read it.
 type table struct {
 	Cfg      Config
 	Members  []member
@@ -58,15 +55,12 @@ type table struct {
 	All, Draining []int
 	Index         map[string]int // member position by ID
 	BlockSize     int
-	// Uniform: every member has the same weight, so a key's order is its
-	// rendezvous hashes' order and ranking needs no logarithm.
-	Uniform bool
-	// strategy decides under this configuration.
-	strategy strategy
+	Uniform       bool // every member has the same weight (see rankTop)
+	strategy      strategy
 }
 
 // newTable builds the table of cfg on the registry's counters, and returns
-// the counters it created (instances the registry did not know).
+// the counters it created.
 func newTable(cfg Config, r *registry) (*table, []*counters) {
 	t := &table{Cfg: cfg, Adapters: make(map[string][]int, len(cfg.Adapters)), Index: make(map[string]int, len(cfg.Instances))}
 	var joined []*counters

@@ -2,21 +2,18 @@ package policy
 
 import "github.com/warmroute/warmroute/sidecar/router/prefixindex"
 
-// load is what a decision reads of one member's counters on every path:
-// a decision over a whole fleet weighs the loads of all its members. The
-// rest (joining, warm copies) only the placement of a known key reads, of
-// one or two members: joining and warmed.
+// load is what a decision reads of one member's counters: a decision over
+// a whole fleet weighs the loads of all its members.
 type load struct {
 	inFlight, prefill, share int64
 	ejected                  bool
 }
 
 // view is all a decision reads: the configuration in force, each member's
-// load, read under the decision lock at most once per decision (the first
-// time a rule asks, so a decision over a large fleet reads only the
-// members it weighs), and what the prefix index says each member holds of
-// the request (x, set once the walk has found the request's blocks). The
-// rules of one decision see one fleet and are pure functions of it.
+// load, read under the decision lock the first time a rule asks (a
+// decision over a large fleet reads only the members it weighs), and what
+// the prefix index says each member holds of the request (x). The rules
+// of one decision see one fleet and are pure functions of it.
 type view struct {
 	*table
 	x         prefixindex.Match
@@ -31,8 +28,8 @@ type view struct {
 	noWarm     bool
 }
 
-// look starts a decision's view of t in the policy's buffers (decisions
-// run one at a time, under p.pick).
+// look starts a decision's view of t in the policy's buffers (under
+// p.pick).
 func (p *Policy) look(t *table) *view {
 	v := &p.view
 	n := len(t.Members)
@@ -51,8 +48,6 @@ func (p *Policy) look(t *table) *view {
 	return v
 }
 
-// load is member m's load, read from its counters the first time a
-// decision asks.
 func (v *view) load(m int) *load {
 	l := &v.loads[m]
 	if bit := uint64(1) << (m % 64); v.read[m/64]&bit == 0 {
@@ -66,7 +61,6 @@ func (v *view) load(m int) *load {
 	return l
 }
 
-// joining reports whether member m joined the fleet lately (joiningAt).
 func (v *view) joining(m int) bool { return joiningAt(v.Members[m].Stat.Joined.Load(), v.epoch) }
 
 // warmed reports whether member m has taken as many warm copies as it may:
@@ -76,27 +70,22 @@ func (v *view) warmed(m int) bool {
 	return s.WarmInFlight.Load() >= warmInFlight || s.WarmTokens.Load() >= warmBudget
 }
 
-// available reports whether member m is not ejected.
 func (v *view) available(m int) bool { return !v.load(m).ejected }
 
 // full reports whether member m's requests in flight have reached the
-// concurrency threshold. The count is exact: every request of every
-// replica is decided, and released, by one picker.
+// concurrency threshold: exact, as one picker decides for every replica.
 func (v *view) full(m int) bool { return v.load(m).inFlight >= v.threshold }
 
 // hasRoom reports whether a spill may go to member m: spillRoom requests
 // of room under the threshold.
 func (v *view) hasRoom(m int) bool { return v.load(m).inFlight+spillRoom(v.threshold) <= v.threshold }
 
-// tokenLoad is member m's work ahead of a new request's first token:
-// the prefill it has yet to do, and decodeTokens for each request in
-// flight.
+// tokenLoad is member m's work ahead of a new request's first token.
 func (v *view) tokenLoad(m int) int64 { l := v.load(m); return l.prefill + decodeTokens*l.inFlight }
 
 func (v *view) inFlight(m int) int64 { return v.load(m).inFlight }
 func (v *view) share(m int) int64    { return v.load(m).share }
 
-// sum adds up a measure over the members in set.
 func (v *view) sum(set []int, measure func(int) int64) int64 {
 	var s int64
 	for _, m := range set {
@@ -105,9 +94,8 @@ func (v *view) sum(set []int, measure func(int) int64) int64 {
 	return s
 }
 
-// averageShare is the members of set's average share of recent decisions.
-func (v *view) averageShare(set []int) float64 {
-	return float64(v.sum(set, v.share)) / float64(len(set))
+func (v *view) average(set []int, measure func(int) int64) float64 {
+	return float64(v.sum(set, measure)) / float64(len(set))
 }
 
 // healthy drops ejected members, failing open when none is left.
@@ -128,19 +116,12 @@ func (v *view) healthy(set []int) []int {
 // fewest requests in flight (the first on ties, so ties follow the key's
 // order); if none is available, of any member.
 func (v *view) leastLoaded(order []int) int {
-	best := -1
-	for _, onlyAvailable := range []bool{true, false} {
-		for i, m := range order {
-			if onlyAvailable && !v.available(m) {
-				continue
-			}
-			if best < 0 || v.inFlight(m) < v.inFlight(order[best]) {
-				best = i
-			}
-		}
-		if best >= 0 {
-			return best
+	best := 0
+	for i, m := range order[1:] {
+		a, b := v.available(m), v.available(order[best])
+		if a && !b || a == b && v.inFlight(m) < v.inFlight(order[best]) {
+			best = i + 1
 		}
 	}
-	return 0
+	return best
 }

@@ -7,11 +7,10 @@ import (
 )
 
 // Warming (sidecar/README.md, "Warming joiners and leavers"): a request
-// whose key is about to change owner (a joiner's, MoveJoining; a
-// drainer's, MoveHolderLeft) is served where the key is warm, and its
-// Choice names the next owner, which the data plane sends a one-token
-// copy; the copy's completion records the next owner as holding the key.
-// Past a target's warmInFlight or warmBudget, the key moves cold.
+// whose key is about to change owner is served where the key is warm, and
+// the data plane sends its next owner a one-token copy, whose completion
+// records the next owner as holding the key. Past a target's warmInFlight
+// or warmBudget, the key moves cold.
 
 const (
 	// warmInFlight is how many warm copies a target may have in flight:
@@ -21,15 +20,14 @@ const (
 	// budget of an instance that also serves its own user requests.
 	warmInFlight = 4
 	// warmBudget is the prompt tokens a target is sent in warm copies per
-	// event (a joiner's join; each drain for the others): 2^18 = 262,144,
-	// about half the KV cache of a 7–8B model on an 80 GB GPU (~65 GB at
-	// 128 KiB a token ≈ 500k tokens); warming more would evict what it
-	// warmed first, and the rest is left for the target's own traffic.
+	// event (a joiner's join; each drain for the others): 2^18, about half
+	// the KV cache of a 7–8B model on an 80 GB GPU (~500k tokens); more
+	// would evict what it warmed first.
 	warmBudget = 1 << 18
 )
 
 // moveWarm is sticky's answer when a move is turned into a warm copy: the
-// request stays where the key is warm. Never seen outside the package.
+// request stays where the key is warm.
 const moveWarm = "warm"
 
 // warmPlan is a warm copy a decision asks for: of the key to member, to
@@ -40,8 +38,8 @@ type warmPlan struct {
 }
 
 // warmMove is the outcome for a key warm on home whose next owner is
-// target: stay home and warm the target while warming is on, both can
-// serve and the target is within its bounds, else move to it cold (why).
+// target: stay home and warm the target when warming is on, both can serve
+// and the target is within its bounds, else move to it cold (why).
 func (v *view) warmMove(target, home int, why string) (int, string) {
 	if v.noWarm || !v.available(target) || !v.available(home) || v.warmed(target) {
 		return target, why
@@ -86,16 +84,15 @@ func (p *Policy) startDrains(t, old *table) {
 	}
 }
 
-// recordWarm charges the warm copy to the target (in flight, budget);
-// its completion records the target as holding the key (from l, copied:
-// the next decision reuses the buffers), so its next request moves there.
+// recordWarm charges the warm copy to the target; its completion records
+// the target as holding the key (from l, copied: the next decision reuses
+// the buffers), so its next request moves there.
 func (p *Policy) recordWarm(t *table, c *Choice, w *warmPlan, l learning) {
 	if w == nil {
 		return
 	}
 	s := t.Members[w.member].Stat
-	// The share counts where the key is going, so that new keys are
-	// balanced against the fleet as it will be.
+	// The share counts where the key is going: the fleet as it will be.
 	c.stat().Share.Add(-1)
 	s.Share.Add(1)
 	s.WarmInFlight.Add(1)

@@ -10,26 +10,24 @@ import (
 	"github.com/warmroute/warmroute/api/hrw"
 )
 
-// Sketch is a count-min sketch of fixed size whose counts are halved every
-// decayEvery requests. Its memory is fixed (rows × width counters)
-// whatever the traffic, and it only ever over-estimates, by about
+// Sketch is a count-min sketch of rows × width counters whose counts are
+// halved every decayEvery requests. It only ever over-estimates, by about
 // blocks-per-request ÷ width of the traffic: far below the fractions that
-// matter to the policy (a share of one instance).
+// matter to the policy (a share of one instance). Record is not safe for
+// concurrent use with itself (the policy records under its decision
+// lock); the rest is.
 type Sketch struct {
 	counts     []atomic.Uint32 // rows × width
 	width      uint64
 	total      atomic.Int64 // decayed number of requests
 	decayEvery int64
 	since      atomic.Int64
-	decaying   atomic.Bool
 }
 
 // rows is the sketch's depth. A count-min estimate is off by more than its
 // bound with probability about e^-rows; the bound here is tiny (0.05 % of
-// traffic against the 1/N fractions that decide), so the rare row that is
-// off still errs far below a decision, and a second row is enough to make
-// that rarer still. Each row is a memory read per block on the decision's
-// hot path.
+// traffic), so a second row makes a rare error rarer still, and each row
+// is a memory read per block on the decision's hot path.
 const rows = 2
 
 // New returns a sketch of at least width counters a row (rounded up to a
@@ -67,10 +65,8 @@ func (p *Sketch) Record(hashes []uint64) {
 		b.Add(1)
 	}
 	p.total.Add(1)
-	if p.since.Add(1) >= p.decayEvery && p.decaying.CompareAndSwap(false, true) {
-		// Halving keeps the estimate about the last ~2×decayEvery requests;
-		// a concurrent increment may be halved or not, which is noise well
-		// below the fractions the policy compares.
+	if p.since.Add(1) >= p.decayEvery {
+		// Halving keeps the estimate about the last ~2×decayEvery requests.
 		p.since.Add(-p.decayEvery)
 		for i := range p.counts {
 			if v := p.counts[i].Load(); v != 0 {
@@ -78,7 +74,6 @@ func (p *Sketch) Record(hashes []uint64) {
 			}
 		}
 		p.total.Store(p.total.Load() / 2)
-		p.decaying.Store(false)
 	}
 }
 

@@ -7,9 +7,7 @@ import "sync"
 // Index is two generations of a hash map: new entries go into the young
 // one, and when that is full the old generation is dropped and the young
 // one ages, so memory never exceeds capacity entries and what survives is
-// roughly the most recently used (a cheap LRU). Each entry remembers the
-// last two instances that were placed the block, which is enough to
-// recognise a hot prefix that the policy replicated.
+// roughly the most recently used (a cheap LRU).
 type Index struct {
 	mu       sync.Mutex
 	young    map[uint64]Entry
@@ -17,16 +15,14 @@ type Index struct {
 	capacity int
 }
 
-// EntryBytes is about what an entry costs in memory: its key and value and
-// a map's overhead.
+// EntryBytes is about what an entry costs in memory, map overhead included.
 const EntryBytes = 48
 
 // Entry is where a block lives: a last-writer-wins register. A placement
 // carries the version of the entry it followed, or one more when it put
-// the key somewhere new (a first placement, a move); the higher version
-// wins whatever order placements are merged in, and two of equal version
-// on different instances are kept both, tied, for the key's own HRW order
-// to settle.
+// the key somewhere new; the higher version wins whatever order placements
+// are merged in, and two of equal version on different instances are kept
+// both, tied, for the key's own HRW order to settle.
 type Entry struct {
 	Tok [2]uint32 // instance tokens, current holder first; 0 = none
 	Ver uint32
@@ -35,8 +31,7 @@ type Entry struct {
 
 // New returns an empty index of at most capacity entries.
 func New(capacity int) *Index {
-	// Not presized: a replica's fallback policy fills only while no picker
-	// answers.
+	// Not presized: a replica's own policy fills only while no picker answers.
 	return &Index{young: map[uint64]Entry{}, old: map[uint64]Entry{}, capacity: max(capacity, 2)}
 }
 
@@ -48,9 +43,8 @@ func (x *Index) lookupLocked(h uint64) (Entry, bool) {
 	return e, ok
 }
 
-// Deepest looks the hashes up from the deepest down to depth from, and
-// returns the first (deepest) one any instance holds with its holders, or
-// -1.
+// Deepest returns the deepest of hashes, down to depth from, that any
+// instance holds, with its entry; -1 if none.
 func (x *Index) Deepest(hashes []uint64, from int) (int, Entry) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -62,8 +56,6 @@ func (x *Index) Deepest(hashes []uint64, from int) (int, Entry) {
 	return -1, Entry{}
 }
 
-// putLocked stores an entry in the young generation, ageing the
-// generations when it is full.
 func (x *Index) putLocked(h uint64, e Entry) {
 	if len(x.young) >= x.capacity/2 {
 		x.old = x.young
@@ -103,11 +95,6 @@ func (e Entry) merge(token, ver uint32) Entry {
 	return e
 }
 
-// Has reports whether the entry names the instance with the token.
-func (e Entry) Has(token uint32) bool {
-	return token != 0 && (e.Tok[0] == token || e.Tok[1] == token)
-}
-
 // AddDepths records token, at version ver, for the hashes at the given
 // depths.
 func (x *Index) AddDepths(hashes []uint64, depths []int, token, ver uint32) {
@@ -119,18 +106,7 @@ func (x *Index) AddDepths(hashes []uint64, depths []int, token, ver uint32) {
 	}
 }
 
-// Entries looks up the hashes at the given depths in one pass, setting out
-// to each one's entry (zero when absent).
-func (x *Index) Entries(hashes []uint64, depths []int, out []Entry) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for i, d := range depths {
-		out[i], _ = x.lookupLocked(hashes[d])
-	}
-}
-
-// Each calls f for every entry, the older generation first, under the
-// index's lock.
+// Each calls f for every entry, the older generation first, under the lock.
 func (x *Index) Each(f func(h uint64, e Entry)) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -142,8 +118,7 @@ func (x *Index) Each(f func(h uint64, e Entry)) {
 }
 
 // Reset empties the index and fills it by calling fill with a function
-// that stores an entry, oldest first (a smaller index keeps the most
-// recent).
+// that stores an entry, oldest first.
 func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -151,8 +126,8 @@ func (x *Index) Reset(fill func(put func(h uint64, e Entry))) {
 	fill(x.putLocked)
 }
 
-// MaxDepths bounds the depths recorded for a request: 2^14 blocks, far
-// more than any routing text has, at RecordDepths' geometric spacing.
+// MaxDepths bounds the depths recorded for a request: 2^14 blocks at
+// RecordDepths' geometric spacing, more than any routing text has.
 const MaxDepths = 16
 
 // RecordDepths appends to out the depths the index remembers for a
@@ -186,17 +161,21 @@ type Match struct {
 // Lookup sets m's entries to those of the hashes at the given depths.
 func (x *Index) Lookup(hashes []uint64, depths []int, m *Match) {
 	m.n = copy(m.depths[:], depths)
-	x.Entries(hashes, m.depths[:m.n], m.entries[:m.n])
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, d := range m.depths[:m.n] {
+		m.entries[i], _ = x.lookupLocked(hashes[d])
+	}
 }
 
 // HitBytes is how much of the routing text the instance with the token is
-// expected to hold: the deepest recorded block it was sent (and the
-// blocks before the next recorded depth that others carried too), or
-// (withShared) the popular leading blocks.
+// expected to hold: up to the deepest recorded block it was sent (or past
+// it, as far as others carried the blocks too), or (withShared) the
+// popular leading blocks.
 func (m *Match) HitBytes(token uint32, withShared bool) int {
 	match := 0
 	for i := m.n - 1; i >= 0; i-- {
-		if m.entries[i].Has(token) {
+		if e := m.entries[i]; token != 0 && (e.Tok[0] == token || e.Tok[1] == token) {
 			match = max(m.depths[i]+1, m.Seen)
 			break
 		}
@@ -208,9 +187,9 @@ func (m *Match) HitBytes(token uint32, withShared bool) int {
 }
 
 // HitFraction is the part of the prompt the instance is expected to hold:
-// the part of the hashed text it holds. The rest of the prompt is taken to
-// hit at the same rate, which is right for a long shared document and for
-// a conversation resent turn after turn.
+// the part of the hashed text it holds, the rest taken to hit at the same
+// rate (right for a long shared document and a conversation resent turn
+// after turn).
 func (m *Match) HitFraction(token uint32, withShared bool) float64 {
 	hashed := min(m.Hashed*m.BlockSize, m.TextBytes)
 	if hashed == 0 {
