@@ -241,10 +241,3 @@ func (l *ledger) end(k ticketKey, c *policy.Choice, tokens int64) {
 	l.settleLocked(k, tokens)
 	l.flow.Freed(1)
 }
-
-// open is how many requests the ledger counts in flight.
-func (l *ledger) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.tickets)
-}

@@ -54,15 +54,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
-
-func (m *Metrics) picked(local bool) {
-	if local {
-		m.Picks.WithLabelValues("leader").Inc()
-	} else {
-		m.Picks.WithLabelValues("picker").Inc()
-	}
-}
-
-func (m *Metrics) fellBack() { m.Picks.WithLabelValues("fallback").Inc() }
-
-func (m *Metrics) refused() { m.Refused.Inc() }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"time"
 
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
@@ -33,6 +36,23 @@ const (
 )
 
 var errMalformed = errors.New("malformed pick API body")
+
+// Status codes of the pick API's refusals that a replica tells apart,
+// in answers sealed with the endpoint's key only.
+const (
+	statusUnknownModel = http.StatusNotFound
+	statusNoInstance   = http.StatusConflict
+	statusNotLeader    = http.StatusServiceUnavailable
+	// Flow control's answers (flow.go): queued, call again to wait;
+	// refused by a rate limit; refused by the queue.
+	statusQueued  = http.StatusAccepted
+	statusLimited = http.StatusTooManyRequests
+	statusRefused = http.StatusGone
+)
+
+// maxQueueTimeout is the routing document's bound on a queue timeout: a
+// replica never keeps a wait call open longer than that.
+const maxQueueTimeout = routing.MaxQueueTimeoutMillis * time.Millisecond
 
 // pickRequest is a replica's question: where does the request with this
 // key go. Seq names it in the replica's later events. Events are the
@@ -92,11 +112,12 @@ type event struct {
 
 type writer []byte
 
-func (w *writer) uint(v uint64)  { *w = binary.AppendUvarint(*w, v) }
-func (w *writer) int(v int64)    { w.uint(uint64(max(v, 0))) }
-func (w *writer) str(s string)   { w.uint(uint64(len(s))); *w = append(*w, s...) }
-func (w *writer) fixed(v uint64) { *w = binary.LittleEndian.AppendUint64(*w, v) }
-func (w *writer) sint(v int64)   { *w = binary.AppendVarint(*w, v) }
+func (w *writer) uint(v uint64)      { *w = binary.AppendUvarint(*w, v) }
+func (w *writer) int(v int64)        { w.uint(uint64(max(v, 0))) }
+func (w *writer) str(s string)       { w.uint(uint64(len(s))); *w = append(*w, s...) }
+func (w *writer) fixed(v uint64)     { *w = binary.LittleEndian.AppendUint64(*w, v) }
+func (w *writer) sint(v int64)       { *w = binary.AppendVarint(*w, v) }
+func (w *writer) ms(d time.Duration) { w.int(d.Milliseconds()) }
 func (w *writer) bool(b bool) {
 	if b {
 		*w = append(*w, 1)
@@ -136,6 +157,8 @@ func (r *reader) uint(what string, limit uint64) uint64 {
 }
 
 func (r *reader) int(what string) int64 { return int64(r.uint(what, 1<<62)) }
+
+func (r *reader) ms(what string) time.Duration { return time.Duration(r.int(what)) * time.Millisecond }
 
 func (r *reader) sint(what string) int64 {
 	if r.err != nil {
@@ -353,4 +376,77 @@ func decodeEvents(b []byte) ([]event, error) {
 		out = append(out, e)
 	}
 	return out, r.end()
+}
+
+// appendRefusal is the status and body of the answer to a pick that err
+// refused. Flow control's say why, whose entry, when to retry, and for a
+// rate limit its two windows; a queued request's, the queue's epoch and
+// timeout.
+func appendRefusal(err error) (int, []byte) {
+	var (
+		queued  *errQueued
+		limited *flow.Limited
+		refused *flow.Refusal
+		w       writer
+	)
+	status := statusLimited
+	switch {
+	case errors.As(err, &queued):
+		w.int(queued.Epoch)
+		w.ms(queued.Timeout)
+		return statusQueued, w
+	case errors.As(err, &refused):
+		status, limited = statusRefused, &flow.Limited{Reason: refused.Reason, Tenant: refused.Tenant, RetryAfter: refused.RetryAfter}
+	case errors.As(err, &limited):
+	case errors.Is(err, policy.ErrUnknownModel):
+		return statusUnknownModel, []byte(err.Error())
+	default:
+		return statusNoInstance, []byte(err.Error())
+	}
+	w.str(string(limited.Reason))
+	w.str(limited.Tenant)
+	w.ms(limited.RetryAfter)
+	if status == statusLimited {
+		for _, win := range []flow.Window{limited.Requests, limited.Tokens} {
+			w.int(win.Limit)
+			w.int(win.Remaining)
+			w.ms(win.Reset)
+		}
+	}
+	return status, w
+}
+
+// decodeRefusal is the error an answer of status stands for (nil: none a
+// replica tells apart).
+func decodeRefusal(status int, b []byte) error {
+	r := reader{b: b}
+	var err error
+	switch status {
+	case statusUnknownModel:
+		return policy.ErrUnknownModel
+	case statusNoInstance:
+		return policy.ErrNoInstance
+	case statusNotLeader:
+		return errNotLeader
+	case statusQueued:
+		q := &errQueued{Epoch: r.int("epoch"), Timeout: r.ms("timeout")}
+		if q.Timeout <= 0 || q.Timeout > maxQueueTimeout {
+			r.fail("queue timeout")
+		}
+		err = q
+	case statusLimited:
+		lim := &flow.Limited{Reason: flow.Reason(r.str("reason")), Tenant: r.str("tenant"), RetryAfter: r.ms("retry after")}
+		for _, win := range []*flow.Window{&lim.Requests, &lim.Tokens} {
+			win.Limit, win.Remaining, win.Reset = r.int("limit"), r.int("remaining"), r.ms("reset")
+		}
+		err = lim
+	case statusRefused:
+		err = &flow.Refusal{Reason: flow.Reason(r.str("reason")), Tenant: r.str("tenant"), RetryAfter: r.ms("retry after")}
+	default:
+		return nil
+	}
+	if rerr := r.end(); rerr != nil {
+		return rerr
+	}
+	return err
 }
