@@ -59,10 +59,8 @@ func addressOf(id string) string {
 }
 
 // Elect runs this replica as a candidate until ctx ends or StepDown is
-// called: as the leader it decides in process and serves the pick API; as
-// a follower it asks the leader the Lease names; while the Lease names
-// nobody, it falls back. On StepDown the leader stops deciding, keeps its
-// state for its successor and releases the Lease.
+// called: it leads, or asks the leader the Lease names, or while the Lease
+// names nobody, falls back.
 func (p *Picker) Elect(ctx context.Context, e Election) error {
 	e.LeaseDuration = cmp.Or(max(e.LeaseDuration, 0), DefaultLeaseDuration)
 	e.RenewDeadline = cmp.Or(max(e.RenewDeadline, 0), DefaultRenewDeadline)
@@ -127,7 +125,7 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 // startTerm begins this replica's term as the picker, cold: a leader that
 // stepped down gracefully sends its state within a moment (handOver).
 func (p *Picker) startTerm() {
-	if err := p.becomeLeader(); err != nil {
+	if err := p.Lead(); err != nil {
 		p.opts.Log.Error(err, "cannot start the picker's term")
 		return
 	}
@@ -137,10 +135,9 @@ func (p *Picker) startTerm() {
 
 // StepDown ends this replica's candidacy: while it leads it stops
 // deciding, releases the Lease, and sends its state to the replica that
-// takes the Lease next, so that one starts warm. It returns once that is
-// done or handoffTimeout has passed. Without an election (a fixed picker)
-// there is no successor to hand over to, and nothing changes: a router
-// alone goes on deciding its last requests itself.
+// takes the Lease next, so that one starts warm, within handoffTimeout.
+// Without an election there is no successor, and a router alone goes on
+// deciding its last requests itself.
 func (p *Picker) StepDown() {
 	p.mu.Lock()
 	stop, holder, self := p.stop, p.holder, p.self

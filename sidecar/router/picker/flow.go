@@ -92,19 +92,17 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 		t = l.admitted[k]
 		l.mu.Unlock()
 	}
-	for {
-		err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: prio, Tokens: est, Epoch: req.Epoch, Ticket: t})
-		if errors.Is(err, flow.ErrRetry) {
-			// Room freed since it looked: take it unless another did.
-			if c, placed, err := l.pickIfRoom(req, t, prio, &req.Epoch); placed {
-				return c, l.unadmitted(k, err)
-			}
-			continue
+	q := flow.Queued{Tenant: tenant, Priority: prio, Tokens: est, Epoch: req.Epoch, Ticket: t}
+	err := f.Wait(ctx, q)
+	for errors.Is(err, flow.ErrRetry) {
+		// Room freed since it looked: take it unless another did.
+		if c, placed, err := l.pickIfRoom(req, t, prio, &q.Epoch); placed {
+			return c, l.unadmitted(k, err)
 		}
-		if err != nil {
-			return nil, l.unadmitted(k, err)
-		}
-		break
+		err = f.Wait(ctx, q)
+	}
+	if err != nil {
+		return nil, l.unadmitted(k, err)
 	}
 	// Released: placed now, even over a threshold if a request that
 	// did not wait took the room in between.

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,17 +30,16 @@ import (
 
 // Options configure a Picker.
 type Options struct {
-	// Replica is this replica's name (its pod name), which the picker
-	// counts its requests under.
+	// Replica is this replica's pod name, which the picker counts its
+	// requests under.
 	Replica string
 	// Keys sign and seal the pick API and key the block hashes.
 	Keys Keys
 	// Own is this replica's policy: it hashes requests into keys, counts
 	// this replica's own requests, and decides while no picker answers.
 	Own *policy.Policy
-	// Tuning is the tuning of the policy this replica runs while it leads.
-	Tuning policy.Tuning
-	// PickTimeout bounds a pick call; past it the request falls back.
+	// Tuning is that of the policy this replica runs while it leads.
+	Tuning      policy.Tuning
 	PickTimeout time.Duration
 	// Tries is how many instances of its order a replica tries (the
 	// proxy's --max-attempts); an answer names no more, since a fleet of
@@ -78,19 +78,15 @@ type Picker struct {
 	session *session
 	peers   *peers
 
-	mu sync.Mutex
-	// cur is the picker asked now (nil: none known, fall back).
-	cur *link
-	// lead is this replica's ledger while it leads.
-	lead *ledger
+	mu   sync.Mutex
+	cur  *link   // the picker asked now (nil: none known, fall back)
+	lead *ledger // while this replica leads
 	// holder reads the Lease's holder identity, self is this replica's
 	// (set by Elect, for the handoff).
 	holder func(context.Context) (string, error)
 	self   string
-	// epoch is the current picker's, once it has answered.
-	epoch uint64
-	// open is this replica's requests in flight.
-	open map[uint64]*Ticket
+	epoch  uint64 // the current picker's, once it has answered
+	open   map[uint64]*Ticket
 	// adopt: some open request may not be counted by the current picker
 	// yet (see observe).
 	adopt     bool
@@ -125,8 +121,7 @@ func New(opts Options) *Picker {
 }
 
 // Update installs a routing configuration, in this replica's policy and in
-// the picker's while it leads. Replicas that read the routing document a
-// moment apart are briefly out of step, which costs nothing but an
+// the picker's while it leads. Replicas a moment apart cost nothing but an
 // unknown instance answered (the request then falls back).
 func (p *Picker) Update(cfg policy.Config) error {
 	if err := p.opts.Own.Update(cfg); err != nil {
@@ -179,9 +174,8 @@ type Ticket struct {
 	mine *policy.Choice
 	// held is the epoch of the picker that counts the request (0: none
 	// yet, decided by the fallback).
-	held uint64
-	// warm is the warm copy the picker asked for (see WarmTarget).
-	warm       *policy.Instance
+	held       uint64
+	warm       *policy.Instance // the warm copy a remote picker asked for
 	warmTokens int64
 	// used is the tokens the request used (Used) plus one, so that its
 	// zero value, a response that said nothing, is flow.Unknown at Done.
@@ -246,10 +240,8 @@ func (t *Ticket) Done() {
 	t.p.tell(t, event{Kind: eventDone, Seq: t.seq, Tokens: t.used.Load() - 1}, true)
 }
 
-// Drop ends a ticket whose request is not sent: nor is its warm copy,
-// which would otherwise keep one of the joiner's slots for copies (and,
-// with the picker elsewhere, its record there) until the replica goes
-// silent.
+// Drop ends a ticket whose request is not sent, nor its warm copy, which
+// would otherwise hold one of the joiner's slots for copies.
 func (t *Ticket) Drop() {
 	t.Warmed(false)
 	t.Done()
@@ -323,7 +315,7 @@ func definite(err error) bool {
 }
 
 // decideHere decides a request while this replica leads: the ledger's
-// Choice is the ticket, charged once, on the counts every decision reads.
+// Choice is the ticket.
 func (p *Picker) decideHere(ctx context.Context, l *link, seq uint64, key policy.Key, s Sender) (*Ticket, error) {
 	c, err := l.led.decide(ctx, p.opts.Replica, pickRequest{Seq: seq, Key: key, Sender: s, Events: p.take(l)}, time.Now(), true)
 	if err != nil {
@@ -340,7 +332,6 @@ func (p *Picker) decideHere(ctx context.Context, l *link, seq uint64, key policy
 	return t, nil
 }
 
-// asking returns the picker to ask now, unless it failed a moment ago.
 func (p *Picker) asking() (*link, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -361,8 +352,9 @@ func (p *Picker) follow(l *link, seq uint64, a answer) (*Ticket, error) {
 	if a.Warm != "" {
 		// An instance this replica does not know yet goes unwarmed (the
 		// picker hears the copy failed).
-		if in, ok := p.instance(a.Warm); ok {
-			t.warm, t.warmTokens = &in, a.WarmTokens
+		ins := p.opts.Own.Instances()
+		if i := slices.IndexFunc(ins, func(in policy.Instance) bool { return in.ID == a.Warm }); i >= 0 {
+			t.warm, t.warmTokens = &ins[i], a.WarmTokens
 		} else {
 			p.enqueue(l, false, event{Kind: eventWarmed, Seq: seq})
 		}
@@ -419,7 +411,6 @@ func (p *Picker) tell(t *Ticket, e event, done bool) {
 	p.cur.wake()
 }
 
-// take empties l's queue, for a call to carry.
 func (p *Picker) take(l *link) []event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -451,7 +442,6 @@ func (l *link) wake() {
 	}
 }
 
-// failed notes a failed call: the replica falls back for downFor.
 func (p *Picker) failed(l *link, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -527,9 +517,9 @@ func (p *Picker) send(ctx context.Context, l *link) {
 	}
 }
 
-// becomeLeader starts a term as the picker, with a new ledger under this
-// replica's configuration.
-func (p *Picker) becomeLeader() error {
+// Lead makes this replica the picker, with a new ledger: for good without
+// an election (benchmarks, tests, a single router), else for a term.
+func (p *Picker) Lead() error {
 	l, err := newLedger(p.opts.Tuning, p.cfg.Load(), p.flowConfig(), p.opts.Metrics.Flow, p.opts.Tries)
 	if err != nil {
 		return fmt.Errorf("start picker: %w", err)
@@ -541,10 +531,6 @@ func (p *Picker) becomeLeader() error {
 	p.useLocked(l, "")
 	return nil
 }
-
-// Lead makes this replica the picker for good (no election: benchmarks,
-// tests, a single router).
-func (p *Picker) Lead() error { return p.becomeLeader() }
 
 // Follow makes the replica at addr (its pick listener) the picker asked
 // ("" : none).
@@ -598,15 +584,4 @@ func (p *Picker) stepDown() []byte {
 	return snap
 }
 
-// Metrics are the picker's metrics.
 func (p *Picker) Metrics() *Metrics { return p.opts.Metrics }
-
-// instance is the instance of this replica's configuration with the ID.
-func (p *Picker) instance(id string) (policy.Instance, bool) {
-	for _, in := range p.opts.Own.Instances() {
-		if in.ID == id {
-			return in, true
-		}
-	}
-	return policy.Instance{}, false
-}

@@ -12,29 +12,24 @@ import (
 	"time"
 )
 
-// serverLimits bound what a peer of the pick port can hold: its
-// connections (more are closed as they come, so their callers fall back
-// at once), and how long it may take to send a request or its header,
-// to read an answer, or to idle between calls.
+// serverLimits bound what a peer of the pick port can hold. A replica
+// keeps at most newTransport's 256 idle connections to the picker and
+// opens one per concurrent call, so 1,024 serve four busy replicas, or
+// many quiet ones, at a few tens of MB; more are closed as they come, so
+// their callers fall back at once. A header and a pick come in one
+// packet; 2 s is a stalled peer. A 64 MiB handoff takes under a second on
+// a pod network; 10 s is a stalled one. Idle connections outlive the
+// client's IdleConnTimeout (30 s), so the client, not the picker, closes
+// them, and never sends a call on a connection the picker is closing.
 type serverLimits struct {
 	conns                         int64
 	readHeader, read, write, idle time.Duration
 }
 
-// defaultServerLimits: a replica keeps at most newTransport's 256 idle
-// connections to the picker and opens one per concurrent call, so 1,024
-// serve four busy replicas, or many quiet ones, and cost at most a few
-// tens of MB (a connection's buffers and goroutine are about 16 KB). A
-// header and a pick come in one packet; 2 s is a stalled peer. A 64 MiB
-// handoff takes under a second on a pod network; 10 s is a stalled one.
-// Idle connections outlive the client's IdleConnTimeout (30 s), so the
-// client, not the picker, closes them, and never sends a call on a
-// connection the picker is closing.
 var defaultServerLimits = serverLimits{conns: 1024, readHeader: 2 * time.Second, read: 10 * time.Second, write: 10 * time.Second, idle: 60 * time.Second}
 
-// Server is the pick listener's server on addr: the pick API (Handler)
-// under serverLimits. errorLog takes net/http's own errors (nil: the
-// standard logger).
+// Server is the pick listener's server on addr; errorLog takes net/http's
+// own errors (nil: the standard logger).
 func (p *Picker) Server(addr string, errorLog *log.Logger) *http.Server {
 	return p.server(addr, defaultServerLimits, errorLog)
 }
@@ -57,13 +52,10 @@ func (p *Picker) server(addr string, lim serverLimits, errorLog *log.Logger) *ht
 		}}
 }
 
-// Handler serves the pick API: picks and events while this replica leads
-// (503 otherwise, so callers fall back or find the new leader), and the
-// state its predecessor hands it when it steps down. Every call must be
-// signed with the endpoint's key, and every answer is sealed with it
-// (auth.go); anything else gets 401 and no information. Calls of the
-// previous wire version get 426, which their replicas treat as a failed
-// call (they fall back), never as a refusal to act on.
+// Handler serves the pick API while this replica leads (503 otherwise,
+// so callers fall back or find the new leader). Calls of another wire
+// version get 426, which their replicas treat as a failed call (they fall
+// back), never as a refusal to act on.
 func (p *Picker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathPick, p.servePick)

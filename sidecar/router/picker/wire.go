@@ -15,8 +15,7 @@ import (
 
 // The pick API's bodies are a compact binary encoding (unsigned varints,
 // length-prefixed strings, hashes as 8 bytes little-endian): a pick carries
-// up to a few hundred block hashes, which JSON would triple in size and
-// take tens of microseconds to encode and decode.
+// up to a few hundred block hashes, which JSON would triple in size.
 
 // Paths of the pick API, on the pick listener only.
 const (
@@ -143,12 +142,20 @@ func (r *reader) fail(what string) {
 	}
 }
 
-func (r *reader) uint(what string, limit uint64) uint64 {
-	if r.err != nil {
-		return 0
+// next takes n bytes (nil: fewer are left, or reading failed before).
+func (r *reader) next(n uint64, what string) []byte {
+	if r.err != nil || uint64(len(r.b)) < n {
+		r.fail(what)
+		return nil
 	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b
+}
+
+func (r *reader) uint(what string, limit uint64) uint64 {
 	v, n := binary.Uvarint(r.b)
-	if n <= 0 || v > limit {
+	if r.err != nil || n <= 0 || v > limit {
 		r.fail(what)
 		return 0
 	}
@@ -161,11 +168,8 @@ func (r *reader) int(what string) int64 { return int64(r.uint(what, 1<<62)) }
 func (r *reader) ms(what string) time.Duration { return time.Duration(r.int(what)) * time.Millisecond }
 
 func (r *reader) sint(what string) int64 {
-	if r.err != nil {
-		return 0
-	}
 	v, n := binary.Varint(r.b)
-	if n <= 0 {
+	if r.err != nil || n <= 0 {
 		r.fail(what)
 		return 0
 	}
@@ -174,37 +178,20 @@ func (r *reader) sint(what string) int64 {
 }
 
 func (r *reader) fixed(what string) uint64 {
-	if r.err != nil {
-		return 0
+	if b := r.next(8, what); b != nil {
+		return binary.LittleEndian.Uint64(b)
 	}
-	if len(r.b) < 8 {
-		r.fail(what)
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
+	return 0
 }
 
-func (r *reader) str(what string) string {
-	n := r.uint(what, maxStringLen)
-	if r.err != nil || uint64(len(r.b)) < n {
-		r.fail(what)
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
+func (r *reader) str(what string) string { return string(r.next(r.uint(what, maxStringLen), what)) }
 
 func (r *reader) bool(what string) bool {
-	if r.err != nil || len(r.b) < 1 || r.b[0] > 1 {
+	b := r.next(1, what)
+	if b != nil && b[0] > 1 {
 		r.fail(what)
-		return false
 	}
-	v := r.b[0] == 1
-	r.b = r.b[1:]
-	return v
+	return b != nil && b[0] == 1
 }
 
 func (r *reader) strs(what string) []string {
@@ -254,13 +241,10 @@ func decodePick(b []byte) (pickRequest, error) {
 	p.Key.TextBytes = int(r.uint("text bytes", 1<<40))
 	p.Key.PromptBytes = int(r.uint("prompt bytes", 1<<40))
 	n := r.uint("hashes", maxHashes)
-	if r.err == nil && uint64(len(r.b)) < 8*n {
-		r.fail("hashes")
-	}
-	if r.err == nil {
+	if hashes := r.next(8*n, "hashes"); r.err == nil {
 		p.Key.Hashes = make([]uint64, n)
 		for i := range p.Key.Hashes {
-			p.Key.Hashes[i] = r.fixed("hash")
+			p.Key.Hashes[i] = binary.LittleEndian.Uint64(hashes[8*i:])
 		}
 	}
 	p.Sender.Tenant = r.str("tenant")
@@ -268,12 +252,10 @@ func decodePick(b []byte) (pickRequest, error) {
 	p.Sender.Priority = int(max(min(r.sint("priority"), math.MaxInt32), math.MinInt32))
 	p.Wait = r.bool("wait")
 	p.Epoch = r.int("epoch")
-	if r.err != nil {
-		return p, r.err
+	if r.err == nil {
+		p.Events, r.err = decodeEvents(r.b)
 	}
-	var err error
-	p.Events, err = decodeEvents(r.b)
-	return p, err
+	return p, r.err
 }
 
 func (a *answer) append(b []byte) []byte {
@@ -326,19 +308,17 @@ func appendEvents(b []byte, evs []event) []byte {
 	for _, e := range evs {
 		w = append(w, e.Kind)
 		w.uint(e.Seq)
-		if e.Kind == eventNext {
+		switch e.Kind {
+		case eventNext:
 			w.str(e.Instance)
-		}
-		if e.Kind == eventAdopt {
+		case eventAdopt:
 			w.strs(e.Order)
 			w.int(e.Prompt)
 			w.int(e.Prefill)
 			w.bool(e.Prefilled)
-		}
-		if e.Kind == eventWarmed {
+		case eventWarmed:
 			w.bool(e.OK)
-		}
-		if e.Kind == eventDone {
+		case eventDone:
 			w.sint(e.Tokens)
 		}
 	}
@@ -350,13 +330,11 @@ func decodeEvents(b []byte) ([]event, error) {
 	n := r.uint("events", maxBatchLen)
 	out := make([]event, 0, min(n, 1024))
 	for range n {
-		if r.err != nil || len(r.b) == 0 {
-			r.fail("event")
+		kind := r.next(1, "event")
+		if kind == nil {
 			break
 		}
-		e := event{Kind: r.b[0]}
-		r.b = r.b[1:]
-		e.Seq = r.uint("seq", 1<<63)
+		e := event{Kind: kind[0], Seq: r.uint("seq", 1<<63)}
 		switch e.Kind {
 		case eventDone:
 			e.Tokens = max(r.sint("tokens"), flow.Unknown)
