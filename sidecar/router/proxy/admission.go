@@ -89,7 +89,7 @@ func (r *Router) Admit(ctx context.Context, in Admission) (*Placement, *Refusal)
 	if st.doc.FlowControl != nil {
 		p.usage = &usageTail{}
 	}
-	key := r.picker.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes})
+	key := r.own.Key(policy.Request{Model: x.Model, Tenant: x.Tenant, Text: x.Text, WindowBytes: x.WindowBytes, PromptBytes: x.PromptBytes})
 	t, err := r.picker.Pick(ctx, key, s)
 	r.opts.Metrics.DecisionDuration.Observe(time.Since(start).Seconds())
 	waits := waitsForInstance(st, key.Model)

@@ -245,7 +245,7 @@ func (r *Router) pass() {
 // the instance once its back-off ends or a health check readmits it), and
 // a gateway is refused (see Admit).
 func (r *Router) inRotation(t *picker.Ticket, err error) (*picker.Ticket, error) {
-	if err == nil && !r.picker.InRotation(t.Instance().ID) {
+	if err == nil && !r.own.Healthy(t.Instance().ID) {
 		t.Drop()
 		return nil, policy.ErrNoInstance
 	}

@@ -81,7 +81,7 @@ func (r *Router) StrippedHeaders(h http.Header) []string {
 func (r *Router) extractRouting(st *state, ep endpoint, body []byte, id tenancy.Identity) (extract.Request, *Refusal) {
 	lim := extract.Limits{Window: st.doc.PrefixAware.PrefixLength}
 	if st.strategy == policy.PrefixAware {
-		lim.Lookahead = r.picker.LookaheadBytes()
+		lim.Lookahead = r.own.LookaheadBytes()
 	}
 	var x extract.Request
 	var err error

@@ -340,7 +340,7 @@ func (r *Router) Apply(doc *routingv1alpha1.Document) error {
 	r.state.Store(&state{doc: doc, strategy: strategy, ids: ids, models: modelList(doc, time.Now())})
 	r.opts.Metrics.ConfigGeneration.Set(float64(doc.Generation))
 	for _, in := range doc.Instances {
-		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.picker.InRotation(in.ID)))
+		r.opts.Metrics.BackendHealthy.WithLabelValues(in.ID).Set(boolGauge(r.own.Healthy(in.ID)))
 		r.opts.Metrics.BackendDraining.WithLabelValues(in.ID).Set(boolGauge(in.Draining))
 	}
 	// Forget removed instances: their series (instance names are pod
