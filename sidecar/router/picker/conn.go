@@ -15,10 +15,6 @@ import (
 // errNotLeader is the picker's answer when it does not lead (any more).
 var errNotLeader = errors.New("the replica asked is not the elected picker")
 
-// errUnsealed is an answer that does not open with the endpoint's key:
-// not the picker's, whatever its status says, so the replica falls back.
-var errUnsealed = errors.New("pick API answer not sealed with this endpoint's key")
-
 // call makes a signed and sealed call to the pick API at addr, and opens
 // its answer: the body of a 200, the error another status stands for.
 func (p *Picker) call(ctx context.Context, addr, path string, body []byte) ([]byte, error) {
@@ -50,7 +46,8 @@ func (p *Picker) call(ctx context.Context, addr, path string, body []byte) ([]by
 	}
 	opened, err := aead.Open(in[:0], nonce(dirAnswer, seq), in, answerAD(mac, resp.StatusCode))
 	if err != nil {
-		return nil, fmt.Errorf("pick API %s: %s: %w", path, resp.Status, errUnsealed)
+		// Not the picker's answer, whatever its status says: fall back.
+		return nil, fmt.Errorf("pick API %s: %s: answer not sealed with this endpoint's key", path, resp.Status)
 	}
 	out, err := unpadded(opened)
 	if err != nil {

@@ -179,14 +179,12 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 // enough of its own that an old picture would overwrite it.
 const acceptHandoffFor = 10 * time.Second
 
-var errHandoffRefused = errors.New("handoff refused: this term already has its predecessor's state, or is too old for it")
-
 // receive restores the old leader's state into a young term, once.
 func (l *ledger) receive(snap []byte, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.warm || now.Sub(l.started) > acceptHandoffFor {
-		return errHandoffRefused
+		return errors.New("handoff refused: this term already has its predecessor's state, or is too old for it")
 	}
 	if err := l.policy.Restore(snap); err != nil {
 		return err
