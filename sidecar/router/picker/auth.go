@@ -19,28 +19,17 @@ import (
 )
 
 // The pick API trusts nothing but the endpoint's key, which only this
-// endpoint's router pods hold: the operator generates it once per
-// endpoint, keeps it in a Secret, and mounts it in the router pods (and
-// nowhere else). Both directions prove it:
-//
-//   - A call's header carries an HMAC-SHA256 over method, path, caller,
-//     the caller's session, the call's sequence number in that session, the
-//     time and the body's length. The picker checks it before reading a
-//     byte of the body, refuses calls more than maxSkew from its clock, and
-//     refuses a sequence number it has seen in the session (replayWindow),
-//     so a captured call cannot be played again.
-//   - Bodies, calls and answers of every status, are sealed with AES-GCM
-//     under a key derived for the caller's session; the answer's
-//     additional data is the call's MAC and the status, so an answer is
-//     this very call's, from a holder of the key. A replica acts on no
-//     answer that does not open: an impostor's 404 or 409 is a failed call,
-//     and the request falls back.
-//   - Plaintexts are padded to a size bucket (pad), so an observer of the
-//     pod network learns neither hashes, model nor instance names, nor a
-//     prompt's length beyond its power of two.
+// endpoint's router pods hold (the operator's Secret). A call's header
+// carries an HMAC over what identifies the call, checked before a byte of
+// the body is read; calls too far from the picker's clock or seen before
+// in their session are refused (replay.go). Bodies, calls and answers of
+// every status, are sealed with AES-GCM under a key derived per session,
+// an answer bound to its call's MAC and status, so that a replica acts on
+// no answer an impostor makes. Plaintexts are padded to a size bucket, so
+// an observer of the pod network learns no hashes, names or lengths.
 
-// AuthHeader carries a call's signature: "v2 <session> <seq> <unix ms>
-// <hex mac> <caller>".
+// AuthHeader carries a call's signature: "<wire version> <session> <seq>
+// <unix ms> <hex mac> <caller>".
 const AuthHeader = "X-Warmroute-Pick-Auth"
 
 // wireVersion is the first field of AuthHeader and the paths' version.
@@ -73,11 +62,10 @@ func DeriveKeys(secret []byte) (Keys, error) {
 	if len(secret) < minSecretBytes {
 		return Keys{}, fmt.Errorf("pick key: %d bytes, want at least %d", len(secret), minSecretBytes)
 	}
-	seed := derive(secret, "warmroute block hashes v1")
 	return Keys{
 		sign:     derive(secret, "warmroute pick api v2 sign"),
 		seal:     derive(secret, "warmroute pick api v2 seal"),
-		HashSeed: binary.LittleEndian.Uint64(seed),
+		HashSeed: binary.LittleEndian.Uint64(derive(secret, "warmroute block hashes v1")),
 	}, nil
 }
 
@@ -91,8 +79,8 @@ func LoadKeys(path string) (Keys, error) {
 	return DeriveKeys([]byte(strings.TrimSpace(string(b))))
 }
 
-func derive(secret []byte, label string) []byte {
-	m := hmac.New(sha256.New, secret)
+func derive(key []byte, label string) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(label))
 	return m.Sum(nil)
 }
@@ -132,9 +120,7 @@ func (k Keys) newSession() *session {
 // sessionAEAD is AES-256-GCM under a key derived for the session: nonces
 // are the direction and the call's sequence number, unique per key.
 func (k Keys) sessionAEAD(id sessionID) cipher.AEAD {
-	m := hmac.New(sha256.New, k.seal)
-	m.Write(id[:])
-	block, err := aes.NewCipher(m.Sum(nil))
+	block, err := aes.NewCipher(derive(k.seal, string(id[:])))
 	if err != nil {
 		panic(err) // a 32-byte key is always valid
 	}
@@ -159,15 +145,18 @@ func nonce(dir byte, seq uint64) []byte {
 	return n[:]
 }
 
-// callHeader is what a call's AuthHeader says.
-type callHeader struct {
+// call is an authenticated call: what its AuthHeader says, and once
+// accepted, the caller's session and the opened body.
+type call struct {
 	caller  string
 	session sessionID
 	seq     uint64
 	at      time.Time
 	// mac is the header's MAC, the additional data of the body and of
 	// the answer.
-	mac []byte
+	mac  []byte
+	peer *peer
+	body []byte
 }
 
 func (k Keys) callMAC(method, path, caller string, id sessionID, seq uint64, ms string, length int64) []byte {
@@ -192,34 +181,34 @@ var errUnauthenticated = errors.New("pick API call not signed with this endpoint
 
 // verifyCall checks a call's header, before its body is read: the body's
 // length is the request's Content-Length, which the MAC covers.
-func (k Keys) verifyCall(req *http.Request, now time.Time) (callHeader, error) {
+func (k Keys) verifyCall(req *http.Request, now time.Time) (call, error) {
 	f := strings.SplitN(req.Header.Get(AuthHeader), " ", 6)
 	if len(f) != 6 || f[0] != wireVersion || f[5] == "" || req.ContentLength < 0 {
-		return callHeader{}, errUnauthenticated
+		return call{}, errUnauthenticated
 	}
-	h := callHeader{caller: f[5]}
+	c := call{caller: f[5]}
 	id, err := hex.DecodeString(f[1])
-	if err != nil || len(id) != len(h.session) {
-		return callHeader{}, errUnauthenticated
+	if err != nil || len(id) != len(c.session) {
+		return call{}, errUnauthenticated
 	}
-	copy(h.session[:], id)
-	if h.seq, err = strconv.ParseUint(f[2], 10, 64); err != nil || h.seq == 0 {
-		return callHeader{}, errUnauthenticated
+	copy(c.session[:], id)
+	if c.seq, err = strconv.ParseUint(f[2], 10, 64); err != nil || c.seq == 0 {
+		return call{}, errUnauthenticated
 	}
 	ms, err := strconv.ParseInt(f[3], 10, 64)
 	if err != nil {
-		return callHeader{}, errUnauthenticated
+		return call{}, errUnauthenticated
 	}
-	h.at = time.UnixMilli(ms)
-	if d := now.Sub(h.at); d > maxSkew || d < -maxSkew {
-		return callHeader{}, fmt.Errorf("%w: signed %s from the picker's clock", errUnauthenticated, d.Round(time.Millisecond))
+	c.at = time.UnixMilli(ms)
+	if d := now.Sub(c.at); d > maxSkew || d < -maxSkew {
+		return call{}, fmt.Errorf("%w: signed %s from the picker's clock", errUnauthenticated, d.Round(time.Millisecond))
 	}
 	got, err := hex.DecodeString(f[4])
-	h.mac = k.callMAC(req.Method, req.URL.Path, h.caller, h.session, h.seq, f[3], req.ContentLength)
-	if err != nil || !hmac.Equal(got, h.mac) {
-		return callHeader{}, errUnauthenticated
+	c.mac = k.callMAC(req.Method, req.URL.Path, c.caller, c.session, c.seq, f[3], req.ContentLength)
+	if err != nil || !hmac.Equal(got, c.mac) {
+		return call{}, errUnauthenticated
 	}
-	return h, nil
+	return c, nil
 }
 
 // answerAD is an answer's additional data: the call's MAC and the status,
@@ -230,9 +219,8 @@ func answerAD(callMAC []byte, status int) []byte {
 
 // Padding. A sealed body is as long as its bucket: the next power of two
 // from minBucket, and past maxBucket the next multiple of it. A pick's
-// size then says only its prompt's power of two, at worst twice the bytes
-// on loopback or a pod network, which a pick's few KB do not notice; a
-// handoff's megabytes are rounded to maxBucket.
+// size then says only its prompt's power of two, at worst twice the bytes,
+// which a pick's few KB do not notice.
 const (
 	minBucket = 256
 	maxBucket = 64 << 10

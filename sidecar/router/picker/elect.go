@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,16 +30,13 @@ type Election struct {
 }
 
 // Lease timings. A leader that dies is replaced within LeaseDuration + two
-// RetryPeriods with jitter (the candidate counts from when it saw the last
-// renewal, up to one retry late: 4–6.4 s), during which replicas route by the fallback; a
-// leader that steps down releases the Lease (ReleaseOnCancel) and a
-// candidate takes it at its next try, within RetryPeriod (with client-go's
-// jitter, 1.2 s). The leader renews every RetryPeriod and gives up when it
-// could not for RenewDeadline, a second before its Lease can be taken
-// (client-go requires LeaseDuration > RenewDeadline > 1.2 × RetryPeriod),
-// so two leaders never decide at once as long as clocks run at the same
-// rate. Each replica reads or writes the Lease once per RetryPeriod: three
-// replicas cost the API server three requests a second.
+// RetryPeriods with jitter (4–6.4 s), during which replicas route by the
+// fallback; one that steps down releases the Lease and a candidate takes
+// it within a RetryPeriod. The leader gives up when it could not renew for
+// RenewDeadline, a second before its Lease can be taken, so two leaders
+// never decide at once while clocks run at the same rate (client-go
+// requires LeaseDuration > RenewDeadline > 1.2 × RetryPeriod). Each
+// replica reads or writes the Lease once per RetryPeriod.
 const (
 	DefaultLeaseDuration = 4 * time.Second
 	DefaultRenewDeadline = 3 * time.Second
@@ -48,12 +46,9 @@ const (
 // handoffTimeout bounds how long a leader that stepped down waits for a
 // successor to take the Lease and sends it its state: a candidate takes a
 // released Lease within the retry period (1.2 s with jitter). A variable
-// only so that tests under the race detector, which slows sealing a
-// snapshot of megabytes many times over, can wait longer.
+// so that tests under the race detector, which slows sealing a snapshot
+// many times over, can wait longer.
 var handoffTimeout = 3 * time.Second
-
-// identity is the Lease holder identity: "<pod name>@<pick address>".
-func identity(name, addr string) string { return name + "@" + addr }
 
 // addressOf is the pick address in a holder identity ("" if none).
 func addressOf(id string) string {
@@ -64,15 +59,13 @@ func addressOf(id string) string {
 }
 
 // Elect runs this replica as a candidate until ctx ends or StepDown is
-// called: as the leader it decides in process and serves the pick API; as
-// a follower it asks the leader the Lease names; while the Lease names
-// nobody, it falls back. On StepDown the leader stops deciding, keeps its
-// state for its successor and releases the Lease.
+// called: it leads, or asks the leader the Lease names, or while the Lease
+// names nobody, falls back.
 func (p *Picker) Elect(ctx context.Context, e Election) error {
-	e.LeaseDuration = cmpOr(e.LeaseDuration, DefaultLeaseDuration)
-	e.RenewDeadline = cmpOr(e.RenewDeadline, DefaultRenewDeadline)
-	e.RetryPeriod = cmpOr(e.RetryPeriod, DefaultRetryPeriod)
-	self := identity(e.Name, e.Address)
+	e.LeaseDuration = cmp.Or(max(e.LeaseDuration, 0), DefaultLeaseDuration)
+	e.RenewDeadline = cmp.Or(max(e.RenewDeadline, 0), DefaultRenewDeadline)
+	e.RetryPeriod = cmp.Or(max(e.RetryPeriod, 0), DefaultRetryPeriod)
+	self := e.Name + "@" + e.Address // the Lease holder identity
 	ctx, stop := context.WithCancel(ctx)
 	defer close(p.done)
 	lock := &resourcelock.LeaseLock{
@@ -90,7 +83,6 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) { p.startTerm() },
 			OnStoppedLeading: func() { p.stepDown() },
-			OnNewLeader:      func(string) {},
 		},
 	})
 	if err != nil {
@@ -133,22 +125,19 @@ func (p *Picker) Elect(ctx context.Context, e Election) error {
 // startTerm begins this replica's term as the picker, cold: a leader that
 // stepped down gracefully sends its state within a moment (handOver).
 func (p *Picker) startTerm() {
-	l, err := p.newLedger()
-	if err != nil {
+	if err := p.Lead(); err != nil {
 		p.opts.Log.Error(err, "cannot start the picker's term")
 		return
 	}
 	p.opts.Metrics.Terms.Inc()
 	p.opts.Log.Info("elected picker")
-	p.becomeLeader(l)
 }
 
 // StepDown ends this replica's candidacy: while it leads it stops
 // deciding, releases the Lease, and sends its state to the replica that
-// takes the Lease next, so that one starts warm. It returns once that is
-// done or handoffTimeout has passed. Without an election (a fixed picker)
-// there is no successor to hand over to, and nothing changes: a router
-// alone goes on deciding its last requests itself.
+// takes the Lease next, so that one starts warm, within handoffTimeout.
+// Without an election there is no successor, and a router alone goes on
+// deciding its last requests itself.
 func (p *Picker) StepDown() {
 	p.mu.Lock()
 	stop, holder, self := p.stop, p.holder, p.self
@@ -173,7 +162,7 @@ func (p *Picker) handOver(holder func(context.Context) (string, error), self str
 		if err == nil && id != "" && id != self {
 			// Sealed: a successor without the key, which any holder of
 			// the Lease's update right can name, reads nothing of it.
-			err := p.remote(addressOf(id)).handoff(ctx, snap)
+			_, err := p.call(ctx, addressOf(id), PathHandoff, snap)
 			if err == nil {
 				p.opts.Metrics.Handoffs.WithLabelValues("sent", "ok").Inc()
 				return
@@ -192,11 +181,4 @@ func (p *Picker) handOver(holder func(context.Context) (string, error), self str
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

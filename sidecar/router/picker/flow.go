@@ -3,11 +3,9 @@ package picker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
-	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
@@ -29,13 +27,6 @@ type Sender struct {
 	Lowers   bool
 }
 
-func (s Sender) asked() int {
-	if s.Lowers {
-		return s.Priority
-	}
-	return math.MaxInt
-}
-
 // errQueued is the ledger's answer to a replica's request that must wait:
 // the replica calls again with Wait set and Epoch, within Timeout.
 type errQueued struct {
@@ -44,15 +35,6 @@ type errQueued struct {
 }
 
 func (e *errQueued) Error() string { return "queued: every instance that could serve it is full" }
-
-// IsRefusal reports whether err is flow control's answer to a request
-// (*flow.Limited or *flow.Refusal): the request is answered with it, not
-// routed by the fallback.
-func IsRefusal(err error) bool {
-	var lim *flow.Limited
-	var ref *flow.Refusal
-	return errors.As(err, &lim) || errors.As(err, &ref)
-}
 
 // SetFlow installs an endpoint's flow control (the zero Config: off),
 // in the picker this replica runs while it leads.
@@ -63,7 +45,6 @@ func (p *Picker) SetFlow(cfg flow.Config) {
 	}
 }
 
-// flowConfig is the flow control installed (SetFlow).
 func (p *Picker) flowConfig() flow.Config {
 	if c := p.flowCfg.Load(); c != nil {
 		return *c
@@ -83,7 +64,11 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 	}
 	k := ticketKey{replica, req.Seq}
 	tenant, est := req.Sender.Tenant, l.policy.PromptTokens(req.Key)
-	prio := f.Clamp(tenant, req.Sender.asked())
+	prio := math.MaxInt
+	if req.Sender.Lowers {
+		prio = req.Sender.Priority
+	}
+	prio = f.Clamp(tenant, prio)
 	var t *flow.Ticket
 	if !req.Wait {
 		var lim *flow.Limited
@@ -107,19 +92,17 @@ func (l *ledger) admit(ctx context.Context, replica string, req pickRequest, loc
 		t = l.admitted[k]
 		l.mu.Unlock()
 	}
-	for {
-		err := f.Wait(ctx, flow.Queued{Tenant: tenant, Priority: prio, Tokens: est, Epoch: req.Epoch, Ticket: t})
-		if errors.Is(err, flow.ErrRetry) {
-			// Room freed since it looked: take it unless another did.
-			if c, placed, err := l.pickIfRoom(req, t, prio, &req.Epoch); placed {
-				return c, l.unadmitted(k, err)
-			}
-			continue
+	q := flow.Queued{Tenant: tenant, Priority: prio, Tokens: est, Epoch: req.Epoch, Ticket: t}
+	err := f.Wait(ctx, q)
+	for errors.Is(err, flow.ErrRetry) {
+		// Room freed since it looked: take it unless another did.
+		if c, placed, err := l.pickIfRoom(req, t, prio, &q.Epoch); placed {
+			return c, l.unadmitted(k, err)
 		}
-		if err != nil {
-			return nil, l.unadmitted(k, err)
-		}
-		break
+		err = f.Wait(ctx, q)
+	}
+	if err != nil {
+		return nil, l.unadmitted(k, err)
 	}
 	// Released: placed now, even over a threshold if a request that
 	// did not wait took the room in between.
@@ -175,78 +158,5 @@ func (p *Picker) waitCall(ctx context.Context, l *link, req pickRequest, q *errQ
 	req.Wait, req.Epoch, req.Events = true, q.Epoch, p.take(l)
 	cctx, cancel := context.WithTimeout(ctx, q.Timeout+p.opts.PickTimeout)
 	defer cancel()
-	return l.conn.pick(cctx, req)
+	return p.pickCall(cctx, l.addr, req)
 }
-
-// Answers to a request that flow control refused, on the wire: why, whose
-// entry, when to retry, and for a rate limit its two windows.
-
-func appendRefused(w writer, why flow.Reason, tenant string, retry time.Duration) writer {
-	w.str(string(why))
-	w.str(tenant)
-	w.int(retry.Milliseconds())
-	return w
-}
-
-func readRefused(r *reader) (flow.Reason, string, time.Duration) {
-	return flow.Reason(r.str("reason")), r.str("tenant"), time.Duration(r.int("retry after")) * time.Millisecond
-}
-
-func appendLimited(w writer, lim *flow.Limited) []byte {
-	w = appendRefused(w, lim.Reason, lim.Tenant, lim.RetryAfter)
-	for _, win := range []flow.Window{lim.Requests, lim.Tokens} {
-		w.int(win.Limit)
-		w.int(win.Remaining)
-		w.int(win.Reset.Milliseconds())
-	}
-	return w
-}
-
-func decodeLimited(b []byte) error {
-	r := reader{b: b}
-	lim := &flow.Limited{}
-	lim.Reason, lim.Tenant, lim.RetryAfter = readRefused(&r)
-	for _, win := range []*flow.Window{&lim.Requests, &lim.Tokens} {
-		win.Limit, win.Remaining, win.Reset = r.int("limit"), r.int("remaining"), time.Duration(r.int("reset"))*time.Millisecond
-	}
-	if err := r.end(); err != nil {
-		return err
-	}
-	return lim
-}
-
-func appendRefusal(w writer, ref *flow.Refusal) []byte {
-	return appendRefused(w, ref.Reason, ref.Tenant, ref.RetryAfter)
-}
-
-func decodeRefusal(b []byte) error {
-	r := reader{b: b}
-	ref := &flow.Refusal{}
-	ref.Reason, ref.Tenant, ref.RetryAfter = readRefused(&r)
-	if err := r.end(); err != nil {
-		return err
-	}
-	return ref
-}
-
-func appendQueued(w writer, q *errQueued) []byte {
-	w.int(q.Epoch)
-	w.int(q.Timeout.Milliseconds())
-	return w
-}
-
-func decodeQueued(b []byte) error {
-	r := reader{b: b}
-	q := &errQueued{Epoch: r.int("epoch"), Timeout: time.Duration(r.int("timeout")) * time.Millisecond}
-	if err := r.end(); err != nil {
-		return err
-	}
-	if q.Timeout <= 0 || q.Timeout > maxQueueTimeout {
-		return fmt.Errorf("%w: queue timeout %v", errMalformed, q.Timeout)
-	}
-	return q
-}
-
-// maxQueueTimeout is the routing document's bound on a queue timeout: a
-// replica never keeps a wait call open longer than that.
-const maxQueueTimeout = routing.MaxQueueTimeoutMillis * time.Millisecond

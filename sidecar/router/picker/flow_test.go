@@ -140,8 +140,8 @@ func TestRefusalsOverThePickAPI(t *testing.T) {
 	if got := testutil.ToFloat64(leader.opts.Metrics.Flow.RateLimited.WithLabelValues("metered", "requests")); got != 1 {
 		t.Errorf("rate_limited_total{metered,requests} = %v, want 1", got)
 	}
-	if IsRefusal(errNotLeader) || !IsRefusal(lim) || !IsRefusal(ref) {
-		t.Error("IsRefusal tells flow control's answers from the others wrongly")
+	if definite(errNotLeader) || !definite(lim) || !definite(ref) {
+		t.Error("definite tells flow control's answers from failed calls wrongly")
 	}
 }
 
@@ -240,7 +240,7 @@ func TestWaitOutlastsThePortTimeouts(t *testing.T) {
 	}
 	lim := defaultServerLimits
 	lim.readHeader, lim.read, lim.write = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
-	srv := serveWith(t, newServer("", leader.Handler(), lim, nil))
+	srv := serveWith(t, leader.server("", lim, nil))
 	follower := newReplica(t, "router-1", keys, cfg)
 	follower.Follow(strings.TrimPrefix(srv.URL, "http://"))
 

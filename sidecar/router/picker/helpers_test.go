@@ -110,3 +110,10 @@ func callers(n int, total int64, do func(c int, i int64) bool) {
 	}
 	wg.Wait()
 }
+
+// open is how many requests the ledger counts in flight.
+func (l *ledger) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.tickets)
+}

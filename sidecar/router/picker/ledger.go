@@ -19,9 +19,8 @@ import (
 type ledger struct {
 	epoch  uint64
 	policy *policy.Policy
-	// flow is the endpoint's flow control (flow.go), for this term.
-	flow  *flow.Controller
-	tries int // Options.Tries
+	flow   *flow.Controller
+	tries  int // Options.Tries
 	// started is when the term began; warm is set once the old leader's
 	// state was restored (see receive).
 	started time.Time
@@ -42,8 +41,7 @@ type ledger struct {
 	// warms are the decisions whose warm copy a replica has yet to report
 	// (eventWarmed): a copy may outlive its request.
 	warms map[ticketKey]*policy.Choice
-	// admitted are the rate-limit tickets of requests flow control
-	// admitted, settled when they end.
+	// admitted are flow control's rate-limit tickets, settled at the end.
 	admitted map[ticketKey]*flow.Ticket
 }
 
@@ -79,8 +77,7 @@ func (l *ledger) resized() int {
 	return room
 }
 
-// pick decides a replica's request and counts it until the replica says
-// it is done.
+// pick decides another replica's request and counts it until it is done.
 func (l *ledger) pick(ctx context.Context, replica string, req pickRequest, now time.Time) (answer, error) {
 	c, err := l.decide(ctx, replica, req, now, false)
 	if err != nil {
@@ -95,9 +92,8 @@ func (l *ledger) pick(ctx context.Context, replica string, req pickRequest, now 
 }
 
 // decide makes and counts the decision of a replica's request. The
-// leader's own replica (local) holds the Choice itself as its ticket and
-// settles its warm copy on it; another replica's copy is settled by its
-// eventWarmed.
+// leader's own replica (local) holds the Choice as its ticket and settles
+// its warm copy on it; another replica's copy is settled by eventWarmed.
 func (l *ledger) decide(ctx context.Context, replica string, req pickRequest, now time.Time, local bool) (*policy.Choice, error) {
 	l.apply(replica, req.Events, now)
 	c, err := l.admit(ctx, replica, req, local)
@@ -183,14 +179,12 @@ func (l *ledger) apply(replica string, evs []event, now time.Time) {
 // enough of its own that an old picture would overwrite it.
 const acceptHandoffFor = 10 * time.Second
 
-var errHandoffRefused = errors.New("handoff refused: this term already has its predecessor's state, or is too old for it")
-
 // receive restores the old leader's state into a young term, once.
 func (l *ledger) receive(snap []byte, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.warm || now.Sub(l.started) > acceptHandoffFor {
-		return errHandoffRefused
+		return errors.New("handoff refused: this term already has its predecessor's state, or is too old for it")
 	}
 	if err := l.policy.Restore(snap); err != nil {
 		return err
@@ -199,7 +193,7 @@ func (l *ledger) receive(snap []byte, now time.Time) error {
 	return nil
 }
 
-// expire releases the requests of replicas silent since before now − ttl.
+// expire releases the requests of replicas silent for over ticketTTL.
 // Called with l.mu held.
 func (l *ledger) expire(now time.Time) {
 	l.expired = now
@@ -232,19 +226,12 @@ func (l *ledger) expire(now time.Time) {
 	}
 }
 
-// end releases a request that ended, having used tokens (see
-// settleLocked): its instance, its rate limits, and its place for a
-// queued request. Called with l.mu held.
+// end releases a request that ended, having used tokens: its instance,
+// its rate limits, and its place for a queued request. Called with l.mu
+// held.
 func (l *ledger) end(k ticketKey, c *policy.Choice, tokens int64) {
 	c.Done()
 	delete(l.tickets, k)
 	l.settleLocked(k, tokens)
 	l.flow.Freed(1)
-}
-
-// open is how many requests the ledger counts in flight.
-func (l *ledger) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.tickets)
 }

@@ -6,25 +6,14 @@ import (
 	"github.com/warmroute/warmroute/sidecar/router/flow"
 )
 
-// Metrics are the picker's, registered with the router's others.
+// Metrics are the picker's, registered with the router's others; each
+// one's help says what it counts.
 type Metrics struct {
-	// Picks counts decisions by who made them: leader (this replica, in
-	// process), picker (the elected sibling), fallback (nobody answered).
-	Picks        *prometheus.CounterVec
-	PickErrors   prometheus.Counter
-	PickDuration prometheus.Histogram
-	// Leader is 1 while this replica is the elected picker; Known while it
-	// knows which replica is (itself included).
-	Leader, Known prometheus.Gauge
-	// Terms counts the terms this replica started as the picker.
-	Terms prometheus.Counter
-	// Handoffs counts state handed over between leaders, by direction
-	// (sent, received) and result.
-	Handoffs *prometheus.CounterVec
-	// Refused counts pick API calls refused for want of a valid signature.
-	Refused prometheus.Counter
-	// Flow is flow control's, recorded while this replica leads.
-	Flow *flow.Metrics
+	Picks, Handoffs            *prometheus.CounterVec
+	PickErrors, Terms, Refused prometheus.Counter
+	PickDuration               prometheus.Histogram
+	Leader, Known              prometheus.Gauge
+	Flow                       *flow.Metrics // recorded while this replica leads
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: none).
@@ -54,15 +43,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
-
-func (m *Metrics) picked(local bool) {
-	if local {
-		m.Picks.WithLabelValues("leader").Inc()
-	} else {
-		m.Picks.WithLabelValues("picker").Inc()
-	}
-}
-
-func (m *Metrics) fellBack() { m.Picks.WithLabelValues("fallback").Inc() }
-
-func (m *Metrics) refused() { m.Refused.Inc() }

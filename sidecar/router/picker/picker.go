@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,27 +30,24 @@ import (
 
 // Options configure a Picker.
 type Options struct {
-	// Replica is this replica's name (its pod name), which the picker
-	// counts its requests under.
+	// Replica is this replica's pod name, which the picker counts its
+	// requests under.
 	Replica string
 	// Keys sign and seal the pick API and key the block hashes.
 	Keys Keys
 	// Own is this replica's policy: it hashes requests into keys, counts
 	// this replica's own requests, and decides while no picker answers.
 	Own *policy.Policy
-	// Tuning is the tuning of the policy this replica runs while it leads.
-	Tuning policy.Tuning
-	// PickTimeout bounds a pick call; past it the request falls back.
+	// Tuning is that of the policy this replica runs while it leads.
+	Tuning      policy.Tuning
 	PickTimeout time.Duration
 	// Tries is how many instances of its order a replica tries (the
-	// proxy's --max-attempts, the same on every replica of a Deployment);
-	// an answer names no more, since a fleet of hundreds would otherwise
-	// send hundreds of names with every decision. 0: the whole order.
-	Tries int
-	// Transport is the pick API client's transport (nil: NewTransport).
-	Transport http.RoundTripper
-	Metrics   *Metrics
-	Log       logr.Logger
+	// proxy's --max-attempts); an answer names no more, since a fleet of
+	// hundreds would otherwise send hundreds of names with every
+	// decision. 0: the whole order.
+	Tries   int
+	Metrics *Metrics
+	Log     logr.Logger
 }
 
 // DefaultPickTimeout bounds a pick call: a decision takes microseconds and
@@ -59,9 +57,8 @@ type Options struct {
 const DefaultPickTimeout = 100 * time.Millisecond
 
 // downFor is how long a replica routes by the fallback after a pick call
-// failed, before it asks the picker again: requests in the meantime do
-// not each pay the timeout. Short, so that a new leader is used within a
-// fraction of a second of its first answer.
+// failed, so that requests in the meantime do not each pay the timeout;
+// short, so that a new leader is used soon after its first answer.
 const downFor = 250 * time.Millisecond
 
 // heartbeatEvery is how often a replica with requests in flight calls the
@@ -75,24 +72,21 @@ type Picker struct {
 	cfg     atomic.Pointer[policy.Config]
 	flowCfg atomic.Pointer[flow.Config]
 	seq     atomic.Uint64
+	client  *http.Client
 	// session signs and seals this replica's calls; peers are the
 	// sessions of the callers its pick API answered.
 	session *session
 	peers   *peers
 
-	mu sync.Mutex
-	// cur is the picker asked now (nil: none known, fall back).
-	cur *link
-	// lead is this replica's ledger while it leads.
-	lead *ledger
+	mu   sync.Mutex
+	cur  *link   // the picker asked now (nil: none known, fall back)
+	lead *ledger // while this replica leads
 	// holder reads the Lease's holder identity, self is this replica's
 	// (set by Elect, for the handoff).
 	holder func(context.Context) (string, error)
 	self   string
-	// epoch is the current picker's, once it has answered.
-	epoch uint64
-	// open is this replica's requests in flight.
-	open map[uint64]*Ticket
+	epoch  uint64 // the current picker's, once it has answered
+	open   map[uint64]*Ticket
 	// adopt: some open request may not be counted by the current picker
 	// yet (see observe).
 	adopt     bool
@@ -102,10 +96,12 @@ type Picker struct {
 	done chan struct{}
 }
 
-// link is one picker as a replica reaches it, with the queue of events
-// for it.
+// link is the picker as a replica reaches it: its own ledger while it
+// leads, another replica's pick listener otherwise; and the queue of
+// events for it.
 type link struct {
-	conn   conn
+	led    *ledger
+	addr   string
 	queue  []event
 	signal chan struct{}
 	cancel context.CancelFunc
@@ -117,29 +113,22 @@ func New(opts Options) *Picker {
 	if opts.PickTimeout <= 0 {
 		opts.PickTimeout = DefaultPickTimeout
 	}
-	if opts.Transport == nil {
-		opts.Transport = NewTransport()
-	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Picker{opts: opts, session: opts.Keys.newSession(), peers: newPeers(opts.Keys, time.Now()),
-		open: map[uint64]*Ticket{}, done: make(chan struct{})}
+	return &Picker{opts: opts, client: &http.Client{Transport: newTransport()}, session: opts.Keys.newSession(),
+		peers: newPeers(opts.Keys, time.Now()), open: map[uint64]*Ticket{}, done: make(chan struct{})}
 }
 
 // Update installs a routing configuration, in this replica's policy and in
-// the picker's while it leads. The policies compute keys and decide under
-// the configuration each holds; replicas that read the routing document a
-// moment apart are briefly out of step, which costs nothing but an
+// the picker's while it leads. Replicas a moment apart cost nothing but an
 // unknown instance answered (the request then falls back).
 func (p *Picker) Update(cfg policy.Config) error {
 	if err := p.opts.Own.Update(cfg); err != nil {
 		return err
 	}
 	p.cfg.Store(&cfg)
-	p.mu.Lock()
-	l := p.lead
-	p.mu.Unlock()
+	l := p.leading()
 	if l == nil {
 		return nil
 	}
@@ -168,9 +157,6 @@ func (p *Picker) Readmit(id string) {
 	}
 }
 
-// Leading reports whether this replica is the elected picker.
-func (p *Picker) Leading() bool { return p.leading() != nil }
-
 func (p *Picker) leading() *ledger {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -188,9 +174,8 @@ type Ticket struct {
 	mine *policy.Choice
 	// held is the epoch of the picker that counts the request (0: none
 	// yet, decided by the fallback).
-	held uint64
-	// warm is the warm copy the picker asked for (see WarmTarget).
-	warm       *policy.Instance
+	held       uint64
+	warm       *policy.Instance // the warm copy a remote picker asked for
 	warmTokens int64
 	// used is the tokens the request used (Used) plus one, so that its
 	// zero value, a response that said nothing, is flow.Unknown at Done.
@@ -255,10 +240,8 @@ func (t *Ticket) Done() {
 	t.p.tell(t, event{Kind: eventDone, Seq: t.seq, Tokens: t.used.Load() - 1}, true)
 }
 
-// Drop ends a ticket whose request is not sent: nor is its warm copy,
-// which would otherwise keep one of the joiner's slots for copies (and,
-// with the picker elsewhere, its record there) until the replica goes
-// silent.
+// Drop ends a ticket whose request is not sent, nor its warm copy, which
+// would otherwise hold one of the joiner's slots for copies.
 func (t *Ticket) Drop() {
 	t.Warmed(false)
 	t.Done()
@@ -266,50 +249,46 @@ func (t *Ticket) Drop() {
 
 // Pick decides where a request goes: by the picker, or by the fallback
 // while none answers. Only a request the policy cannot place at all
-// (policy.ErrUnknownModel, policy.ErrNoInstance) fails.
+// (policy.ErrUnknownModel, policy.ErrNoInstance) or that flow control
+// refuses fails.
 func (p *Picker) Pick(ctx context.Context, key policy.Key, s Sender) (*Ticket, error) {
 	seq := p.seq.Add(1)
 	if l, ok := p.asking(); ok {
-		if lc, local := l.conn.(localConn); local {
-			return p.decideHere(ctx, l, lc.l, seq, key, s)
+		if l.led != nil {
+			return p.decideHere(ctx, l, seq, key, s)
 		}
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, p.opts.PickTimeout)
-		evs := p.take(l)
-		req := pickRequest{Seq: seq, Key: key, Sender: s, Events: evs}
-		a, err := l.conn.pick(cctx, req)
+		req := pickRequest{Seq: seq, Key: key, Sender: s, Events: p.take(l)}
+		a, err := p.pickCall(cctx, l.addr, req)
 		cancel()
 		p.opts.Metrics.PickDuration.Observe(time.Since(start).Seconds())
 		var q *errQueued
 		if errors.As(err, &q) {
 			a, err = p.waitCall(ctx, l, req, q)
-		} else if err != nil && !errors.Is(err, policy.ErrUnknownModel) && !errors.Is(err, policy.ErrNoInstance) && !IsRefusal(err) {
-			p.putBack(l, evs) // the picker may not have had them
+		} else if err != nil && !definite(err) {
+			p.enqueue(l, true, req.Events...) // the picker may not have had them
 		}
-		switch {
-		case err == nil:
-			t, ferr := p.follow(l, seq, a)
-			if ferr == nil {
-				p.opts.Metrics.picked(false)
+		if err == nil {
+			t, err := p.follow(l, seq, a)
+			if err == nil {
+				p.opts.Metrics.Picks.WithLabelValues("picker").Inc()
 				return t, nil
 			}
 			// The picker chose an instance this replica does not know
-			// yet (their documents are a moment apart): release it
-			// there, and fall back.
-			p.enqueue(l, event{Kind: eventDone, Seq: seq})
-		case errors.Is(err, policy.ErrUnknownModel) || errors.Is(err, policy.ErrNoInstance) || IsRefusal(err):
+			// yet (their documents are a moment apart): fall back.
+		} else if definite(err) {
 			return nil, err
-		case ctx.Err() != nil:
-			// The picker may hold it queued, or have decided it: it is
-			// done either way.
-			p.enqueue(l, event{Kind: eventDone, Seq: seq, Tokens: 0})
+		}
+		// The picker may have counted the request, or hold it queued:
+		// say it is done (the picker forgets it, or drops it when it
+		// arrives) before the fallback's request is adopted under the
+		// same number.
+		p.enqueue(l, false, event{Kind: eventDone, Seq: seq})
+		if err != nil && ctx.Err() != nil {
 			return nil, ctx.Err()
-		default:
-			// The call may have reached the picker and been counted
-			// there: say it is done (the picker forgets it, or drops it
-			// when it arrives), before the fallback's request is
-			// adopted under the same number.
-			p.enqueue(l, event{Kind: eventDone, Seq: seq})
+		}
+		if err != nil {
 			p.failed(l, err)
 		}
 	}
@@ -317,7 +296,7 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key, s Sender) (*Ticket, e
 	if err != nil {
 		return nil, err
 	}
-	p.opts.Metrics.fellBack()
+	p.opts.Metrics.Picks.WithLabelValues("fallback").Inc()
 	t := &Ticket{p: p, seq: seq, own: c, Decision: c.Decision}
 	p.mu.Lock()
 	p.open[seq] = t
@@ -326,25 +305,33 @@ func (p *Picker) Pick(ctx context.Context, key policy.Key, s Sender) (*Ticket, e
 	return t, nil
 }
 
+// definite reports whether err is the picker's answer about the request
+// (no such model, no instance, refused by flow control), which the
+// request gets, rather than a failed call.
+func definite(err error) bool {
+	var lim *flow.Limited
+	var ref *flow.Refusal
+	return errors.Is(err, policy.ErrUnknownModel) || errors.Is(err, policy.ErrNoInstance) || errors.As(err, &lim) || errors.As(err, &ref)
+}
+
 // decideHere decides a request while this replica leads: the ledger's
-// Choice is the ticket, charged once, on the counts every decision reads.
-func (p *Picker) decideHere(ctx context.Context, l *link, led *ledger, seq uint64, key policy.Key, s Sender) (*Ticket, error) {
-	c, err := led.decide(ctx, p.opts.Replica, pickRequest{Seq: seq, Key: key, Sender: s, Events: p.take(l)}, time.Now(), true)
+// Choice is the ticket.
+func (p *Picker) decideHere(ctx context.Context, l *link, seq uint64, key policy.Key, s Sender) (*Ticket, error) {
+	c, err := l.led.decide(ctx, p.opts.Replica, pickRequest{Seq: seq, Key: key, Sender: s, Events: p.take(l)}, time.Now(), true)
 	if err != nil {
 		return nil, err
 	}
-	p.opts.Metrics.picked(true)
+	p.opts.Metrics.Picks.WithLabelValues("leader").Inc()
 	prompt, prefill, _ := c.Charge()
 	mine, _ := p.opts.Own.Follow(c.Order(p.opts.Tries), prompt, prefill, false, c.Decision)
-	t := &Ticket{p: p, seq: seq, own: c, mine: mine, held: led.epoch, Decision: c.Decision}
+	t := &Ticket{p: p, seq: seq, own: c, mine: mine, held: l.led.epoch, Decision: c.Decision}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.open[seq] = t
-	p.observe(l, led.epoch)
+	p.observe(l, l.led.epoch)
 	return t, nil
 }
 
-// asking returns the picker to ask now, unless it failed a moment ago.
 func (p *Picker) asking() (*link, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -365,10 +352,11 @@ func (p *Picker) follow(l *link, seq uint64, a answer) (*Ticket, error) {
 	if a.Warm != "" {
 		// An instance this replica does not know yet goes unwarmed (the
 		// picker hears the copy failed).
-		if in, ok := p.instance(a.Warm); ok {
-			t.warm, t.warmTokens = &in, a.WarmTokens
+		ins := p.opts.Own.Instances()
+		if i := slices.IndexFunc(ins, func(in policy.Instance) bool { return in.ID == a.Warm }); i >= 0 {
+			t.warm, t.warmTokens = &ins[i], a.WarmTokens
 		} else {
-			p.enqueue(l, event{Kind: eventWarmed, Seq: seq})
+			p.enqueue(l, false, event{Kind: eventWarmed, Seq: seq})
 		}
 	}
 	p.mu.Lock()
@@ -423,7 +411,6 @@ func (p *Picker) tell(t *Ticket, e event, done bool) {
 	p.cur.wake()
 }
 
-// take empties l's queue, for a pick call to carry.
 func (p *Picker) take(l *link) []event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -432,22 +419,19 @@ func (p *Picker) take(l *link) []event {
 	return evs
 }
 
-// putBack returns events a failed pick call carried to the front of l's
-// queue, for the sender to retry.
-func (p *Picker) putBack(l *link, evs []event) {
+// enqueue adds events to l's queue, in front for those a failed call
+// carried, so that they go again first.
+func (p *Picker) enqueue(l *link, front bool, evs ...event) {
 	if len(evs) == 0 {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	l.queue = append(evs, l.queue...)
-	l.wake()
-}
-
-func (p *Picker) enqueue(l *link, e event) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l.queue = append(l.queue, e)
+	if front {
+		l.queue = append(evs, l.queue...)
+	} else {
+		l.queue = append(l.queue, evs...)
+	}
 	l.wake()
 }
 
@@ -458,7 +442,6 @@ func (l *link) wake() {
 	}
 }
 
-// failed notes a failed call: the replica falls back for downFor.
 func (p *Picker) failed(l *link, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -466,30 +449,25 @@ func (p *Picker) failed(l *link, err error) {
 		p.downUntil = time.Now().Add(downFor)
 	}
 	p.opts.Metrics.PickErrors.Inc()
-	p.opts.Log.V(1).Info("pick call failed; routing by the fallback", "picker", l.conn.String(), "error", err.Error())
+	p.opts.Log.V(1).Info("pick call failed; routing by the fallback", "picker", l.addr, "error", err.Error())
 }
 
-// use makes c the picker asked from now on (nil: none) and starts its
-// event sender.
-func (p *Picker) use(c conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.useLocked(c)
-}
-
-func (p *Picker) useLocked(c conn) {
+// useLocked makes the picker asked from now on this replica's own ledger
+// led, or the pick listener at addr, or none, and starts its event sender.
+// Called with p.mu held.
+func (p *Picker) useLocked(led *ledger, addr string) {
 	if p.cur != nil {
 		p.cur.cancel()
 		p.cur = nil
 	}
 	p.epoch, p.downUntil, p.adopt = 0, time.Time{}, true
-	if c == nil {
+	if led == nil && addr == "" {
 		p.opts.Metrics.Known.Set(0)
 		return
 	}
 	p.opts.Metrics.Known.Set(1)
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &link{conn: c, signal: make(chan struct{}, 1), cancel: cancel}
+	l := &link{led: led, addr: addr, signal: make(chan struct{}, 1), cancel: cancel}
 	p.cur = l
 	go p.send(ctx, l)
 	// Tell the new picker of the requests in flight at once, rather than
@@ -520,7 +498,7 @@ func (p *Picker) send(ctx context.Context, l *link) {
 		}
 		for attempt := 0; ; attempt++ {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			epoch, err := l.conn.events(cctx, batch)
+			epoch, err := p.events(cctx, l, batch)
 			cancel()
 			if err == nil {
 				p.mu.Lock()
@@ -531,7 +509,7 @@ func (p *Picker) send(ctx context.Context, l *link) {
 			if ctx.Err() != nil || attempt == 2 {
 				// The picker is gone or replaced; the next one adopts
 				// what is still in flight.
-				p.opts.Log.V(1).Info("events not delivered", "picker", l.conn.String(), "events", len(batch), "error", err.Error())
+				p.opts.Log.V(1).Info("events not delivered", "picker", l.addr, "events", len(batch), "error", err.Error())
 				break
 			}
 			time.Sleep(50 * time.Millisecond << attempt)
@@ -539,44 +517,27 @@ func (p *Picker) send(ctx context.Context, l *link) {
 	}
 }
 
-// newLedger is a term's state under this replica's configuration.
-func (p *Picker) newLedger() (*ledger, error) {
-	return newLedger(p.opts.Tuning, p.cfg.Load(), p.flowConfig(), p.opts.Metrics.Flow, p.opts.Tries)
-}
-
-// becomeLeader makes this replica the picker, with l as its state.
-func (p *Picker) becomeLeader(l *ledger) {
-	p.mu.Lock()
-	p.lead = l
-	p.mu.Unlock()
-	p.opts.Metrics.Leader.Set(1)
-	p.use(localConn{l: l, replica: p.opts.Replica})
-}
-
-// Lead makes this replica the picker for good (no election: benchmarks,
-// tests, a single router).
+// Lead makes this replica the picker, with a new ledger: for good without
+// an election (benchmarks, tests, a single router), else for a term.
 func (p *Picker) Lead() error {
-	l, err := p.newLedger()
+	l, err := newLedger(p.opts.Tuning, p.cfg.Load(), p.flowConfig(), p.opts.Metrics.Flow, p.opts.Tries)
 	if err != nil {
 		return fmt.Errorf("start picker: %w", err)
 	}
-	p.becomeLeader(l)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lead = l
+	p.opts.Metrics.Leader.Set(1)
+	p.useLocked(l, "")
 	return nil
 }
 
 // Follow makes the replica at addr (its pick listener) the picker asked
 // ("" : none).
 func (p *Picker) Follow(addr string) {
-	if addr == "" {
-		p.use(nil)
-		return
-	}
-	p.use(p.remote(addr))
-}
-
-// remote is the pick API of the replica at addr, as this replica calls it.
-func (p *Picker) remote(addr string) *remoteConn {
-	return &remoteConn{addr: addr, replica: p.opts.Replica, keys: p.opts.Keys, session: p.session, client: &http.Client{Transport: p.opts.Transport}}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.useLocked(nil, addr)
 }
 
 // track points this replica at the picker the Lease names (holder, while
@@ -591,22 +552,14 @@ func (p *Picker) track(holder, self string) {
 	if holder == self || p.lead != nil {
 		return // this replica's term is starting, or not over yet
 	}
-	want := addressOf(holder)
-	asked := ""
+	want, asked := addressOf(holder), ""
 	if p.cur != nil {
-		if rc, ok := p.cur.conn.(*remoteConn); ok {
-			asked = rc.addr
-		}
+		asked = p.cur.addr
 	}
-	if want == asked {
-		return
+	if want != asked {
+		p.opts.Log.Info("following the elected picker", "leader", holder)
+		p.useLocked(nil, want)
 	}
-	p.opts.Log.Info("following the elected picker", "leader", holder)
-	if want == "" {
-		p.useLocked(nil)
-		return
-	}
-	p.useLocked(p.remote(want))
 }
 
 // stepDown ends this replica's term: it stops deciding (callers get 503
@@ -625,19 +578,10 @@ func (p *Picker) stepDown() []byte {
 	// next picker adopts from their replicas.
 	l.flow.Update(flow.Config{})
 	p.opts.Metrics.Leader.Set(0)
-	p.use(nil)
+	p.mu.Lock()
+	p.useLocked(nil, "")
+	p.mu.Unlock()
 	return snap
 }
 
-// Metrics are the picker's metrics.
 func (p *Picker) Metrics() *Metrics { return p.opts.Metrics }
-
-// instance is the instance of this replica's configuration with the ID.
-func (p *Picker) instance(id string) (policy.Instance, bool) {
-	for _, in := range p.opts.Own.Instances() {
-		if in.ID == id {
-			return in, true
-		}
-	}
-	return policy.Instance{}, false
-}

@@ -224,7 +224,7 @@ func TestHandoff(t *testing.T) {
 	}
 	oldPolicy := old.leading().policy
 	snap := old.stepDown()
-	if old.Leading() || snap == nil {
+	if old.leading() != nil || snap == nil {
 		t.Fatal("still leading, or no state, after stepping down")
 	}
 
@@ -255,7 +255,7 @@ func TestHandoff(t *testing.T) {
 		t.Fatalf("index entries: %d restored of %d", successor.leading().policy.IndexEntries(), oldPolicy.IndexEntries())
 	}
 	// A second handoff into the same term is refused.
-	if err := newReplica(t, "router-2", keys, cfg).remote(addr).handoff(ctx, snap); err == nil {
+	if _, err := newReplica(t, "router-2", keys, cfg).call(ctx, addr, PathHandoff, snap); err == nil {
 		t.Error("a second handoff was taken")
 	}
 

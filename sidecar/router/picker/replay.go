@@ -29,8 +29,8 @@ type peer struct {
 	bits [replayWindow / 64]uint64
 }
 
-// fresh reports whether seq may be accepted: not yet seen, and within
-// the window.
+// fresh reports whether seq may be accepted: checked before the body is
+// read, while accept marks it seen once the body opened.
 func (p *peer) fresh(seq uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -71,9 +71,8 @@ func (p *peer) accept(seq uint64, now time.Time) bool {
 	return true
 }
 
-// peers are the caller sessions a picker has accepted calls of. A
-// session is known by its random id; only a key holder can sign calls
-// for one, so only key holders add entries.
+// peers are the caller sessions a picker has accepted calls of; only a
+// key holder can sign a call, so only key holders add entries.
 type peers struct {
 	keys Keys
 	// started is when this process began answering, to the millisecond
@@ -90,8 +89,7 @@ func newPeers(keys Keys, now time.Time) *peers {
 	return &peers{keys: keys, started: time.UnixMilli(now.UnixMilli()), swept: now, byID: map[sessionID]*peer{}}
 }
 
-// get is the session's peer, new if unknown; silent sessions are dropped
-// along the way.
+// get is the session's peer, new if unknown; silent sessions go.
 func (ps *peers) get(id sessionID, now time.Time) *peer {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

@@ -70,7 +70,7 @@ func TestPickServerLimits(t *testing.T) {
 	p, _ := newLeader(t, keys, testConfig(keys, 3, 10))
 	lim := defaultServerLimits
 	lim.conns, lim.readHeader = 2, 50*time.Millisecond
-	addr := strings.TrimPrefix(serveWith(t, newServer("", p.Handler(), lim, nil)).URL, "http://")
+	addr := strings.TrimPrefix(serveWith(t, p.server("", lim, nil)).URL, "http://")
 	closed := func(c net.Conn) bool {
 		_ = c.SetReadDeadline(time.Now().Add(guard))
 		_, err := io.ReadAll(c)
@@ -88,7 +88,7 @@ func TestPickServerLimits(t *testing.T) {
 	}
 	// Of three connections held open, the third is closed at once.
 	lim.readHeader = guard
-	addr = strings.TrimPrefix(serveWith(t, newServer("", p.Handler(), lim, nil)).URL, "http://")
+	addr = strings.TrimPrefix(serveWith(t, p.server("", lim, nil)).URL, "http://")
 	var held []net.Conn
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -166,7 +166,8 @@ func (r *recorder) pickCalls() (calls []*http.Request, bodies, answers [][]byte)
 func recordedFollower(t *testing.T, keys Keys, cfg policy.Config, srv *httptest.Server) (*Picker, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	f := New(Options{Replica: "router-1", Keys: keys, Own: policy.New(policy.Tuning{}), Tries: testTries, Transport: rec, PickTimeout: guard})
+	f := New(Options{Replica: "router-1", Keys: keys, Own: policy.New(policy.Tuning{}), Tries: testTries, PickTimeout: guard})
+	f.client.Transport = rec
 	if err := f.Update(cfg); err != nil {
 		t.Fatal(err)
 	}

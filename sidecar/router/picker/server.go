@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"log"
@@ -9,63 +10,40 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/warmroute/warmroute/sidecar/router/flow"
-	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
-// serverLimits bound what a peer of the pick port can hold: its
-// connections, and how long it may take to send a request. Only a caller
-// that signed its header gets its body read at all (authenticated).
+// serverLimits bound what a peer of the pick port can hold. A replica
+// keeps at most newTransport's 256 idle connections to the picker and
+// opens one per concurrent call, so 1,024 serve four busy replicas, or
+// many quiet ones, at a few tens of MB; more are closed as they come, so
+// their callers fall back at once. A header and a pick come in one
+// packet; 2 s is a stalled peer. A 64 MiB handoff takes under a second on
+// a pod network; 10 s is a stalled one. Idle connections outlive the
+// client's IdleConnTimeout (30 s), so the client, not the picker, closes
+// them, and never sends a call on a connection the picker is closing.
 type serverLimits struct {
-	// conns is the most connections open at once; more are closed as
-	// they come, so their callers fall back at once.
-	conns int64
-	// readHeader bounds the wait for a request's header, read the whole
-	// request (a handoff's megabytes included), write the answer, idle a
-	// kept-alive connection between calls.
+	conns                         int64
 	readHeader, read, write, idle time.Duration
-	// queued, when set, raises conns by the requests flow control may
-	// queue: each queued request of another replica holds a connection
-	// open while it waits.
-	queued func() int64
 }
 
-// defaultServerLimits: a replica keeps at most NewTransport's 256 idle
-// connections to the picker and opens one per concurrent call, so 1,024
-// serve four busy replicas, or many quiet ones, and cost at most a few
-// tens of MB (a connection's buffers and goroutine are about 16 KB). A
-// header and a pick come in one packet; 2 s is a stalled peer. A 64 MiB
-// handoff takes under a second on a pod network; 10 s is a stalled one.
-// Idle connections live longer than the client's IdleConnTimeout (30 s),
-// so the client, not the picker, closes them, and never sends a call on a
-// connection the picker is closing.
 var defaultServerLimits = serverLimits{conns: 1024, readHeader: 2 * time.Second, read: 10 * time.Second, write: 10 * time.Second, idle: 60 * time.Second}
 
-// maxHeaderBytes: a pick API header is a few hundred bytes.
-const maxHeaderBytes = 16 << 10
-
-// Server is the pick listener's server on addr: the pick API (Handler)
-// under serverLimits. errorLog takes net/http's own errors (nil: the
-// standard logger).
+// Server is the pick listener's server on addr; errorLog takes net/http's
+// own errors (nil: the standard logger).
 func (p *Picker) Server(addr string, errorLog *log.Logger) *http.Server {
-	lim := defaultServerLimits
-	lim.queued = func() int64 { return int64(p.flowConfig().MaxQueued) }
-	return newServer(addr, p.Handler(), lim, errorLog)
+	return p.server(addr, defaultServerLimits, errorLog)
 }
 
-func newServer(addr string, h http.Handler, lim serverLimits, errorLog *log.Logger) *http.Server {
+func (p *Picker) server(addr string, lim serverLimits, errorLog *log.Logger) *http.Server {
 	var open atomic.Int64
-	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read,
-		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: maxHeaderBytes, ErrorLog: errorLog,
+	return &http.Server{Addr: addr, Handler: p.Handler(), ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read,
+		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: 16 << 10, ErrorLog: errorLog,
 		ConnState: func(c net.Conn, s http.ConnState) {
 			switch s {
 			case http.StateNew:
-				limit := lim.conns
-				if lim.queued != nil {
-					limit += lim.queued()
-				}
-				if open.Add(1) > limit {
+				// Each request flow control queues holds a connection
+				// open while it waits.
+				if open.Add(1) > lim.conns+int64(p.flowConfig().MaxQueued) {
 					_ = c.Close() // its goroutine sees it closed, and reports StateClosed
 				}
 			case http.StateClosed, http.StateHijacked:
@@ -74,13 +52,10 @@ func newServer(addr string, h http.Handler, lim serverLimits, errorLog *log.Logg
 		}}
 }
 
-// Handler serves the pick API: picks and events while this replica leads
-// (503 otherwise, so callers fall back or find the new leader), and the
-// state its predecessor hands it when it steps down. Every call must be
-// signed with the endpoint's key, and every answer is sealed with it
-// (auth.go); anything else gets 401 and no information. Calls of the
-// previous wire version get 426, which their replicas treat as a failed
-// call (they fall back), never as a refusal to act on.
+// Handler serves the pick API while this replica leads (503 otherwise,
+// so callers fall back or find the new leader). Calls of another wire
+// version get 426, which their replicas treat as a failed call (they fall
+// back), never as a refusal to act on.
 func (p *Picker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathPick, p.servePick)
@@ -93,35 +68,18 @@ func (p *Picker) Handler() http.Handler {
 	return mux
 }
 
-// call is an authenticated call: its header checked, its body read and
-// opened.
-type call struct {
-	callHeader
-	peer *peer
-	body []byte
-}
-
-// Body limits per path: a pick or a batch of events is a few KB (the
-// decoders' limits are far above), a handoff a snapshot.
-func bodyLimit(path string) int64 {
-	if path == PathHandoff {
-		return maxSnapshotMB<<20 + maxBucket
-	}
-	return maxBodyBytes
-}
+var errReplayed = errors.New("pick API call replayed")
 
 // authenticated checks a call's header, then reads and opens its body:
-// a caller without the key gets 401 before a byte of its body is read,
-// and its connection is closed.
+// a caller without the key gets 401 before a byte of its body is read.
 func (p *Picker) authenticated(w http.ResponseWriter, req *http.Request) (c call, ok bool) {
 	now := time.Now()
-	h, err := p.opts.Keys.verifyCall(req, now)
-	if err == nil && h.at.Before(p.peers.started) {
+	c, err := p.opts.Keys.verifyCall(req, now)
+	if err == nil && c.at.Before(p.peers.started) {
 		err = errReplayed
 	}
-	var pr *peer
 	if err == nil {
-		if pr = p.peers.get(h.session, now); !pr.fresh(h.seq) {
+		if c.peer = p.peers.get(c.session, now); !c.peer.fresh(c.seq) {
 			err = errReplayed
 		}
 	}
@@ -129,40 +87,44 @@ func (p *Picker) authenticated(w http.ResponseWriter, req *http.Request) (c call
 		p.refuse(w, err)
 		return call{}, false
 	}
-	c = call{callHeader: h, peer: pr}
-	if limit := bodyLimit(req.URL.Path); req.ContentLength > limit+int64(pr.aead.Overhead()) {
+	// A pick or a batch of events is a few KB (the decoders' limits are
+	// far above), a handoff a snapshot.
+	limit := int64(maxBodyBytes)
+	if req.URL.Path == PathHandoff {
+		limit = maxSnapshotMB<<20 + maxBucket
+	}
+	if req.ContentLength > limit+int64(c.peer.aead.Overhead()) {
 		w.Header().Set("Connection", "close")
-		p.replyError(w, c, http.StatusRequestEntityTooLarge, "body of "+strconv.FormatInt(req.ContentLength, 10)+" bytes, the most is "+strconv.FormatInt(limit, 10))
+		p.reply(w, c, http.StatusRequestEntityTooLarge, []byte("body of "+strconv.FormatInt(req.ContentLength, 10)+" bytes, the most is "+strconv.FormatInt(limit, 10)))
 		return call{}, false
 	}
 	buf := make([]byte, req.ContentLength)
 	if _, err := io.ReadFull(req.Body, buf); err != nil {
 		w.Header().Set("Connection", "close")
-		p.replyError(w, c, http.StatusBadRequest, "read body: "+err.Error())
+		p.reply(w, c, http.StatusBadRequest, []byte("read body: "+err.Error()))
 		return call{}, false
 	}
-	plain, err := pr.aead.Open(buf[:0], nonce(dirCall, h.seq), buf, h.mac)
+	plain, err := c.peer.aead.Open(buf[:0], nonce(dirCall, c.seq), buf, c.mac)
 	if err != nil {
-		p.refuse(w, errUnauthenticated)
-		return call{}, false
+		err = errUnauthenticated
+	} else if !c.peer.accept(c.seq, now) {
+		err = errReplayed
 	}
-	if !pr.accept(h.seq, now) {
-		p.refuse(w, errReplayed)
+	if err != nil {
+		p.refuse(w, err)
 		return call{}, false
 	}
 	if c.body, err = unpadded(plain); err != nil {
-		p.replyError(w, c, http.StatusBadRequest, err.Error())
+		p.reply(w, c, http.StatusBadRequest, []byte(err.Error()))
 		return call{}, false
 	}
 	return c, true
 }
 
-var errReplayed = errors.New("pick API call replayed")
-
 // refuse answers a call that is not a key holder's, or not new: 401, no
 // information, and the connection closed, so that it holds nothing.
 func (p *Picker) refuse(w http.ResponseWriter, err error) {
-	p.opts.Metrics.refused()
+	p.opts.Metrics.Refused.Inc()
 	p.opts.Log.V(1).Info("pick API call refused", "error", err.Error())
 	w.Header().Set("Connection", "close")
 	http.Error(w, "unauthenticated", http.StatusUnauthorized)
@@ -179,10 +141,6 @@ func (p *Picker) reply(w http.ResponseWriter, c call, status int, out []byte) {
 	_, _ = w.Write(sealed)
 }
 
-func (p *Picker) replyError(w http.ResponseWriter, c call, status int, msg string) {
-	p.reply(w, c, status, []byte(msg))
-}
-
 // toLeader is authenticated for the calls only the leader answers.
 func (p *Picker) toLeader(w http.ResponseWriter, req *http.Request) (*ledger, call, bool) {
 	c, ok := p.authenticated(w, req)
@@ -191,7 +149,7 @@ func (p *Picker) toLeader(w http.ResponseWriter, req *http.Request) (*ledger, ca
 	}
 	l := p.leading()
 	if l == nil {
-		p.replyError(w, c, statusNotLeader, errNotLeader.Error())
+		p.reply(w, c, statusNotLeader, []byte(errNotLeader.Error()))
 		return nil, call{}, false
 	}
 	return l, c, true
@@ -204,7 +162,7 @@ func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
 	}
 	pr, err := decodePick(c.body)
 	if err != nil {
-		p.replyError(w, c, http.StatusBadRequest, err.Error())
+		p.reply(w, c, http.StatusBadRequest, []byte(err.Error()))
 		return
 	}
 	if pr.Wait {
@@ -212,27 +170,9 @@ func (p *Picker) servePick(w http.ResponseWriter, req *http.Request) {
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(l.flow.QueueTimeout() + defaultServerLimits.write))
 	}
 	a, err := l.pick(req.Context(), c.caller, pr, time.Now())
-	var (
-		queued  *errQueued
-		limited *flow.Limited
-		refused *flow.Refusal
-	)
-	switch {
-	case err == nil:
-	case errors.As(err, &queued):
-		p.reply(w, c, statusQueued, appendQueued(nil, queued))
-		return
-	case errors.As(err, &limited):
-		p.reply(w, c, statusLimited, appendLimited(nil, limited))
-		return
-	case errors.As(err, &refused):
-		p.reply(w, c, statusRefused, appendRefusal(nil, refused))
-		return
-	case errors.Is(err, policy.ErrUnknownModel):
-		p.replyError(w, c, statusUnknownModel, err.Error())
-		return
-	default:
-		p.replyError(w, c, statusNoInstance, err.Error())
+	if err != nil {
+		status, out := appendRefusal(err)
+		p.reply(w, c, status, out)
 		return
 	}
 	var buf [512]byte
@@ -246,13 +186,11 @@ func (p *Picker) serveEvents(w http.ResponseWriter, req *http.Request) {
 	}
 	evs, err := decodeEvents(c.body)
 	if err != nil {
-		p.replyError(w, c, http.StatusBadRequest, err.Error())
+		p.reply(w, c, http.StatusBadRequest, []byte(err.Error()))
 		return
 	}
 	l.apply(c.caller, evs, time.Now())
-	w8 := writer(nil)
-	w8.fixed(l.epoch)
-	p.reply(w, c, http.StatusOK, w8)
+	p.reply(w, c, http.StatusOK, binary.LittleEndian.AppendUint64(nil, l.epoch))
 }
 
 func (p *Picker) serveHandoff(w http.ResponseWriter, req *http.Request) {
@@ -262,7 +200,7 @@ func (p *Picker) serveHandoff(w http.ResponseWriter, req *http.Request) {
 	}
 	if err := l.receive(c.body, time.Now()); err != nil {
 		p.opts.Metrics.Handoffs.WithLabelValues("received", "refused").Inc()
-		p.replyError(w, c, http.StatusConflict, err.Error())
+		p.reply(w, c, http.StatusConflict, []byte(err.Error()))
 		return
 	}
 	p.opts.Metrics.Handoffs.WithLabelValues("received", "restored").Inc()

@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"time"
 
+	routing "github.com/warmroute/warmroute/api/routing/v1alpha1"
 	"github.com/warmroute/warmroute/sidecar/router/flow"
 	"github.com/warmroute/warmroute/sidecar/router/policy"
 )
 
 // The pick API's bodies are a compact binary encoding (unsigned varints,
 // length-prefixed strings, hashes as 8 bytes little-endian): a pick carries
-// up to a few hundred block hashes, which JSON would triple in size and
-// take tens of microseconds to encode and decode.
+// up to a few hundred block hashes, which JSON would triple in size.
 
 // Paths of the pick API, on the pick listener only.
 const (
@@ -33,6 +35,23 @@ const (
 )
 
 var errMalformed = errors.New("malformed pick API body")
+
+// Status codes of the pick API's refusals that a replica tells apart,
+// in answers sealed with the endpoint's key only.
+const (
+	statusUnknownModel = http.StatusNotFound
+	statusNoInstance   = http.StatusConflict
+	statusNotLeader    = http.StatusServiceUnavailable
+	// Flow control's answers (flow.go): queued, call again to wait;
+	// refused by a rate limit; refused by the queue.
+	statusQueued  = http.StatusAccepted
+	statusLimited = http.StatusTooManyRequests
+	statusRefused = http.StatusGone
+)
+
+// maxQueueTimeout is the routing document's bound on a queue timeout: a
+// replica never keeps a wait call open longer than that.
+const maxQueueTimeout = routing.MaxQueueTimeoutMillis * time.Millisecond
 
 // pickRequest is a replica's question: where does the request with this
 // key go. Seq names it in the replica's later events. Events are the
@@ -92,11 +111,12 @@ type event struct {
 
 type writer []byte
 
-func (w *writer) uint(v uint64)  { *w = binary.AppendUvarint(*w, v) }
-func (w *writer) int(v int64)    { w.uint(uint64(max(v, 0))) }
-func (w *writer) str(s string)   { w.uint(uint64(len(s))); *w = append(*w, s...) }
-func (w *writer) fixed(v uint64) { *w = binary.LittleEndian.AppendUint64(*w, v) }
-func (w *writer) sint(v int64)   { *w = binary.AppendVarint(*w, v) }
+func (w *writer) uint(v uint64)      { *w = binary.AppendUvarint(*w, v) }
+func (w *writer) int(v int64)        { w.uint(uint64(max(v, 0))) }
+func (w *writer) str(s string)       { w.uint(uint64(len(s))); *w = append(*w, s...) }
+func (w *writer) fixed(v uint64)     { *w = binary.LittleEndian.AppendUint64(*w, v) }
+func (w *writer) sint(v int64)       { *w = binary.AppendVarint(*w, v) }
+func (w *writer) ms(d time.Duration) { w.int(d.Milliseconds()) }
 func (w *writer) bool(b bool) {
 	if b {
 		*w = append(*w, 1)
@@ -122,12 +142,20 @@ func (r *reader) fail(what string) {
 	}
 }
 
-func (r *reader) uint(what string, limit uint64) uint64 {
-	if r.err != nil {
-		return 0
+// next takes n bytes (nil: fewer are left, or reading failed before).
+func (r *reader) next(n uint64, what string) []byte {
+	if r.err != nil || uint64(len(r.b)) < n {
+		r.fail(what)
+		return nil
 	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b
+}
+
+func (r *reader) uint(what string, limit uint64) uint64 {
 	v, n := binary.Uvarint(r.b)
-	if n <= 0 || v > limit {
+	if r.err != nil || n <= 0 || v > limit {
 		r.fail(what)
 		return 0
 	}
@@ -137,12 +165,11 @@ func (r *reader) uint(what string, limit uint64) uint64 {
 
 func (r *reader) int(what string) int64 { return int64(r.uint(what, 1<<62)) }
 
+func (r *reader) ms(what string) time.Duration { return time.Duration(r.int(what)) * time.Millisecond }
+
 func (r *reader) sint(what string) int64 {
-	if r.err != nil {
-		return 0
-	}
 	v, n := binary.Varint(r.b)
-	if n <= 0 {
+	if r.err != nil || n <= 0 {
 		r.fail(what)
 		return 0
 	}
@@ -151,37 +178,20 @@ func (r *reader) sint(what string) int64 {
 }
 
 func (r *reader) fixed(what string) uint64 {
-	if r.err != nil {
-		return 0
+	if b := r.next(8, what); b != nil {
+		return binary.LittleEndian.Uint64(b)
 	}
-	if len(r.b) < 8 {
-		r.fail(what)
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
+	return 0
 }
 
-func (r *reader) str(what string) string {
-	n := r.uint(what, maxStringLen)
-	if r.err != nil || uint64(len(r.b)) < n {
-		r.fail(what)
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
+func (r *reader) str(what string) string { return string(r.next(r.uint(what, maxStringLen), what)) }
 
 func (r *reader) bool(what string) bool {
-	if r.err != nil || len(r.b) < 1 || r.b[0] > 1 {
+	b := r.next(1, what)
+	if b != nil && b[0] > 1 {
 		r.fail(what)
-		return false
 	}
-	v := r.b[0] == 1
-	r.b = r.b[1:]
-	return v
+	return b != nil && b[0] == 1
 }
 
 func (r *reader) strs(what string) []string {
@@ -231,13 +241,10 @@ func decodePick(b []byte) (pickRequest, error) {
 	p.Key.TextBytes = int(r.uint("text bytes", 1<<40))
 	p.Key.PromptBytes = int(r.uint("prompt bytes", 1<<40))
 	n := r.uint("hashes", maxHashes)
-	if r.err == nil && uint64(len(r.b)) < 8*n {
-		r.fail("hashes")
-	}
-	if r.err == nil {
+	if hashes := r.next(8*n, "hashes"); r.err == nil {
 		p.Key.Hashes = make([]uint64, n)
 		for i := range p.Key.Hashes {
-			p.Key.Hashes[i] = r.fixed("hash")
+			p.Key.Hashes[i] = binary.LittleEndian.Uint64(hashes[8*i:])
 		}
 	}
 	p.Sender.Tenant = r.str("tenant")
@@ -245,12 +252,10 @@ func decodePick(b []byte) (pickRequest, error) {
 	p.Sender.Priority = int(max(min(r.sint("priority"), math.MaxInt32), math.MinInt32))
 	p.Wait = r.bool("wait")
 	p.Epoch = r.int("epoch")
-	if r.err != nil {
-		return p, r.err
+	if r.err == nil {
+		p.Events, r.err = decodeEvents(r.b)
 	}
-	var err error
-	p.Events, err = decodeEvents(r.b)
-	return p, err
+	return p, r.err
 }
 
 func (a *answer) append(b []byte) []byte {
@@ -303,19 +308,17 @@ func appendEvents(b []byte, evs []event) []byte {
 	for _, e := range evs {
 		w = append(w, e.Kind)
 		w.uint(e.Seq)
-		if e.Kind == eventNext {
+		switch e.Kind {
+		case eventNext:
 			w.str(e.Instance)
-		}
-		if e.Kind == eventAdopt {
+		case eventAdopt:
 			w.strs(e.Order)
 			w.int(e.Prompt)
 			w.int(e.Prefill)
 			w.bool(e.Prefilled)
-		}
-		if e.Kind == eventWarmed {
+		case eventWarmed:
 			w.bool(e.OK)
-		}
-		if e.Kind == eventDone {
+		case eventDone:
 			w.sint(e.Tokens)
 		}
 	}
@@ -327,13 +330,11 @@ func decodeEvents(b []byte) ([]event, error) {
 	n := r.uint("events", maxBatchLen)
 	out := make([]event, 0, min(n, 1024))
 	for range n {
-		if r.err != nil || len(r.b) == 0 {
-			r.fail("event")
+		kind := r.next(1, "event")
+		if kind == nil {
 			break
 		}
-		e := event{Kind: r.b[0]}
-		r.b = r.b[1:]
-		e.Seq = r.uint("seq", 1<<63)
+		e := event{Kind: kind[0], Seq: r.uint("seq", 1<<63)}
 		switch e.Kind {
 		case eventDone:
 			e.Tokens = max(r.sint("tokens"), flow.Unknown)
@@ -353,4 +354,77 @@ func decodeEvents(b []byte) ([]event, error) {
 		out = append(out, e)
 	}
 	return out, r.end()
+}
+
+// appendRefusal is the status and body of the answer to a pick that err
+// refused. Flow control's say why, whose entry, when to retry, and for a
+// rate limit its two windows; a queued request's, the queue's epoch and
+// timeout.
+func appendRefusal(err error) (int, []byte) {
+	var (
+		queued  *errQueued
+		limited *flow.Limited
+		refused *flow.Refusal
+		w       writer
+	)
+	status := statusLimited
+	switch {
+	case errors.As(err, &queued):
+		w.int(queued.Epoch)
+		w.ms(queued.Timeout)
+		return statusQueued, w
+	case errors.As(err, &refused):
+		status, limited = statusRefused, &flow.Limited{Reason: refused.Reason, Tenant: refused.Tenant, RetryAfter: refused.RetryAfter}
+	case errors.As(err, &limited):
+	case errors.Is(err, policy.ErrUnknownModel):
+		return statusUnknownModel, []byte(err.Error())
+	default:
+		return statusNoInstance, []byte(err.Error())
+	}
+	w.str(string(limited.Reason))
+	w.str(limited.Tenant)
+	w.ms(limited.RetryAfter)
+	if status == statusLimited {
+		for _, win := range []flow.Window{limited.Requests, limited.Tokens} {
+			w.int(win.Limit)
+			w.int(win.Remaining)
+			w.ms(win.Reset)
+		}
+	}
+	return status, w
+}
+
+// decodeRefusal is the error an answer of status stands for (nil: none a
+// replica tells apart).
+func decodeRefusal(status int, b []byte) error {
+	r := reader{b: b}
+	var err error
+	switch status {
+	case statusUnknownModel:
+		return policy.ErrUnknownModel
+	case statusNoInstance:
+		return policy.ErrNoInstance
+	case statusNotLeader:
+		return errNotLeader
+	case statusQueued:
+		q := &errQueued{Epoch: r.int("epoch"), Timeout: r.ms("timeout")}
+		if q.Timeout <= 0 || q.Timeout > maxQueueTimeout {
+			r.fail("queue timeout")
+		}
+		err = q
+	case statusLimited:
+		lim := &flow.Limited{Reason: flow.Reason(r.str("reason")), Tenant: r.str("tenant"), RetryAfter: r.ms("retry after")}
+		for _, win := range []*flow.Window{&lim.Requests, &lim.Tokens} {
+			win.Limit, win.Remaining, win.Reset = r.int("limit"), r.int("remaining"), r.ms("reset")
+		}
+		err = lim
+	case statusRefused:
+		err = &flow.Refusal{Reason: flow.Reason(r.str("reason")), Tenant: r.str("tenant"), RetryAfter: r.ms("retry after")}
+	default:
+		return nil
+	}
+	if rerr := r.end(); rerr != nil {
+		return rerr
+	}
+	return err
 }
