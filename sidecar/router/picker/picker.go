@@ -380,19 +380,21 @@ func (p *Picker) observe(l *link, epoch uint64) {
 	if !p.adopt {
 		return
 	}
+	var adopts []event
 	for _, t := range p.open {
 		if t.held == epoch {
 			continue
 		}
 		prompt, prefill, prefilled := t.own.Charge()
-		l.queue = append(l.queue, event{Kind: eventAdopt, Seq: t.seq, Order: t.own.Order(p.opts.Tries), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
+		adopts = append(adopts, event{Kind: eventAdopt, Seq: t.seq, Order: t.own.Order(p.opts.Tries), Prompt: prompt, Prefill: prefill, Prefilled: prefilled})
 		t.held = epoch
 	}
 	p.adopt = false
+	p.deliverLocked(l, false, adopts...)
 	l.wake()
 }
 
-// tell queues an event about t for the picker that counts it; a request
+// tell gives an event about t to the picker that counts it; a request
 // the current picker does not count yet is adopted with its state at that
 // time instead, so nothing is lost.
 func (p *Picker) tell(t *Ticket, e event, done bool) {
@@ -407,8 +409,7 @@ func (p *Picker) tell(t *Ticket, e event, done bool) {
 	if t.held == 0 || t.held != p.epoch || p.cur == nil {
 		return
 	}
-	p.cur.queue = append(p.cur.queue, e)
-	p.cur.wake()
+	p.deliverLocked(p.cur, false, e)
 }
 
 func (p *Picker) take(l *link) []event {
@@ -419,14 +420,25 @@ func (p *Picker) take(l *link) []event {
 	return evs
 }
 
-// enqueue adds events to l's queue, in front for those a failed call
-// carried, so that they go again first.
 func (p *Picker) enqueue(l *link, front bool, evs ...event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deliverLocked(l, front, evs...)
+}
+
+// deliverLocked hands events to l's picker: at once when it is this
+// replica's own ledger, so that a slot a request freed here is free for
+// the next pick (a batch the sender has taken is not counted until it
+// arrives); else to l's queue, in front for those a failed call carried,
+// so that they go again first. Called with p.mu held.
+func (p *Picker) deliverLocked(l *link, front bool, evs ...event) {
 	if len(evs) == 0 {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if l.led != nil {
+		l.led.apply(p.opts.Replica, evs, time.Now())
+		return
+	}
 	if front {
 		l.queue = append(evs, l.queue...)
 	} else {
@@ -475,9 +487,10 @@ func (p *Picker) useLocked(led *ledger, addr string) {
 	l.wake()
 }
 
-// send delivers l's events in order, batching whatever queued while the
-// last batch was on its way, and calls at least every heartbeatEvery while
-// this replica has requests in flight.
+// send delivers a sibling's queued events in order, batching whatever
+// queued while the last batch was on its way, and calls at least every
+// heartbeatEvery while this replica has requests in flight (its own
+// ledger's events are applied at once: deliverLocked).
 func (p *Picker) send(ctx context.Context, l *link) {
 	tick := time.NewTicker(heartbeatEvery)
 	defer tick.Stop()

@@ -313,3 +313,24 @@ func TestLatePickIsNotCounted(t *testing.T) {
 		t.Fatalf("%d in flight in all, want 1", total)
 	}
 }
+
+// A request this replica decided as the picker is released in its own
+// ledger by the time Done returns, so the next pick finds the slot free:
+// a sequential client on a full fleet is never refused by its own last
+// request. Repeated, since the sender goroutine could win a single try.
+func TestLeaderReleasesItsOwnAtOnce(t *testing.T) {
+	keys := testKeys(t, testSecret)
+	leader, _ := newLeader(t, keys, testConfig(keys, 1, 1))
+	l := leader.leading()
+	for i := range 200 {
+		c, err := leader.Pick(context.Background(), key(leader, "a prompt"), Sender{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Prefilled()
+		c.Done()
+		if n := l.open(); n != 0 {
+			t.Fatalf("pick %d: the ledger still counts %d in flight after Done", i, n)
+		}
+	}
+}
