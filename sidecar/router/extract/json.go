@@ -144,7 +144,7 @@ func (s *scanner) str() (jsonString, error) {
 			continue
 		}
 		// A run of \uXXXX outside the surrogates, the bulk of text
-		// escaped as ASCII, is sized here; the rest by escape. The quote
+		// escaped as ASCII, is sized here; the rest by escapeSize. The quote
 		// at q is no hex digit, so an escape that ends by q is in the
 		// string.
 		for pos+6 <= q && data[pos] == '\\' && data[pos+1] == 'u' {
@@ -166,12 +166,12 @@ func (s *scanner) str() (jsonString, error) {
 		if pos >= q || data[pos] != '\\' {
 			continue
 		}
-		r, w := escape(data[pos:])
+		n, w := escapeSize(data[pos:])
 		if w == 0 {
 			s.pos = pos
 			return jsonString{}, s.fail("bad \\u escape")
 		}
-		size += utf8.RuneLen(r)
+		size += n
 		pos += w
 	}
 }
@@ -232,6 +232,35 @@ func indexBackslash(b []byte) int {
 		return i + j
 	}
 	return -1
+}
+
+// escapeSize returns the decoded size and the length of the escape at the
+// start of raw (raw[0] is a backslash), or a length of 0 if it is invalid.
+// It is escape without building the rune, for the scanner's hot loop.
+func escapeSize(raw []byte) (size, width int) {
+	if len(raw) < 2 {
+		return 0, 0
+	}
+	if raw[1] != 'u' {
+		if simpleEscapes[raw[1]] == 0 {
+			return 0, 0
+		}
+		return 1, 2
+	}
+	r := u4(raw)
+	switch {
+	case r < 0:
+		return 0, 0
+	case r < 0x80:
+		return 1, 6
+	case r < 0x800:
+		return 2, 6
+	case r&0xfc00 == 0xd800 && len(raw) >= 12:
+		if r2 := u4(raw[6:]); r2&0xfc00 == 0xdc00 { // r2 < 0 is not a low half
+			return 4, 12
+		}
+	}
+	return 3, 6 // the rest of the BMP, or U+FFFD for half a surrogate pair
 }
 
 // simpleEscapes maps the byte after a backslash to what it stands for, 0
