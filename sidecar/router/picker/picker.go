@@ -157,6 +157,9 @@ func (p *Picker) Readmit(id string) {
 	}
 }
 
+// Leading reports whether this replica is the picker now.
+func (p *Picker) Leading() bool { return p.leading() != nil }
+
 func (p *Picker) leading() *ledger {
 	p.mu.Lock()
 	defer p.mu.Unlock()
